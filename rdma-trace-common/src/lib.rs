@@ -1,0 +1,149 @@
+//! Types shared by the eBPF programs and the userspace daemon.
+//!
+//! Everything here is `#[repr(C)]` plain data with a size assert, so both sides agree
+//! byte for byte. Userspace decodes events with a length check and `read_unaligned`
+//! (see `rdma-trace/src/decode.rs`), never by transmuting.
+#![no_std]
+
+/// Kernel probe slots: one entry program and one return program per slot, each
+/// attached to exactly one kernel function chosen at load time.
+pub const MAX_SLOTS: usize = 16;
+/// Values one probe event can carry (arguments, fields behind them, the return value).
+pub const MAX_FETCH: usize = 8;
+/// Pointer hops one fetch may take (e.g. `cq->uobject->user_handle` is two).
+pub const MAX_HOPS: usize = 3;
+/// Kernel stack frames kept per control-path event.
+pub const MAX_STACK: usize = 32;
+
+/// Plans and counters are indexed by "site": the entry side of slot `s` is site `s`,
+/// its return side is site `MAX_SLOTS + s`.
+pub const SITES: usize = 2 * MAX_SLOTS;
+pub const fn return_site(slot: usize) -> usize {
+    MAX_SLOTS + slot
+}
+/// Counter sites after the probe sites: the syscall tracepoints.
+pub const SITE_SYS_ENTER: usize = SITES;
+pub const SITE_SYS_EXIT: usize = SITES + 1;
+pub const COUNTER_SITES: usize = SITES + 2;
+
+/// Per-site counters (index `site * COUNTERS + reason`), per CPU.
+pub const CNT_HITS: usize = 0;
+/// The ring buffer was full: the event is lost.
+pub const CNT_RINGBUF_FULL: usize = 1;
+/// A field read failed (the event is kept, the field is marked).
+pub const CNT_READ_FAILED: usize = 2;
+/// The kernel stack could not be captured (the event is kept without it).
+pub const CNT_STACK_FAILED: usize = 3;
+pub const COUNTERS: usize = 4;
+pub const COUNTER_ENTRIES: usize = COUNTER_SITES * COUNTERS;
+
+/// Event kinds (first byte after the header's fixed part tells the layout).
+pub const KIND_PROBE_ENTRY: u8 = 1;
+pub const KIND_PROBE_RETURN: u8 = 2;
+pub const KIND_SYS_ENTER: u8 = 3;
+pub const KIND_SYS_EXIT: u8 = 4;
+
+/// Where a fetch starts.
+pub const SRC_NONE: u8 = 0;
+/// Argument `n` of the probed function: `SRC_ARG0 + n`, n in 0..=7 (6 and 7 are read
+/// from the stack on x86-64).
+pub const SRC_ARG0: u8 = 1;
+/// The return value (return programs only).
+pub const SRC_RET: u8 = 20;
+/// The tracepoint record itself (tracepoint programs only).
+pub const SRC_CTX: u8 = 21;
+
+/// Header common to every event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// bpf_ktime_get_ns (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: [u8; 16],
+    pub cpu: u32,
+    pub kind: u8,
+    /// Probe slot (probe events) or 0.
+    pub slot: u8,
+    /// Bit i: fetch i could not be read.
+    pub fail_mask: u8,
+    /// Bit i: fetch i was not dereferenced because its base was NULL or an ERR_PTR.
+    pub skip_mask: u8,
+}
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
+
+/// A kprobe/kretprobe hit: the values its fetch plan read, and (entry) the kernel stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeEvent {
+    pub hdr: EventHeader,
+    pub vals: [u64; MAX_FETCH],
+    /// Bytes of `stack` filled (a multiple of 8), 0 when no stack was taken.
+    pub stack_len: u32,
+    pub _pad: u32,
+    pub stack: [u64; MAX_STACK],
+}
+const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 40 + 64 + 8 + 256);
+
+/// A syscall of a watched process: enter carries the arguments, exit the return value
+/// in `args[0]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SyscallEvent {
+    pub hdr: EventHeader,
+    pub nr: u64,
+    pub args: [u64; 6],
+}
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 40 + 8 + 48);
+
+/// One value to read: start at `src`, follow `hops` pointers (offsets added before each
+/// read; all but the last read 8 bytes), the last read is `size` bytes.
+/// `hops == 0` takes the source value itself.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fetch {
+    pub src: u8,
+    pub hops: u8,
+    pub size: u8,
+    pub _pad: u8,
+    pub offsets: [u32; MAX_HOPS],
+}
+const _: () = assert!(core::mem::size_of::<Fetch>() == 16);
+
+/// What a probe slot reads, resolved in userspace from BTF at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotPlan {
+    pub fetches: [Fetch; MAX_FETCH],
+    /// Number of fetches used.
+    pub n: u8,
+    /// Capture the kernel stack (entry only).
+    pub stack: u8,
+    /// 1 when this slot is attached (unattached slots emit nothing).
+    pub active: u8,
+    pub _pad: [u8; 5],
+}
+const _: () = assert!(core::mem::size_of::<SlotPlan>() == 16 * MAX_FETCH + 8);
+
+/// Byte offsets inside the `raw_syscalls` tracepoint records, read from tracefs
+/// `format` files at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallLayout {
+    pub enter_id: u32,
+    pub enter_args: u32,
+    pub exit_id: u32,
+    pub exit_ret: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are #[repr(C)] structs of integers and arrays of integers,
+    // with explicit padding fields: every bit pattern is valid, no implicit padding.
+    unsafe impl aya::Pod for EventHeader {}
+    unsafe impl aya::Pod for Fetch {}
+    unsafe impl aya::Pod for SlotPlan {}
+    unsafe impl aya::Pod for SyscallLayout {}
+}

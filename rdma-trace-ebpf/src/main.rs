@@ -1,0 +1,358 @@
+//! rdma-trace's eBPF programs.
+//!
+//! * `kp_N` / `kr_N`: one kprobe and one kretprobe per probe slot. Userspace attaches
+//!   each slot to one kernel function and writes the slot's fetch plan (which arguments,
+//!   which fields behind them, at offsets resolved from BTF at load time) into `PLANS`.
+//! * `sys_enter` / `sys_exit`: the `raw_syscalls` tracepoints, filtered to the watched
+//!   processes (`TARGETS`, by tgid or tid) and syscalls (`SYSCALLS`).
+//! * `tp_14` / `tp_15`: kernel tracepoints (e.g. `rdma_core:mr_dereg`), fields read from
+//!   the record at offsets taken from its tracefs `format`.
+//!
+//! Every hit and every loss is counted per slot in `COUNTERS` (per CPU): ring-buffer
+//! reservation failures, failed field reads, failed stack captures.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, generated::bpf_get_stack,
+    },
+    macros::{kprobe, kretprobe, map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
+};
+use rdma_trace_common::*;
+
+/// Default 4 MiB; userspace may resize it at load time.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_ENTRIES as u32, 0);
+
+#[map]
+static PLANS: Array<SlotPlan> = Array::with_max_entries(SITES as u32, 0);
+
+/// Watched processes: a tgid or a tid.
+#[map]
+static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+
+/// Watched syscall numbers.
+#[map]
+static SYSCALLS: HashMap<u32, u8> = HashMap::with_max_entries(64, 0);
+
+/// Offsets inside the raw_syscalls tracepoint records (from tracefs `format`).
+#[map]
+static SYSCALL_LAYOUT: Array<SyscallLayout> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn count(site: usize, what: usize) {
+    let idx = (site * COUNTERS + what) as u32;
+    if let Some(p) = STATS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot owned by this CPU while the program runs.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn header(kind: u8, slot: u8) -> EventHeader {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    EventHeader {
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        kind,
+        slot,
+        fail_mask: 0,
+        skip_mask: 0,
+    }
+}
+
+/// Argument `n` (0-based) at function entry: registers for 0..6, the stack beyond
+/// (at entry `sp` points at the return address; argument 7 is the next word).
+#[inline(always)]
+fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
+    let regs = ctx.regs;
+    // SAFETY: `regs` is the kprobe's pt_regs; reads go through bpf_probe_read_kernel.
+    unsafe {
+        match n {
+            0 => bpf_probe_read_kernel(&(*regs).rdi),
+            1 => bpf_probe_read_kernel(&(*regs).rsi),
+            2 => bpf_probe_read_kernel(&(*regs).rdx),
+            3 => bpf_probe_read_kernel(&(*regs).rcx),
+            4 => bpf_probe_read_kernel(&(*regs).r8),
+            5 => bpf_probe_read_kernel(&(*regs).r9),
+            6 | 7 => {
+                let sp: u64 = bpf_probe_read_kernel(&(*regs).rsp)?;
+                bpf_probe_read_kernel((sp + 8 * (n as u64 - 5)) as *const u64)
+            }
+            _ => Err(-1),
+        }
+    }
+}
+
+/// ERR_PTR values and NULL are never dereferenced.
+#[inline(always)]
+fn derefable(p: u64) -> bool {
+    p >= 4096 && p < (-4095i64) as u64
+}
+
+#[inline(always)]
+fn read_sized(addr: u64, size: u8) -> Result<u64, i32> {
+    // SAFETY: kernel reads through the helper, which faults safely.
+    unsafe {
+        match size {
+            1 => bpf_probe_read_kernel(addr as *const u8).map(u64::from),
+            2 => bpf_probe_read_kernel(addr as *const u16).map(u64::from),
+            4 => bpf_probe_read_kernel(addr as *const u32).map(u64::from),
+            _ => bpf_probe_read_kernel(addr as *const u64),
+        }
+    }
+}
+
+enum Fetched {
+    Value(u64),
+    Skipped(u64),
+    Failed,
+}
+
+#[inline(always)]
+fn follow(base: u64, f: &Fetch) -> Fetched {
+    let hops = f.hops as usize;
+    if hops == 0 {
+        return Fetched::Value(base);
+    }
+    let mut addr = base;
+    for h in 0..MAX_HOPS {
+        if h >= hops {
+            break;
+        }
+        if !derefable(addr) {
+            return Fetched::Skipped(addr);
+        }
+        let at = addr.wrapping_add(f.offsets[h] as u64);
+        let size = if h + 1 == hops { f.size } else { 8 };
+        match read_sized(at, size) {
+            Ok(v) => addr = v,
+            Err(_) => return Fetched::Failed,
+        }
+    }
+    Fetched::Value(addr)
+}
+
+#[inline(always)]
+fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> Result<u64, i32>) {
+    let site = if kind == KIND_PROBE_RETURN {
+        return_site(slot)
+    } else {
+        slot
+    };
+    let Some(plan) = PLANS.get(site as u32) else {
+        return;
+    };
+    if plan.active == 0 {
+        return;
+    }
+    count(site, CNT_HITS);
+    let Some(mut entry) = EVENTS.reserve::<ProbeEvent>(0) else {
+        count(site, CNT_RINGBUF_FULL);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved, exclusively owned ring-buffer record of the
+    // right size; every field is written before submit.
+    unsafe {
+        (*ev).hdr = header(kind, slot as u8);
+        (*ev).vals = [0; MAX_FETCH];
+        (*ev)._pad = 0;
+        (*ev).stack_len = 0;
+        let n = plan.n as usize;
+        let mut failed = false;
+        for i in 0..MAX_FETCH {
+            if i >= n {
+                break;
+            }
+            let f = &plan.fetches[i];
+            let base = match src(f.src) {
+                Ok(v) => v,
+                Err(_) => {
+                    (*ev).hdr.fail_mask |= 1 << i;
+                    failed = true;
+                    continue;
+                }
+            };
+            match follow(base, f) {
+                Fetched::Value(v) => (*ev).vals[i] = v,
+                Fetched::Skipped(v) => {
+                    (*ev).vals[i] = v;
+                    (*ev).hdr.skip_mask |= 1 << i;
+                }
+                Fetched::Failed => {
+                    (*ev).hdr.fail_mask |= 1 << i;
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            count(site, CNT_READ_FAILED);
+        }
+        if plan.stack != 0 {
+            let r = bpf_get_stack(
+                ctx.as_ptr(),
+                (*ev).stack.as_mut_ptr().cast(),
+                (MAX_STACK * 8) as u32,
+                0,
+            );
+            if r > 0 {
+                (*ev).stack_len = r as u32;
+            } else {
+                count(site, CNT_STACK_FAILED);
+            }
+        }
+    }
+    entry.submit(0);
+}
+
+fn on_entry(ctx: &ProbeContext, slot: usize) {
+    probe_hit(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
+        s if (SRC_ARG0..SRC_ARG0 + 8).contains(&s) => entry_arg(ctx, s - SRC_ARG0),
+        _ => Err(-1),
+    });
+}
+
+fn on_return(ctx: &RetProbeContext, slot: usize) {
+    probe_hit(slot, KIND_PROBE_RETURN, ctx, |src| match src {
+        SRC_RET => Ok(ctx.ret::<u64>()),
+        _ => Err(-1),
+    });
+}
+
+macro_rules! slots {
+    ($($n:literal $kp:ident $kr:ident),* $(,)?) => {$(
+        #[kprobe]
+        pub fn $kp(ctx: ProbeContext) -> u32 {
+            on_entry(&ctx, $n);
+            0
+        }
+        #[kretprobe]
+        pub fn $kr(ctx: RetProbeContext) -> u32 {
+            on_return(&ctx, $n);
+            0
+        }
+    )*};
+}
+
+slots!(
+    0 kp_0 kr_0, 1 kp_1 kr_1, 2 kp_2 kr_2, 3 kp_3 kr_3, 4 kp_4 kr_4, 5 kp_5 kr_5,
+    6 kp_6 kr_6, 7 kp_7 kr_7, 8 kp_8 kr_8, 9 kp_9 kr_9, 10 kp_10 kr_10, 11 kp_11 kr_11,
+    12 kp_12 kr_12, 13 kp_13 kr_13, 14 kp_14 kr_14, 15 kp_15 kr_15,
+);
+const _: () = assert!(MAX_SLOTS == 16);
+
+fn on_tracepoint(ctx: &TracePointContext, slot: usize) {
+    let base = ctx.as_ptr() as u64;
+    probe_hit(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
+        SRC_CTX => Ok(base),
+        _ => Err(-1),
+    });
+}
+
+/// Tracepoint probes use the last two slots.
+#[tracepoint]
+pub fn tp_14(ctx: TracePointContext) -> u32 {
+    on_tracepoint(&ctx, 14);
+    0
+}
+
+#[tracepoint]
+pub fn tp_15(ctx: TracePointContext) -> u32 {
+    on_tracepoint(&ctx, 15);
+    0
+}
+
+#[inline(always)]
+fn watched() -> bool {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // SAFETY: map lookups return references valid for this program run.
+    unsafe { TARGETS.get(&tgid).is_some() || TARGETS.get(&tid).is_some() }
+}
+
+fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
+    if !watched() {
+        return;
+    }
+    let Some(layout) = SYSCALL_LAYOUT.get(0) else {
+        return;
+    };
+    let id_off = if kind == KIND_SYS_ENTER {
+        layout.enter_id
+    } else {
+        layout.exit_id
+    };
+    // SAFETY: offsets come from the tracepoint's format file; reads are checked.
+    let Ok(nr) = (unsafe { ctx.read_at::<i64>(id_off as usize) }) else {
+        count(site, CNT_READ_FAILED);
+        return;
+    };
+    // SAFETY: as above.
+    if nr < 0 || unsafe { SYSCALLS.get(&(nr as u32)) }.is_none() {
+        return;
+    }
+    count(site, CNT_HITS);
+    let Some(mut entry) = EVENTS.reserve::<SyscallEvent>(0) else {
+        count(site, CNT_RINGBUF_FULL);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: exclusively owned reserved record; all fields written before submit.
+    unsafe {
+        (*ev).hdr = header(kind, 0);
+        (*ev).nr = nr as u64;
+        (*ev).args = [0; 6];
+        if kind == KIND_SYS_ENTER {
+            match ctx.read_at::<[u64; 6]>(layout.enter_args as usize) {
+                Ok(a) => (*ev).args = a,
+                Err(_) => {
+                    (*ev).hdr.fail_mask = 1;
+                    count(site, CNT_READ_FAILED);
+                }
+            }
+        } else {
+            match ctx.read_at::<u64>(layout.exit_ret as usize) {
+                Ok(r) => (*ev).args[0] = r,
+                Err(_) => {
+                    (*ev).hdr.fail_mask = 1;
+                    count(site, CNT_READ_FAILED);
+                }
+            }
+        }
+    }
+    entry.submit(0);
+}
+
+#[tracepoint]
+pub fn sys_enter(ctx: TracePointContext) -> u32 {
+    on_syscall(&ctx, KIND_SYS_ENTER, SITE_SYS_ENTER);
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit(ctx: TracePointContext) -> u32 {
+    on_syscall(&ctx, KIND_SYS_EXIT, SITE_SYS_EXIT);
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

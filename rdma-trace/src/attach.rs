@@ -1,0 +1,239 @@
+//! The aya edge: load the eBPF object, write plans and filters into its maps, attach
+//! programs. aya types do not leave this module (and `source.rs`, which owns the ring).
+
+use crate::select::{Plan, Planned};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{KProbe, Program, TracePoint};
+use aya::{Ebpf, EbpfLoader};
+use rdma_trace_common::{COUNTER_ENTRIES, COUNTERS, SlotPlan, SyscallLayout, return_site};
+use std::time::{Duration, Instant};
+
+/// The compiled eBPF object, embedded at build time.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdma-trace"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("loading the eBPF object: {0}")]
+    Object(#[from] aya::EbpfError),
+    #[error("program {0} is missing from the eBPF object")]
+    NoProgram(String),
+    #[error("program {name}: {source}")]
+    Program {
+        name: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("map {0}: {1}")]
+    Map(&'static str, String),
+}
+
+/// A loaded object, ready to attach.
+pub struct Loaded {
+    ebpf: Ebpf,
+}
+
+/// What happened to one planned probe.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub id: &'static str,
+    pub symbol: &'static str,
+    pub module: String,
+    pub attached: Result<(), String>,
+    pub took: Duration,
+}
+
+fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> AttachError {
+    move |e| AttachError::Map(name, e.to_string())
+}
+
+impl Loaded {
+    /// Loads the object (maps are created; programs are loaded lazily). `ring_bytes`
+    /// must be a power-of-two multiple of the page size.
+    pub fn new(ring_bytes: u32) -> Result<Self, AttachError> {
+        let ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_bytes)
+            .load(EBPF_OBJECT)?;
+        Ok(Self { ebpf })
+    }
+
+    /// Names of every program in the object.
+    pub fn program_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.ebpf.programs().map(|(n, _)| n.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    /// Loads (verifies) one program without attaching it.
+    pub fn load_program(&mut self, name: &str) -> Result<(), AttachError> {
+        let prog = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| AttachError::NoProgram(name.into()))?;
+        let res = match prog {
+            Program::KProbe(p) => p.load(),
+            Program::TracePoint(p) => p.load(),
+            _ => {
+                return Err(AttachError::NoProgram(format!(
+                    "{name} (unexpected program type)"
+                )));
+            }
+        };
+        match res {
+            Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => Ok(()),
+            Err(source) => Err(AttachError::Program {
+                name: name.into(),
+                source,
+            }),
+        }
+    }
+
+    fn set_plan(&mut self, site: usize, plan: &SlotPlan) -> Result<(), AttachError> {
+        let mut plans: Array<&mut MapData, SlotPlan> = Array::try_from(
+            self.ebpf
+                .map_mut("PLANS")
+                .ok_or_else(|| AttachError::Map("PLANS", "missing".into()))?,
+        )
+        .map_err(map_err("PLANS"))?;
+        plans.set(site as u32, plan, 0).map_err(map_err("PLANS"))
+    }
+
+    fn attach_kprobe(&mut self, prog: &str, symbol: &str) -> Result<(), AttachError> {
+        self.load_program(prog)?;
+        let p: &mut KProbe = self
+            .ebpf
+            .program_mut(prog)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        p.attach(symbol, 0)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program {
+                name: prog.into(),
+                source,
+            })
+    }
+
+    fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
+        self.load_program(prog)?;
+        let p: &mut TracePoint = self
+            .ebpf
+            .program_mut(prog)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        p.attach(category, name)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program {
+                name: prog.into(),
+                source,
+            })
+    }
+
+    fn attach_one(&mut self, p: &Planned) -> Result<(), AttachError> {
+        self.set_plan(p.slot, &p.entry)?;
+        if let Some(ret) = &p.ret {
+            self.set_plan(return_site(p.slot), ret)?;
+        }
+        match p.spec.kind {
+            crate::catalog::Kind::Kprobe => {
+                self.attach_kprobe(&p.entry_program(), p.symbol)?;
+                if let Some(rp) = p.return_program() {
+                    self.attach_kprobe(&rp, p.symbol)?;
+                }
+            }
+            crate::catalog::Kind::Tracepoint { category } => {
+                self.attach_tracepoint(&p.entry_program(), category, p.symbol)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches every planned probe; one that fails is disabled and reported, the rest go on.
+    pub fn attach_plan(&mut self, plan: &Plan) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        for p in &plan.probes {
+            let t0 = Instant::now();
+            let res = self.attach_one(p).map_err(|e| format!("{e:#}"));
+            if res.is_err() {
+                let off = SlotPlan::default();
+                let _ = self.set_plan(p.slot, &off);
+                let _ = self.set_plan(return_site(p.slot), &off);
+            }
+            out.push(Outcome {
+                id: p.spec.id,
+                symbol: p.symbol,
+                module: p.module.clone(),
+                attached: res,
+                took: t0.elapsed(),
+            });
+        }
+        out
+    }
+
+    /// Attaches the raw_syscalls tracepoints for `nrs`, with the record layout given.
+    pub fn attach_syscalls(&mut self, layout: SyscallLayout, nrs: &[u32]) -> Result<(), AttachError> {
+        {
+            let mut l: Array<&mut MapData, SyscallLayout> = Array::try_from(
+                self.ebpf
+                    .map_mut("SYSCALL_LAYOUT")
+                    .ok_or_else(|| AttachError::Map("SYSCALL_LAYOUT", "missing".into()))?,
+            )
+            .map_err(map_err("SYSCALL_LAYOUT"))?;
+            l.set(0, layout, 0).map_err(map_err("SYSCALL_LAYOUT"))?;
+        }
+        {
+            let mut m: HashMap<&mut MapData, u32, u8> = HashMap::try_from(
+                self.ebpf
+                    .map_mut("SYSCALLS")
+                    .ok_or_else(|| AttachError::Map("SYSCALLS", "missing".into()))?,
+            )
+            .map_err(map_err("SYSCALLS"))?;
+            for nr in nrs {
+                m.insert(nr, 1, 0).map_err(map_err("SYSCALLS"))?;
+            }
+        }
+        self.attach_tracepoint("sys_enter", "raw_syscalls", "sys_enter")?;
+        self.attach_tracepoint("sys_exit", "raw_syscalls", "sys_exit")
+    }
+
+    fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {
+        HashMap::try_from(
+            self.ebpf
+                .map_mut("TARGETS")
+                .ok_or_else(|| AttachError::Map("TARGETS", "missing".into()))?,
+        )
+        .map_err(map_err("TARGETS"))
+    }
+
+    /// Watches the syscalls of a process (tgid) or a single thread (tid).
+    pub fn watch(&mut self, id: u32) -> Result<(), AttachError> {
+        self.targets()?.insert(id, 1, 0).map_err(map_err("TARGETS"))
+    }
+
+    pub fn unwatch(&mut self, id: u32) -> Result<(), AttachError> {
+        self.targets()?.remove(&id).map_err(map_err("TARGETS"))
+    }
+
+    /// Counters summed over CPUs, as a flat `site * COUNTERS + reason` table.
+    pub fn counters(&self) -> Result<Vec<u64>, AttachError> {
+        let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map("STATS")
+                .ok_or_else(|| AttachError::Map("STATS", "missing".into()))?,
+        )
+        .map_err(map_err("STATS"))?;
+        let mut out = vec![0u64; COUNTER_ENTRIES];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = m.get(&(i as u32), 0).map_err(map_err("STATS"))?.iter().sum();
+        }
+        debug_assert_eq!(out.len() % COUNTERS, 0);
+        Ok(out)
+    }
+
+    /// Takes the event ring buffer (once).
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, AttachError> {
+        let m = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or_else(|| AttachError::Map("EVENTS", "already taken".into()))?;
+        RingBuf::try_from(m).map_err(map_err("EVENTS"))
+    }
+}

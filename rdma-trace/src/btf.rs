@@ -1,0 +1,272 @@
+//! Parameter positions and field offsets from the kernel's BTF (vmlinux + module split BTF).
+//!
+//! Rust eBPF has no CO-RE, so the programs never carry struct offsets: userspace resolves
+//! each catalog field here, at load time, into a [`Resolved`] (argument position, pointer
+//! hops with their offsets, final read size) that `select.rs` turns into a slot plan.
+
+use btf_rs::{Btf, Type};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read BTF {path}: {msg}")]
+    Read { path: PathBuf, msg: String },
+    #[error("no BTF for module {0} (is the module loaded? CONFIG_DEBUG_INFO_BTF_MODULES?)")]
+    NoModule(String),
+    #[error("function {0} not in BTF")]
+    NoFunction(String),
+    #[error("{func} has no parameter named {param}")]
+    NoParam { func: String, param: String },
+    #[error("{ty} has no member {member}")]
+    NoMember { ty: String, member: String },
+    #[error("{0}")]
+    Shape(String),
+}
+
+/// Where the vmlinux and module BTF blobs are: `/sys/kernel/btf` on a live system, a
+/// directory of copies in tests.
+pub struct BtfSource {
+    dir: PathBuf,
+    vmlinux: Btf,
+    modules: HashMap<String, Btf>,
+}
+
+/// One resolved read: the source argument (or return), the offsets to follow (all hops
+/// but the last read a pointer), and the final size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// Parameter index (0-based); `None` for the return value.
+    pub arg: Option<usize>,
+    pub offsets: Vec<u32>,
+    pub size: u8,
+}
+
+impl BtfSource {
+    pub fn open(dir: &Path) -> Result<Self, BtfError> {
+        let p = dir.join("vmlinux");
+        let vmlinux = Btf::from_file(&p).map_err(|e| BtfError::Read {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            vmlinux,
+            modules: HashMap::new(),
+        })
+    }
+
+    pub fn system() -> Result<Self, BtfError> {
+        Self::open(Path::new("/sys/kernel/btf"))
+    }
+
+    /// The BTF that describes `module` (`vmlinux` for built-in code), loaded once.
+    pub fn module(&mut self, module: &str) -> Result<&Btf, BtfError> {
+        if module == "vmlinux" {
+            return Ok(&self.vmlinux);
+        }
+        if !self.modules.contains_key(module) {
+            let p = self.dir.join(module);
+            if !p.exists() {
+                return Err(BtfError::NoModule(module.to_string()));
+            }
+            let b = Btf::from_split_file(&p, &self.vmlinux).map_err(|e| BtfError::Read {
+                path: p.clone(),
+                msg: e.to_string(),
+            })?;
+            self.modules.insert(module.to_string(), b);
+        }
+        Ok(&self.modules[module])
+    }
+}
+
+fn err<T: std::fmt::Display>(e: T) -> BtfError {
+    BtfError::Shape(e.to_string())
+}
+
+/// A function's prototype: parameter names in order, and the return type.
+pub struct Proto {
+    pub params: Vec<(String, Type)>,
+    pub ret: Type,
+}
+
+pub fn proto(btf: &Btf, func: &str) -> Result<Proto, BtfError> {
+    let types = btf
+        .resolve_types_by_name(func)
+        .map_err(|_| BtfError::NoFunction(func.into()))?;
+    let f = types
+        .iter()
+        .find_map(|t| {
+            if let Type::Func(f) = t {
+                Some(f.clone())
+            } else {
+                None
+            }
+        })
+        .ok_or_else(|| BtfError::NoFunction(func.into()))?;
+    let Type::FuncProto(fp) = btf.resolve_chained_type(&f).map_err(err)? else {
+        return Err(BtfError::Shape(format!("{func}: BTF func without a prototype")));
+    };
+    let mut params = Vec::new();
+    for p in &fp.parameters {
+        let name = btf.resolve_name(p).map_err(err)?;
+        let ty = btf.resolve_chained_type(p).map_err(err)?;
+        params.push((name, ty));
+    }
+    let ret = if fp.return_type_id() == 0 {
+        Type::Void
+    } else {
+        btf.resolve_type_by_id(fp.return_type_id()).map_err(err)?
+    };
+    Ok(Proto { params, ret })
+}
+
+/// Strips typedefs, const, volatile, restrict and type tags.
+fn strip(btf: &Btf, mut t: Type) -> Result<Type, BtfError> {
+    loop {
+        t = match &t {
+            Type::Typedef(x) => btf.resolve_chained_type(x).map_err(err)?,
+            Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => {
+                btf.resolve_chained_type(x).map_err(err)?
+            }
+            Type::TypeTag(x) => btf.resolve_chained_type(x).map_err(err)?,
+            _ => return Ok(t),
+        }
+    }
+}
+
+fn size_of(btf: &Btf, t: &Type) -> Result<usize, BtfError> {
+    Ok(match strip(btf, t.clone())? {
+        Type::Int(i) => i.size(),
+        Type::Ptr(_) => 8,
+        Type::Enum(e) => e.size(),
+        Type::Enum64(e) => e.size(),
+        Type::Struct(s) | Type::Union(s) => s.size(),
+        other => return Err(BtfError::Shape(format!("cannot size a {}", other.name()))),
+    })
+}
+
+fn type_name(btf: &Btf, t: &Type) -> String {
+    t.as_btf_type()
+        .and_then(|b| btf.resolve_name(b).ok())
+        .unwrap_or_else(|| t.name().to_string())
+}
+
+/// The struct a pointer points at; a forward declaration is completed by name from
+/// the same BTF (vmlinux declares module structs it only points to).
+fn pointee_struct(btf: &Btf, t: &Type) -> Result<btf_rs::Struct, BtfError> {
+    let Type::Ptr(p) = strip(btf, t.clone())? else {
+        return Err(BtfError::Shape(format!("{} is not a pointer", type_name(btf, t))));
+    };
+    match strip(btf, btf.resolve_chained_type(&p).map_err(err)?)? {
+        Type::Struct(s) | Type::Union(s) => Ok(s),
+        Type::Fwd(fwd) => {
+            let name = btf.resolve_name(&fwd).map_err(err)?;
+            btf.resolve_types_by_name(&name)
+                .map_err(err)?
+                .into_iter()
+                .find_map(|t| if let Type::Struct(s) = t { Some(s) } else { None })
+                .ok_or_else(|| BtfError::Shape(format!("struct {name} is only declared, never defined")))
+        }
+        other => Err(BtfError::Shape(format!(
+            "pointer to {} is not a struct",
+            other.name()
+        ))),
+    }
+}
+
+/// Finds `member` in `s`, looking inside anonymous struct/union members; returns the
+/// byte offset and the member's type.
+fn member(btf: &Btf, s: &btf_rs::Struct, name: &str) -> Result<Option<(u32, Type)>, BtfError> {
+    for m in &s.members {
+        let mname = btf.resolve_name(m).map_err(err)?;
+        let mty = btf.resolve_chained_type(m).map_err(err)?;
+        if m.bitfield_size().is_some_and(|b| b != 0) && mname == name {
+            return Err(BtfError::Shape(format!("{name} is a bitfield")));
+        }
+        if mname == name {
+            return Ok(Some((m.bit_offset() / 8, mty)));
+        }
+        if mname.is_empty()
+            && let Type::Struct(inner) | Type::Union(inner) = strip(btf, mty)?
+            && let Some((off, t)) = member(btf, &inner, name)?
+        {
+            return Ok(Some((m.bit_offset() / 8 + off, t)));
+        }
+    }
+    Ok(None)
+}
+
+/// Resolves `path` (see `catalog::Field`) starting from a value of type `start`.
+pub fn resolve_path(btf: &Btf, start: &Type, path: &str) -> Result<(Vec<u32>, u8), BtfError> {
+    if path.is_empty() {
+        let size = size_of(btf, start)?;
+        if size > 8 {
+            return Err(BtfError::Shape(format!(
+                "value of {size} bytes does not fit a register"
+            )));
+        }
+        return Ok((Vec::new(), size as u8));
+    }
+    let mut offsets = Vec::new();
+    let mut cur = start.clone();
+    for hop in path.split("->") {
+        let s = pointee_struct(btf, &cur)?;
+        let sname = btf.resolve_name(&s).unwrap_or_default();
+        let mut off = 0u32;
+        let mut ty: Option<Type> = None;
+        let mut within = s;
+        for seg in hop.split('.') {
+            let (o, t) = member(btf, &within, seg)?.ok_or_else(|| BtfError::NoMember {
+                ty: format!("struct {sname}"),
+                member: seg.to_string(),
+            })?;
+            off += o;
+            if let Type::Struct(inner) | Type::Union(inner) = strip(btf, t.clone())? {
+                within = inner;
+            }
+            ty = Some(t);
+        }
+        offsets.push(off);
+        cur = ty.ok_or_else(|| BtfError::Shape(format!("empty hop in {path}")))?;
+    }
+    let size = size_of(btf, &cur)?;
+    if size > 8 {
+        return Err(BtfError::Shape(format!("{path}: {size} bytes is not a scalar")));
+    }
+    if offsets.len() > rdma_trace_common::MAX_HOPS {
+        return Err(BtfError::Shape(format!(
+            "{path}: more than {} hops",
+            rdma_trace_common::MAX_HOPS
+        )));
+    }
+    Ok((offsets, size as u8))
+}
+
+/// Resolves a parameter (by any of its `|`-separated names) or the return value, then
+/// the field path behind it.
+pub fn resolve(
+    btf: &Btf,
+    func: &str,
+    proto: &Proto,
+    param: Option<&str>,
+    path: &str,
+) -> Result<Resolved, BtfError> {
+    let (arg, start) = match param {
+        None => (None, proto.ret.clone()),
+        Some(names) => {
+            let (i, (_, t)) = proto
+                .params
+                .iter()
+                .enumerate()
+                .find(|(_, (n, _))| names.split('|').any(|want| want == n))
+                .ok_or_else(|| BtfError::NoParam {
+                    func: func.into(),
+                    param: names.into(),
+                })?;
+            (Some(i), t.clone())
+        }
+    };
+    let (offsets, size) = resolve_path(btf, &start, path)?;
+    Ok(Resolved { arg, offsets, size })
+}

@@ -1,0 +1,303 @@
+//! The probe catalog: the single source of truth for what rdma-trace attaches to.
+//!
+//! Each spec names the kernel function (alternatives in order, with the module whose BTF
+//! describes it), the parameters it reads *by name* and the struct fields behind them.
+//! Positions and offsets are resolved from the running kernel's BTF at load time
+//! (`select.rs`); nothing here is a byte offset.
+
+/// The three paths the tool shows, plus teardown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Path {
+    /// Memory registration: pinning user pages for the NIC.
+    Pin,
+    /// mmap of doorbell/UAR pages and queue buffers.
+    Mmap,
+    /// Interrupt → completion event on a completion channel.
+    Completion,
+    /// Releasing pinned memory / deregistering MRs.
+    Teardown,
+}
+
+/// How a probe is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// kprobe at entry, kretprobe at return.
+    Kprobe,
+    /// A kernel tracepoint `category:name`, fields read from its format.
+    Tracepoint { category: &'static str },
+}
+
+/// A symbol alternative and the module whose BTF describes it (`vmlinux` for built-in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    pub name: &'static str,
+    pub module: &'static str,
+}
+
+/// Where a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// A parameter, by name (alternatives separated by `|`, e.g. `access|access_flags`).
+    Param(&'static str),
+    /// The return value.
+    Ret,
+    /// A field of the tracepoint record, by name.
+    TpField(&'static str),
+}
+
+/// How a value is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Render {
+    Hex,
+    Dec,
+    /// Signed return code (0 or -errno).
+    Errno,
+    /// A returned pointer that may be an ERR_PTR.
+    PtrOrErr,
+    /// `enum ib_access_flags` bits.
+    Access,
+    /// `vm_flags` bits (VM_IO, VM_PFNMAP, …).
+    VmFlags,
+    /// `pgprot_t`: the page cache mode (write-combining, uncached, write-back).
+    PgProt,
+}
+
+/// One value a probe reads: `from`, then the field path behind it.
+/// `path` is empty for the value itself; `a.b` walks embedded members; `->` follows a pointer
+/// (e.g. `uobject->uevent.uobject.user_handle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub from: Src,
+    pub path: &'static str,
+    pub render: Render,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSpec {
+    pub id: &'static str,
+    pub path: Path,
+    pub kind: Kind,
+    pub symbols: &'static [Symbol],
+    pub entry: &'static [Field],
+    /// Read at return (kprobes only).
+    pub ret: &'static [Field],
+    /// Capture the kernel stack at entry.
+    pub stack: bool,
+    /// Only a hardware NIC driver takes this path (soft-RoCE never calls it).
+    pub hardware_only: bool,
+    /// What this probe shows, in RDMA terms.
+    pub about: &'static str,
+}
+
+const fn f(name: &'static str, from: Src, path: &'static str, render: Render) -> Field {
+    Field {
+        name,
+        from,
+        path,
+        render,
+    }
+}
+const fn sym(name: &'static str, module: &'static str) -> Symbol {
+    Symbol { name, module }
+}
+
+use Render::*;
+use Src::{Param, Ret, TpField};
+
+const VMA_FIELDS: [Field; 5] = [
+    f("vm_start", Param("vma"), "vm_start", Hex),
+    f("vm_end", Param("vma"), "vm_end", Hex),
+    f("vm_pgoff", Param("vma"), "vm_pgoff", Hex),
+    f("vm_flags", Param("vma"), "vm_flags", VmFlags),
+    f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
+];
+const RET_CODE: [Field; 1] = [f("ret", Ret, "", Errno)];
+const REG_MR_ENTRY: [Field; 5] = [
+    f("start", Param("start"), "", Hex),
+    f("length", Param("length"), "", Dec),
+    f("iova", Param("iova"), "", Hex),
+    f("access", Param("access|access_flags"), "", Access),
+    f("udata", Param("udata"), "", Hex),
+];
+const REG_MR_RET: [Field; 5] = [
+    f("mr", Ret, "", PtrOrErr),
+    f("lkey", Ret, "lkey", Hex),
+    f("rkey", Ret, "rkey", Hex),
+    f("mr_iova", Ret, "iova", Hex),
+    f("mr_length", Ret, "length", Dec),
+];
+
+/// Every probe rdma-trace knows. Order is display order.
+pub static CATALOG: &[ProbeSpec] = &[
+    ProbeSpec {
+        id: "umem_get",
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[
+            sym("ib_umem_get", "ib_uverbs"),
+            sym("__ib_umem_get_va", "ib_core"),
+        ],
+        entry: &[
+            f("addr", Param("addr"), "", Hex),
+            f("size", Param("size"), "", Dec),
+            f("access", Param("access"), "", Access),
+        ],
+        ret: &[
+            f("umem", Ret, "", PtrOrErr),
+            f("umem_address", Ret, "address", Hex),
+            f("umem_length", Ret, "length", Dec),
+            f("umem_iova", Ret, "iova", Hex),
+        ],
+        stack: true,
+        hardware_only: false,
+        about: "pins the user pages of a memory region (pin_user_pages, charged to RLIMIT_MEMLOCK)",
+    },
+    ProbeSpec {
+        id: "rxe_reg_mr",
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rxe_reg_user_mr", "rdma_rxe")],
+        entry: &REG_MR_ENTRY,
+        ret: &REG_MR_RET,
+        stack: true,
+        hardware_only: false,
+        about: "soft-RoCE registers a user MR: pins it through the umem, returns lkey/rkey",
+    },
+    ProbeSpec {
+        id: "mlx5_reg_mr",
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("mlx5_ib_reg_user_mr", "mlx5_ib")],
+        entry: &REG_MR_ENTRY,
+        ret: &REG_MR_RET,
+        stack: true,
+        hardware_only: true,
+        about: "ConnectX registers a user MR (mkey in the NIC's translation tables)",
+    },
+    ProbeSpec {
+        id: "uverbs_mmap",
+        path: Path::Mmap,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_uverbs_mmap", "ib_uverbs")],
+        entry: &VMA_FIELDS,
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: false,
+        about: "mmap on the uverbs fd: the provider maps doorbell/UAR pages or queue buffers",
+    },
+    ProbeSpec {
+        id: "rxe_mmap",
+        path: Path::Mmap,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rxe_mmap", "rdma_rxe")],
+        entry: &VMA_FIELDS,
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: false,
+        about: "soft-RoCE maps a queue buffer (vmalloc memory) into the process",
+    },
+    ProbeSpec {
+        id: "mlx5_mmap",
+        path: Path::Mmap,
+        kind: Kind::Kprobe,
+        symbols: &[sym("mlx5_ib_mmap", "mlx5_ib")],
+        entry: &VMA_FIELDS,
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: true,
+        about: "ConnectX decodes vm_pgoff into a command + index (UAR, BlueFlame, clock, device memory)",
+    },
+    ProbeSpec {
+        id: "mmap_io",
+        path: Path::Mmap,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rdma_user_mmap_io", "ib_core")],
+        entry: &[
+            f("vm_start", Param("vma"), "vm_start", Hex),
+            f("pfn", Param("pfn"), "", Hex),
+            f("size", Param("size"), "", Dec),
+            f("prot", Param("prot"), "", PgProt),
+        ],
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: true,
+        about: "remaps device (BAR) pages into user space: doorbells become plain MMIO stores",
+    },
+    ProbeSpec {
+        id: "comp_handler",
+        path: Path::Completion,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_uverbs_comp_handler", "ib_uverbs")],
+        entry: &[
+            f("cq", Param("cq"), "", Hex),
+            f(
+                "cq_user_handle",
+                Param("cq"),
+                "uobject->uevent.uobject.user_handle",
+                Hex,
+            ),
+            f("cqe", Param("cq"), "cqe", Dec),
+        ],
+        ret: &[],
+        stack: true,
+        hardware_only: false,
+        about: "a completion on an armed CQ: queues an event on its completion channel and wakes the reader",
+    },
+    ProbeSpec {
+        id: "umem_release",
+        path: Path::Teardown,
+        kind: Kind::Kprobe,
+        symbols: &[
+            sym("ib_umem_release", "ib_uverbs"),
+            sym("ib_umem_release", "ib_core"),
+        ],
+        entry: &[
+            f("umem", Param("umem"), "", Hex),
+            f("umem_address", Param("umem"), "address", Hex),
+            f("umem_length", Param("umem"), "length", Dec),
+        ],
+        ret: &[],
+        stack: true,
+        hardware_only: false,
+        about: "unpins a memory region's pages (MR deregistration)",
+    },
+    ProbeSpec {
+        id: "mr_dereg",
+        path: Path::Teardown,
+        kind: Kind::Tracepoint {
+            category: "rdma_core",
+        },
+        symbols: &[sym("mr_dereg", "ib_core")],
+        entry: &[f("mr_id", TpField("id"), "", Dec)],
+        ret: &[],
+        stack: true,
+        hardware_only: false,
+        about: "the rdma_core:mr_dereg tracepoint: an MR is deregistered (restrack id = `rdma res` mrn)",
+    },
+];
+
+pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
+    CATALOG.iter().find(|p| p.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_fit_the_slots() {
+        let mut ids: Vec<_> = CATALOG.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), CATALOG.len());
+        assert!(CATALOG.len() <= rdma_trace_common::MAX_SLOTS);
+        for p in CATALOG {
+            assert!(p.entry.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
+            assert!(p.ret.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
+            assert!(!p.symbols.is_empty(), "{}", p.id);
+        }
+    }
+}

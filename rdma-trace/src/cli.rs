@@ -1,0 +1,86 @@
+//! The command line, written to teach: each subcommand says what it shows in RDMA terms.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "rdma-trace",
+    version,
+    about = "Watch the Linux RDMA stack work: MR pinning, doorbell/queue mmaps, interrupt → completion event",
+    long_about = "rdma-trace attaches eBPF probes to the kernel's RDMA paths and shows, live, what a verbs \
+program makes the kernel do:\n\
+  • memory pinning — ibv_reg_mr → uverbs ioctl → provider reg_user_mr → ib_umem_get pins the pages \
+(charged to RLIMIT_MEMLOCK) → lkey/rkey\n\
+  • mmap — ibv_open_device/create_qp/create_cq map doorbell (UAR) pages and queue buffers through \
+ib_uverbs_mmap; on hardware the doorbell then becomes a plain MMIO store, no syscall\n\
+  • completion events — NIC interrupt (or soft-RoCE worker) → ib_uverbs_comp_handler → the \
+completion channel wakes ibv_get_cq_event\n\n\
+Probe positions and struct offsets are read from the running kernel's BTF, so one binary works across \
+kernel versions. Needs root (CAP_BPF + CAP_PERFMON)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Stream RDMA kernel events (and a traced program's verbs-related syscalls) as text or JSON Lines.
+    #[command(
+        long_about = "Attach every probe this kernel supports and print one line per event: MR \
+registrations with their pinned range, pages and lkey/rkey; uverbs mmaps with the VMA, its flags and \
+cache mode; completion events with their CQ's user handle and the context they ran in (kworker on \
+soft-RoCE, softirq on hardware). With `--pid` or `-- CMD`, that program's ioctl/mmap/read/write/poll \
+syscalls are shown too, with the uverbs and completion-channel fds recognised. Ctrl-C stops and prints \
+per-probe hit and loss counters; nothing captured is dropped at exit."
+    )]
+    Trace(TraceArgs),
+    /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
+    #[command(
+        long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
+and its module, BTF for parameter positions and field offsets) and, as root, attach it. Functions only a \
+hardware NIC driver calls (mlx5_ib_mmap, rdma_user_mmap_io, mlx5_ib_reg_user_mr) are labelled: they \
+attach on any kernel with the module loaded but fire only with a ConnectX NIC."
+    )]
+    Probes {
+        /// Only resolve the plan; don't load or attach anything.
+        #[arg(long)]
+        no_attach: bool,
+    },
+    /// Print a JSON Lines capture (from `trace -o`) as the text stream.
+    Replay {
+        file: PathBuf,
+        /// Print kernel stacks under control-path events.
+        #[arg(long)]
+        stacks: bool,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// Only these probes (ids from `rdma-trace probes`); repeatable. Default: all.
+    #[arg(long = "probe", value_name = "ID")]
+    pub probes: Vec<String>,
+    /// Also watch this process's verbs-related syscalls; repeatable.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Write every event to this JSON Lines file (format v0, see docs/event-format.md).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the kernel stack under each control-path event.
+    #[arg(long)]
+    pub stacks: bool,
+    /// Don't print the text stream (useful with -o).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Ring buffer size in KiB (a power of two, at least 4).
+    #[arg(long, default_value_t = 4096, value_name = "KIB")]
+    pub ring_kib: u32,
+    /// Run this command under the tracer and watch its syscalls from its first one.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}

@@ -1,0 +1,73 @@
+//! Correlation (pure: events in, events out, no I/O). Today: pairs each return with its
+//! entry on the same thread and probe to give the call's latency, and adds derived
+//! measures (pages pinned by a umem).
+
+use crate::event::{Event, EventKind, Value};
+use std::collections::HashMap;
+
+const PAGE_SIZE: u64 = 4096;
+
+/// Pages a umem of `size` bytes at `addr` pins (ib_umem_num_pages for 4 KiB pages).
+pub fn pages_spanned(addr: u64, size: u64) -> u64 {
+    if size == 0 {
+        return 0;
+    }
+    let first = addr / PAGE_SIZE;
+    let last = (addr + size - 1) / PAGE_SIZE;
+    last - first + 1
+}
+
+#[derive(Default)]
+pub struct Correlator {
+    /// (tid, probe) → entry timestamps (a stack: calls may nest).
+    open: HashMap<(u32, String), Vec<(u64, Option<(u64, u64)>)>>,
+}
+
+impl Correlator {
+    pub fn feed(&mut self, mut ev: Event) -> Event {
+        match ev.kind {
+            EventKind::Entry => {
+                let range = match (ev.field("addr"), ev.field("size")) {
+                    (Some(a), Some(s)) => Some((a, s)),
+                    _ => None,
+                };
+                if let Some((a, s)) = range
+                    && ev.name == "umem_get"
+                {
+                    ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
+                }
+                self.open
+                    .entry((ev.tid, ev.name.clone()))
+                    .or_default()
+                    .push((ev.ts_ns, range));
+            }
+            EventKind::Return => {
+                if let Some(stack) = self.open.get_mut(&(ev.tid, ev.name.clone()))
+                    && let Some((t0, range)) = stack.pop()
+                {
+                    ev.latency_ns = Some(ev.ts_ns.saturating_sub(t0));
+                    if let Some((a, s)) = range
+                        && ev.name == "umem_get"
+                    {
+                        ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
+                    }
+                }
+            }
+            _ => {}
+        }
+        ev
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages() {
+        assert_eq!(pages_spanned(0x1000, 4096), 1);
+        assert_eq!(pages_spanned(0x1800, 4096), 2);
+        assert_eq!(pages_spanned(0x1000, 64 << 20), 16384);
+        assert_eq!(pages_spanned(0x1000, 0), 0);
+    }
+}

@@ -1,0 +1,174 @@
+//! The one place that knows the byte layout of ring-buffer records.
+//! Every record is length-checked and read with `read_unaligned`.
+
+use rdma_trace_common::{
+    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH, ProbeEvent,
+    SyscallEvent,
+};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than an event header")]
+    Short(usize),
+    #[error("record kind {kind} needs {need} bytes, got {got}")]
+    Size { kind: u8, need: usize, got: usize },
+    #[error("unknown record kind {0}")]
+    Kind(u8),
+}
+
+/// A decoded ring-buffer record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Raw {
+    Probe {
+        hdr: EventHeader,
+        is_return: bool,
+        vals: [u64; MAX_FETCH],
+        /// Kernel stack return addresses, innermost first.
+        stack: Vec<u64>,
+    },
+    Syscall {
+        hdr: EventHeader,
+        is_exit: bool,
+        nr: u64,
+        args: [u64; 6],
+    },
+}
+
+impl Raw {
+    pub fn header(&self) -> &EventHeader {
+        match self {
+            Raw::Probe { hdr, .. } | Raw::Syscall { hdr, .. } => hdr,
+        }
+    }
+}
+
+fn read<T: Copy>(b: &[u8], kind: u8) -> Result<T, DecodeError> {
+    let need = size_of::<T>();
+    if b.len() < need {
+        return Err(DecodeError::Size {
+            kind,
+            need,
+            got: b.len(),
+        });
+    }
+    // SAFETY: length checked above; T is a plain-data #[repr(C)] type for which every
+    // bit pattern is valid; read_unaligned has no alignment requirement.
+    Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
+    if b.len() < size_of::<EventHeader>() {
+        return Err(DecodeError::Short(b.len()));
+    }
+    let hdr: EventHeader = read(b, 0)?;
+    match hdr.kind {
+        KIND_PROBE_ENTRY | KIND_PROBE_RETURN => {
+            let e: ProbeEvent = read(b, hdr.kind)?;
+            let n = (e.stack_len as usize / 8).min(e.stack.len());
+            Ok(Raw::Probe {
+                hdr,
+                is_return: hdr.kind == KIND_PROBE_RETURN,
+                vals: e.vals,
+                stack: e.stack[..n].to_vec(),
+            })
+        }
+        KIND_SYS_ENTER | KIND_SYS_EXIT => {
+            let e: SyscallEvent = read(b, hdr.kind)?;
+            Ok(Raw::Syscall {
+                hdr,
+                is_exit: hdr.kind == KIND_SYS_EXIT,
+                nr: e.nr,
+                args: e.args,
+            })
+        }
+        k => Err(DecodeError::Kind(k)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u8) -> EventHeader {
+        EventHeader {
+            ts_ns: 5,
+            tgid: 10,
+            tid: 11,
+            comm: *b"ibv_rc_pingpong\0",
+            cpu: 1,
+            kind,
+            slot: 3,
+            fail_mask: 0,
+            skip_mask: 0,
+        }
+    }
+
+    fn bytes<T>(v: &T) -> Vec<u8> {
+        // SAFETY: reading the bytes of a plain-data value.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()).to_vec() }
+    }
+
+    #[test]
+    fn probe_entry_round_trip() {
+        let mut e = ProbeEvent {
+            hdr: hdr(KIND_PROBE_ENTRY),
+            vals: [0; 8],
+            stack_len: 16,
+            _pad: 0,
+            stack: [0; 32],
+        };
+        e.vals[0] = 0x7f00_0000_1000;
+        e.stack[0] = 0xffff_ffff_c000_0010;
+        e.stack[1] = 0xffff_ffff_c000_0020;
+        let r = decode(&bytes(&e)).unwrap();
+        let Raw::Probe {
+            hdr,
+            is_return,
+            vals,
+            stack,
+        } = r
+        else {
+            panic!("not a probe: {r:?}")
+        };
+        assert!(!is_return);
+        assert_eq!(hdr.slot, 3);
+        assert_eq!(vals[0], 0x7f00_0000_1000);
+        assert_eq!(stack, vec![0xffff_ffff_c000_0010, 0xffff_ffff_c000_0020]);
+    }
+
+    #[test]
+    fn short_and_unknown_records_are_errors() {
+        assert_eq!(decode(&[0u8; 7]), Err(DecodeError::Short(7)));
+        let h = bytes(&hdr(KIND_SYS_ENTER));
+        assert_eq!(
+            decode(&h),
+            Err(DecodeError::Size {
+                kind: KIND_SYS_ENTER,
+                need: 96,
+                got: 40
+            })
+        );
+        assert_eq!(decode(&bytes(&hdr(99))), Err(DecodeError::Kind(99)));
+    }
+
+    #[test]
+    fn unaligned_input_decodes() {
+        let e = SyscallEvent {
+            hdr: hdr(KIND_SYS_EXIT),
+            nr: 9,
+            args: [0xfffffffffffffff4, 0, 0, 0, 0, 0],
+        };
+        let mut b = vec![0u8];
+        b.extend(bytes(&e));
+        let r = decode(&b[1..]).unwrap();
+        assert_eq!(
+            r,
+            Raw::Syscall {
+                hdr: hdr(KIND_SYS_EXIT),
+                is_exit: true,
+                nr: 9,
+                args: e.args
+            }
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! Decoded records → events: names from the plan, values rendered into fields, stacks
+//! symbolized, the execution context classified, syscall fds recognised.
+
+use crate::catalog::{Field, Path};
+use crate::decode::Raw;
+use crate::event::{Event, EventKind, ExecContext, FORMAT_VERSION};
+use crate::fds::FdCache;
+use crate::ksyms::Ksyms;
+use crate::render;
+use crate::select::Plan;
+use crate::syscalls;
+use std::collections::BTreeMap;
+
+pub struct Enricher<'a> {
+    pub plan: &'a Plan,
+    pub ksyms: &'a Ksyms,
+    pub fds: FdCache,
+}
+
+fn comm(c: &[u8; 16]) -> String {
+    let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..n]).into_owned()
+}
+
+pub fn path_name(p: Path) -> &'static str {
+    match p {
+        Path::Pin => "pin",
+        Path::Mmap => "mmap",
+        Path::Completion => "completion",
+        Path::Teardown => "teardown",
+    }
+}
+
+/// softirq when the stack shows softirq processing, kworker by thread name, else process.
+pub fn classify(comm: &str, stack: &[String]) -> ExecContext {
+    let softirq = [
+        "handle_softirqs",
+        "__do_softirq",
+        "tasklet_action",
+        "net_rx_action",
+    ];
+    if stack.iter().any(|f| softirq.iter().any(|s| f.starts_with(s))) {
+        ExecContext::Softirq
+    } else if comm.starts_with("kworker") {
+        ExecContext::Kworker
+    } else {
+        ExecContext::Process
+    }
+}
+
+impl Enricher<'_> {
+    pub fn event(&mut self, raw: &Raw) -> Option<Event> {
+        let h = raw.header();
+        let mut ev = Event {
+            v: FORMAT_VERSION,
+            ts_ns: h.ts_ns,
+            kind: EventKind::Entry,
+            name: String::new(),
+            symbol: None,
+            path: String::new(),
+            pid: h.tgid,
+            tid: h.tid,
+            comm: comm(&h.comm),
+            cpu: h.cpu,
+            fields: BTreeMap::new(),
+            unreadable: Vec::new(),
+            not_followed: Vec::new(),
+            stack: Vec::new(),
+            context: None,
+            fd_kind: None,
+            latency_ns: None,
+        };
+        match raw {
+            Raw::Probe {
+                hdr,
+                is_return,
+                vals,
+                stack,
+            } => {
+                let p = self.plan.by_slot(hdr.slot as usize)?;
+                let (fields, plan): (&[Field], _) = if *is_return {
+                    (p.spec.ret, p.ret.as_ref()?)
+                } else {
+                    (p.spec.entry, &p.entry)
+                };
+                ev.kind = if *is_return {
+                    EventKind::Return
+                } else {
+                    EventKind::Entry
+                };
+                ev.name = p.spec.id.to_string();
+                ev.symbol = Some(p.symbol.to_string());
+                ev.path = path_name(p.spec.path).to_string();
+                for (i, f) in fields.iter().enumerate() {
+                    if hdr.fail_mask & (1 << i) != 0 {
+                        ev.unreadable.push(f.name.to_string());
+                        continue;
+                    }
+                    if hdr.skip_mask & (1 << i) != 0 {
+                        ev.not_followed.push(f.name.to_string());
+                        continue;
+                    }
+                    let v = render::store(f.render, vals[i], plan.fetches[i].size);
+                    ev.fields.insert(f.name.to_string(), v);
+                }
+                ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
+                if !*is_return {
+                    ev.context = Some(classify(&ev.comm, &ev.stack));
+                }
+            }
+            Raw::Syscall {
+                is_exit, nr, args, ..
+            } => {
+                let spec = syscalls::by_nr(*nr)?;
+                ev.kind = if *is_exit {
+                    EventKind::SyscallExit
+                } else {
+                    EventKind::SyscallEnter
+                };
+                ev.name = spec.name.to_string();
+                ev.path = "syscall".into();
+                if *is_exit {
+                    ev.fields
+                        .insert("ret".into(), crate::event::Value::I(args[0] as i64));
+                } else {
+                    for (i, a) in spec.args.iter().enumerate() {
+                        ev.fields
+                            .insert((*a).to_string(), crate::event::Value::U(args[i]));
+                    }
+                    if let Some(i) = spec.fd_arg {
+                        ev.fd_kind = self.fds.kind(h.tgid, args[i]);
+                        if spec.name == "close" {
+                            self.fds.forget(h.tgid, args[i]);
+                        }
+                    }
+                }
+            }
+        }
+        Some(ev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_contexts() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            classify(
+                "kworker/u8:2",
+                &s(&[
+                    "ib_uverbs_comp_handler+0x0 [ib_uverbs]",
+                    "rxe_cq_post+0x1 [rdma_rxe]"
+                ])
+            ),
+            ExecContext::Kworker
+        );
+        assert_eq!(
+            classify(
+                "swapper/0",
+                &s(&[
+                    "ib_uverbs_comp_handler+0x0",
+                    "mlx5_cq_tasklet_cb+0x9",
+                    "tasklet_action_common+0x1",
+                    "handle_softirqs+0x2"
+                ])
+            ),
+            ExecContext::Softirq
+        );
+        assert_eq!(
+            classify("ib_write_bw", &s(&["ib_uverbs_mmap+0x0"])),
+            ExecContext::Process
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! The event record: what the pipeline after decode consumes and emits, and what capture
+//! files hold (JSON Lines, version 0; see docs/event-format.md).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const FORMAT_VERSION: u32 = 0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A kernel function was entered (or a tracepoint fired).
+    Entry,
+    /// A kernel function returned.
+    Return,
+    SyscallEnter,
+    SyscallExit,
+}
+
+/// Where the kernel ran the code (completions never run in the workload's pid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecContext {
+    Process,
+    Kworker,
+    Softirq,
+}
+
+/// A field value: unsigned (addresses, lengths, keys) or signed (return codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    U(u64),
+    I(i64),
+}
+
+impl Value {
+    pub fn as_u64(self) -> u64 {
+        match self {
+            Value::U(v) => v,
+            Value::I(v) => v as u64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub v: u32,
+    /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+    pub ts_ns: u64,
+    pub kind: EventKind,
+    /// Probe id (catalog) or syscall name.
+    pub name: String,
+    /// The kernel function or tracepoint (probe events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    /// pin / mmap / completion / teardown / syscall.
+    pub path: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    #[serde(default)]
+    pub fields: BTreeMap<String, Value>,
+    /// Fields whose kernel read failed (value absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+    /// Fields not dereferenced because the pointer was NULL or an ERR_PTR.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_followed: Vec<String>,
+    /// Symbolized kernel stack, innermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ExecContext>,
+    /// What the syscall's fd is (`uverbs`, `comp_channel`, or its /proc path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fd_kind: Option<String>,
+    /// Return events: time since the matching entry on the same thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ns: Option<u64>,
+}
+
+impl Event {
+    pub fn field(&self, name: &str) -> Option<u64> {
+        self.fields.get(name).map(|v| v.as_u64())
+    }
+}
+
+/// Parses a JSON Lines capture; an error names the line.
+pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let ev: Event = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if ev.v != FORMAT_VERSION {
+            return Err(format!(
+                "line {}: event format version {} (this build reads {FORMAT_VERSION})",
+                i + 1,
+                ev.v
+            ));
+        }
+        out.push(ev);
+    }
+    Ok(out)
+}

@@ -1,0 +1,166 @@
+//! Facts about the running kernel: which functions exist and in which module
+//! (/proc/kallsyms), tracefs, and tracepoint record layouts (tracefs `format` files).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Text symbols of the kernel and its loaded modules: name → module (`vmlinux` for
+/// built-in code). The first definition of a name wins.
+#[derive(Debug, Default, Clone)]
+pub struct Symbols {
+    map: HashMap<String, String>,
+}
+
+impl Symbols {
+    pub fn parse(kallsyms: &str) -> Self {
+        let mut map = HashMap::new();
+        for line in kallsyms.lines() {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(_addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if !matches!(ty, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let module = it
+                .next()
+                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string())
+                .unwrap_or_else(|| "vmlinux".to_string());
+            map.entry(name.to_string()).or_insert(module);
+        }
+        Self { map }
+    }
+
+    pub fn system() -> std::io::Result<Self> {
+        Ok(Self::parse(&std::fs::read_to_string("/proc/kallsyms")?))
+    }
+
+    pub fn module_of(&self, name: &str) -> Option<&str> {
+        self.map.get(name).map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Any RDMA core code at all (built-in or loaded as a module)?
+    pub fn has_rdma(&self) -> bool {
+        self.map.contains_key("ib_register_device")
+    }
+}
+
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Makes sure tracefs is mounted (tracepoints need it); returns what it did.
+pub fn ensure_tracefs() -> std::io::Result<&'static str> {
+    if Path::new(TRACEFS).join("events").exists() {
+        return Ok("tracefs present");
+    }
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tracefs", "nodev", TRACEFS])
+        .status()?;
+    if st.success() {
+        Ok("mounted tracefs")
+    } else {
+        Err(std::io::Error::other(format!(
+            "mount -t tracefs nodev {TRACEFS} failed"
+        )))
+    }
+}
+
+/// A field of a tracepoint record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TpField {
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+}
+
+/// Parses a tracefs `format` file into its fields (`field:TYPE NAME[N]; offset:O; size:S;`).
+pub fn parse_format(text: &str) -> Vec<TpField> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut name = None;
+        let mut offset = None;
+        let mut size = None;
+        for part in line.split(';') {
+            let part = part.trim();
+            if let Some(decl) = part.strip_prefix("field:") {
+                let last = decl.split_ascii_whitespace().last().unwrap_or("");
+                let last = last.split('[').next().unwrap_or("");
+                name = Some(last.trim_start_matches('*').to_string());
+            } else if let Some(v) = part.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse().ok();
+            }
+        }
+        if let (Some(name), Some(offset), Some(size)) = (name, offset, size) {
+            out.push(TpField { name, offset, size });
+        }
+    }
+    out
+}
+
+pub fn tracepoint_format(category: &str, name: &str) -> std::io::Result<Vec<TpField>> {
+    let p = Path::new(TRACEFS)
+        .join("events")
+        .join(category)
+        .join(name)
+        .join("format");
+    Ok(parse_format(&std::fs::read_to_string(p)?))
+}
+
+pub fn field<'a>(fields: &'a [TpField], name: &str) -> Option<&'a TpField> {
+    fields.iter().find(|f| f.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_modules_and_types() {
+        let s = Symbols::parse(
+            "ffffffffc0a01000 t ib_uverbs_mmap\t[ib_uverbs]\n\
+             ffffffff81000000 T _stext\n\
+             ffffffffc0b00000 d some_data\t[ib_core]\n\
+             ffffffffc0c00000 t __ib_umem_get_va\t[ib_core]\n",
+        );
+        assert_eq!(s.module_of("ib_uverbs_mmap"), Some("ib_uverbs"));
+        assert_eq!(s.module_of("_stext"), Some("vmlinux"));
+        assert_eq!(s.module_of("some_data"), None);
+        assert_eq!(s.module_of("__ib_umem_get_va"), Some("ib_core"));
+        assert!(!s.has_rdma());
+    }
+
+    #[test]
+    fn format_of_raw_syscalls_sys_enter() {
+        // As printed by tracefs on Linux 6.x.
+        let text = "name: sys_enter\nID: 21\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\
+\n\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;\n\
+\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n\nprint fmt: \"NR %ld\"\n";
+        let f = parse_format(text);
+        assert_eq!(
+            field(&f, "id"),
+            Some(&TpField {
+                name: "id".into(),
+                offset: 8,
+                size: 8
+            })
+        );
+        assert_eq!(
+            field(&f, "args"),
+            Some(&TpField {
+                name: "args".into(),
+                offset: 16,
+                size: 48
+            })
+        );
+        assert_eq!(field(&f, "common_pid").map(|f| f.offset), Some(4));
+    }
+}

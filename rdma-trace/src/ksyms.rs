@@ -1,0 +1,65 @@
+//! Kernel address → `function+0xoff [module]`, from /proc/kallsyms (loaded once).
+
+pub struct Ksyms {
+    /// (address, name, module) sorted by address.
+    syms: Vec<(u64, String, Option<String>)>,
+}
+
+impl Ksyms {
+    pub fn parse(kallsyms: &str) -> Self {
+        let mut syms = Vec::new();
+        for line in kallsyms.lines() {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if !matches!(ty, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if addr == 0 {
+                continue;
+            }
+            let module = it
+                .next()
+                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
+            syms.push((addr, name.to_string(), module));
+        }
+        syms.sort_by_key(|s| s.0);
+        Self { syms }
+    }
+
+    pub fn system() -> Self {
+        Self::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+    }
+
+    /// `name+0xoff` (with ` [module]` for module code); the raw address when unknown.
+    pub fn symbolize(&self, addr: u64) -> String {
+        let i = self.syms.partition_point(|s| s.0 <= addr);
+        if i == 0 {
+            return format!("{addr:#x}");
+        }
+        let (base, name, module) = &self.syms[i - 1];
+        match module {
+            Some(m) => format!("{name}+{:#x} [{m}]", addr - base),
+            None => format!("{name}+{:#x}", addr - base),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_symbol_below() {
+        let k = Ksyms::parse(
+            "ffffffffc0a01000 t ib_uverbs_mmap\t[ib_uverbs]\nffffffff81000000 T do_syscall_64\nffffffffc0a02000 t other\t[ib_uverbs]\n",
+        );
+        assert_eq!(k.symbolize(0xffffffffc0a01010), "ib_uverbs_mmap+0x10 [ib_uverbs]");
+        assert_eq!(k.symbolize(0xffffffff81000005), "do_syscall_64+0x5");
+        assert_eq!(k.symbolize(0x1000), "0x1000");
+    }
+}

@@ -1,0 +1,58 @@
+use anyhow::Context;
+use clap::Parser;
+use rdma_trace::cli::{Cli, Cmd};
+use rdma_trace::sink::{Sink, jsonl::Jsonl, text::Text};
+use std::time::Duration;
+
+fn run() -> anyhow::Result<i32> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Trace(a) => {
+            if !a.ring_kib.is_power_of_two() || a.ring_kib < 4 {
+                anyhow::bail!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
+            }
+            let mut sinks: Vec<Box<dyn Sink + Send>> = Vec::new();
+            if !a.quiet {
+                let mut t = Text::new(std::io::stdout());
+                t.stacks = a.stacks;
+                sinks.push(Box::new(t));
+            }
+            if let Some(p) = &a.output {
+                let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+                sinks.push(Box::new(Jsonl::new(std::io::BufWriter::new(f))));
+            }
+            rdma_trace::trace::run(rdma_trace::trace::TraceOptions {
+                probes: a.probes,
+                pids: a.pids,
+                command: a.command,
+                duration: a.duration.map(Duration::from_secs_f64),
+                ring_bytes: a.ring_kib * 1024,
+                sinks,
+            })
+        }
+        Cmd::Probes { no_attach } => rdma_trace::probes_cmd::run(!no_attach),
+        Cmd::Replay { file, stacks } => {
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let events = rdma_trace::event::parse_jsonl(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let mut t = Text::new(std::io::stdout().lock());
+            t.stacks = stacks;
+            for ev in &events {
+                t.event(ev)?;
+            }
+            t.flush()?;
+            Ok(0)
+        }
+    }
+}
+
+fn main() {
+    match run() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("rdma-trace: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `rdma-trace probes`: the plan for this kernel — each catalog probe, the symbol and
+//! module it resolved to, attached or skipped, and why.
+
+use crate::setup;
+use std::fmt::Write;
+
+pub fn run(attach: bool) -> anyhow::Result<i32> {
+    let planning = setup::plan_here(&[]);
+    let mut out = String::new();
+    if let Some(why) = &planning.blocked {
+        println!("rdma-trace: {why}");
+        return Ok(0);
+    }
+    let can_attach = attach && crate::privilege::check().is_ok();
+    if attach && !can_attach {
+        eprintln!("rdma-trace: not root: showing the plan without attaching");
+    }
+    let outcomes = if can_attach {
+        crate::kernel::ensure_tracefs().ok();
+        let (_loaded, o) = setup::attach(&planning.plan, 1 << 16)?;
+        Some(o)
+    } else {
+        None
+    };
+    writeln!(
+        out,
+        "{:<14} {:<24} {:<10} {:<9} note",
+        "probe", "symbol", "module", "status"
+    )?;
+    for p in &planning.plan.probes {
+        let (status, mut note) = match outcomes
+            .as_ref()
+            .and_then(|o| o.iter().find(|o| o.id == p.spec.id))
+        {
+            Some(o) => match &o.attached {
+                Ok(()) => ("attached".to_string(), format!("{} ms", o.took.as_millis())),
+                Err(e) => ("skipped".to_string(), format!("attach failed: {e}")),
+            },
+            None => ("planned".to_string(), String::new()),
+        };
+        if p.spec.hardware_only {
+            if !note.is_empty() {
+                note.push_str("; ");
+            }
+            note.push_str("fires only with a hardware NIC (not observed on soft-RoCE)");
+        }
+        writeln!(
+            out,
+            "{:<14} {:<24} {:<10} {:<9} {note}",
+            p.spec.id, p.symbol, p.module, status
+        )?;
+    }
+    for s in &planning.plan.skipped {
+        let sym = s
+            .spec
+            .symbols
+            .iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join("|");
+        writeln!(
+            out,
+            "{:<14} {:<24} {:<10} {:<9} {}",
+            s.spec.id, sym, "-", "skipped", s.reason
+        )?;
+    }
+    writeln!(
+        out,
+        "(plan resolved from /proc/kallsyms and /sys/kernel/btf in {} ms)",
+        planning.took.as_millis()
+    )?;
+    print!("{out}");
+    Ok(0)
+}

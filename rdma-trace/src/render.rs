@@ -1,0 +1,185 @@
+//! Turning raw field values into RDMA meaning: access flags, vm_flags, page cache mode,
+//! errno names. Constants come from the kernel's own headers (named at each table).
+
+use crate::catalog::Render;
+use crate::event::Value;
+
+/// `enum ib_access_flags` (include/rdma/ib_verbs.h).
+const ACCESS: &[(u64, &str)] = &[
+    (1, "LOCAL_WRITE"),
+    (2, "REMOTE_WRITE"),
+    (4, "REMOTE_READ"),
+    (8, "REMOTE_ATOMIC"),
+    (16, "MW_BIND"),
+    (32, "ZERO_BASED"),
+    (64, "ON_DEMAND"),
+    (128, "HUGETLB"),
+    (256, "FLUSH_GLOBAL"),
+    (512, "FLUSH_PERSISTENT"),
+    (1 << 20, "RELAXED_ORDERING"),
+];
+
+/// `VM_*` (include/linux/mm.h), the ones that matter for RDMA mappings.
+const VM_FLAGS: &[(u64, &str)] = &[
+    (0x1, "READ"),
+    (0x2, "WRITE"),
+    (0x4, "EXEC"),
+    (0x8, "SHARED"),
+    (0x400, "PFNMAP"),
+    (0x2000, "LOCKED"),
+    (0x4000, "IO"),
+    (0x20000, "DONTCOPY"),
+    (0x40000, "DONTEXPAND"),
+    (0x4000000, "DONTDUMP"),
+    (0x10000000, "MIXEDMAP"),
+];
+
+/// x86 page attribute bits (arch/x86/include/asm/pgtable_types.h) and the PAT table
+/// Linux programs (arch/x86/mm/pat/memtype.c): index = PAT<<2 | PCD<<1 | PWT.
+const PAGE_PWT: u64 = 1 << 3;
+const PAGE_PCD: u64 = 1 << 4;
+const PAGE_PAT: u64 = 1 << 7;
+const PAT_NAMES: [&str; 8] = [
+    "WB (cached)",
+    "WC (write-combining)",
+    "UC- (uncached)",
+    "UC (uncached)",
+    "WB (cached)",
+    "WP",
+    "UC- (uncached)",
+    "WT",
+];
+
+/// The cache mode a `pgprot_t` selects on x86-64.
+pub fn cache_mode(prot: u64) -> &'static str {
+    let idx = (((prot & PAGE_PAT) != 0) as usize) << 2
+        | (((prot & PAGE_PCD) != 0) as usize) << 1
+        | ((prot & PAGE_PWT) != 0) as usize;
+    PAT_NAMES[idx]
+}
+
+fn bits(v: u64, table: &[(u64, &str)]) -> String {
+    let mut names: Vec<String> = table
+        .iter()
+        .filter(|(b, _)| v & b != 0)
+        .map(|(_, n)| n.to_string())
+        .collect();
+    let known: u64 = table.iter().map(|(b, _)| b).fold(0, |a, b| a | b);
+    if v & !known != 0 {
+        names.push(format!("{:#x}", v & !known));
+    }
+    if names.is_empty() {
+        "0".into()
+    } else {
+        names.join("|")
+    }
+}
+
+pub fn errno_name(e: i64) -> &'static str {
+    match e {
+        1 => "EPERM",
+        2 => "ENOENT",
+        4 => "EINTR",
+        5 => "EIO",
+        11 => "EAGAIN",
+        12 => "ENOMEM",
+        13 => "EACCES",
+        14 => "EFAULT",
+        16 => "EBUSY",
+        17 => "EEXIST",
+        19 => "ENODEV",
+        22 => "EINVAL",
+        28 => "ENOSPC",
+        95 => "EOPNOTSUPP",
+        _ => "errno",
+    }
+}
+
+/// An ERR_PTR value (the top 4095 addresses) as its negative errno.
+pub fn err_ptr(v: u64) -> Option<i64> {
+    let s = v as i64;
+    (-4095..0).contains(&s).then_some(s)
+}
+
+/// The value as stored in the event: signed for return codes, unsigned otherwise.
+pub fn store(render: Render, raw: u64, size: u8) -> Value {
+    match render {
+        Render::Errno => {
+            // int return values arrive in a 64-bit register: sign-extend from 32 bits.
+            let v = if size <= 4 {
+                raw as u32 as i32 as i64
+            } else {
+                raw as i64
+            };
+            Value::I(v)
+        }
+        _ => Value::U(raw),
+    }
+}
+
+/// Human text for a value.
+pub fn text(render: Render, v: Value) -> String {
+    let u = v.as_u64();
+    match render {
+        Render::Hex => format!("{u:#x}"),
+        Render::Dec => u.to_string(),
+        Render::Errno => {
+            let s = u as i64;
+            if s < 0 {
+                format!("{s} ({})", errno_name(-s))
+            } else {
+                s.to_string()
+            }
+        }
+        Render::PtrOrErr => match err_ptr(u) {
+            Some(e) => format!("ERR_PTR({e} {})", errno_name(-e)),
+            None => format!("{u:#x}"),
+        },
+        Render::Access => bits(u, ACCESS),
+        Render::VmFlags => bits(u, VM_FLAGS),
+        Render::PgProt => format!("{u:#x} {}", cache_mode(u)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgprot_cache_modes_from_kernel_constants() {
+        // pgprot_writecombine sets the PAT index 1 bits (PWT); pgprot_noncached UC- (PCD).
+        let base = 0x8000_0000_0000_0027u64; // NX|ACCESSED|USER|RW|PRESENT
+        assert_eq!(cache_mode(base), "WB (cached)");
+        assert_eq!(cache_mode(base | PAGE_PWT), "WC (write-combining)");
+        assert_eq!(cache_mode(base | PAGE_PCD), "UC- (uncached)");
+        assert_eq!(cache_mode(base | PAGE_PCD | PAGE_PWT), "UC (uncached)");
+    }
+
+    #[test]
+    fn access_and_vm_flags() {
+        assert_eq!(
+            text(Render::Access, Value::U(7)),
+            "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ"
+        );
+        assert_eq!(text(Render::Access, Value::U(0)), "0");
+        // VM_IO|VM_PFNMAP|VM_DONTEXPAND|VM_DONTDUMP: what io_remap_pfn_range sets for a doorbell page.
+        assert_eq!(
+            text(Render::VmFlags, Value::U(0x4044400 | 0xb)),
+            "READ|WRITE|SHARED|PFNMAP|IO|DONTEXPAND|DONTDUMP"
+        );
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(store(Render::Errno, 0xffff_fff4, 4), Value::I(-12));
+        assert_eq!(text(Render::Errno, Value::I(-12)), "-12 (ENOMEM)");
+        assert_eq!(
+            text(Render::PtrOrErr, Value::U((-12i64) as u64)),
+            "ERR_PTR(-12 ENOMEM)"
+        );
+        assert_eq!(
+            text(Render::PtrOrErr, Value::U(0xffff_8880_0000_1000)),
+            "0xffff888000001000"
+        );
+    }
+}

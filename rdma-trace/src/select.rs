@@ -1,0 +1,206 @@
+//! Pure planning: catalog × this kernel → which probe goes on which symbol, in which
+//! slot, reading what at which offsets — or why it is skipped.
+
+use crate::btf::{self, BtfSource};
+use crate::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
+use crate::kernel::{Symbols, TpField};
+use rdma_trace_common::{Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SlotPlan};
+
+/// Slots reserved for tracepoint probes (programs `tp_14`, `tp_15`).
+pub const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
+
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub spec: &'static ProbeSpec,
+    pub symbol: &'static str,
+    /// The module the symbol lives in on this kernel (`vmlinux` when built in).
+    pub module: String,
+    pub slot: usize,
+    pub entry: SlotPlan,
+    /// The return plan (kprobes only).
+    pub ret: Option<SlotPlan>,
+}
+
+impl Planned {
+    pub fn entry_program(&self) -> String {
+        match self.spec.kind {
+            Kind::Kprobe => format!("kp_{}", self.slot),
+            Kind::Tracepoint { .. } => format!("tp_{}", self.slot),
+        }
+    }
+    pub fn return_program(&self) -> Option<String> {
+        self.ret.map(|_| format!("kr_{}", self.slot))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    pub spec: &'static ProbeSpec,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub probes: Vec<Planned>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Plan {
+    pub fn by_slot(&self, slot: usize) -> Option<&Planned> {
+        self.probes.iter().find(|p| p.slot == slot)
+    }
+}
+
+/// What the planner needs to know about the kernel.
+pub struct KernelView<'a> {
+    pub symbols: &'a Symbols,
+    pub btf: &'a mut BtfSource,
+    /// Tracepoint record layout (`None` when the tracepoint does not exist).
+    pub tracepoint: &'a dyn Fn(&str, &str) -> Option<Vec<TpField>>,
+}
+
+/// Plans the probes in `wanted` (all of the catalog when empty).
+pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
+    let mut out = Plan::default();
+    let mut next_kprobe_slot = 0usize;
+    let mut tp_slots = TP_SLOTS.iter();
+    for spec in CATALOG
+        .iter()
+        .filter(|s| wanted.is_empty() || wanted.contains(&s.id))
+    {
+        let res = match spec.kind {
+            Kind::Kprobe => {
+                if next_kprobe_slot >= TP_SLOTS[0] {
+                    Err("no free probe slot".to_string())
+                } else {
+                    plan_kprobe(k, spec, next_kprobe_slot)
+                }
+            }
+            Kind::Tracepoint { category } => match tp_slots.next() {
+                Some(&slot) => plan_tracepoint(k, spec, category, slot),
+                None => Err("no free tracepoint slot".to_string()),
+            },
+        };
+        match res {
+            Ok(p) => {
+                if matches!(spec.kind, Kind::Kprobe) {
+                    next_kprobe_slot += 1;
+                }
+                out.probes.push(p)
+            }
+            Err(reason) => out.skipped.push(Skipped { spec, reason }),
+        }
+    }
+    out
+}
+
+fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) -> Result<Planned, String> {
+    let Some((sym, module)) = spec
+        .symbols
+        .iter()
+        .find_map(|s| k.symbols.module_of(s.name).map(|m| (s, m.to_string())))
+    else {
+        let names: Vec<_> = spec
+            .symbols
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.module))
+            .collect();
+        return Err(format!(
+            "not in this kernel: {} — module not loaded or renamed",
+            names.join(", ")
+        ));
+    };
+    let btf = k.btf.module(&module).map_err(|e| e.to_string())?;
+    let proto = btf::proto(btf, sym.name).map_err(|e| e.to_string())?;
+    let entry = slot_plan(spec.entry, |f| {
+        let param = match f.from {
+            Src::Param(p) => Some(p),
+            _ => return Err(format!("{}: entry fields read parameters", f.name)),
+        };
+        let r = btf::resolve(btf, sym.name, &proto, param, f.path).map_err(|e| e.to_string())?;
+        Ok(fetch(SRC_ARG0 + r.arg.unwrap_or(0) as u8, &r.offsets, r.size))
+    })?;
+    let ret = slot_plan(spec.ret, |f| {
+        if f.from != Src::Ret {
+            return Err(format!("{}: return fields read the return value", f.name));
+        }
+        let r = btf::resolve(btf, sym.name, &proto, None, f.path).map_err(|e| e.to_string())?;
+        Ok(fetch(SRC_RET, &r.offsets, r.size))
+    })?;
+    let mut entry = entry;
+    entry.stack = spec.stack as u8;
+    Ok(Planned {
+        spec,
+        symbol: sym.name,
+        module,
+        slot,
+        entry,
+        ret: Some(ret),
+    })
+}
+
+fn plan_tracepoint(
+    k: &mut KernelView<'_>,
+    spec: &'static ProbeSpec,
+    category: &str,
+    slot: usize,
+) -> Result<Planned, String> {
+    let sym = &spec.symbols[0];
+    let fields = (k.tracepoint)(category, sym.name)
+        .ok_or_else(|| format!("tracepoint {category}:{} not in this kernel", sym.name))?;
+    let mut entry = slot_plan(spec.entry, |f| {
+        let Src::TpField(name) = f.from else {
+            return Err(format!("{}: tracepoint fields read the record", f.name));
+        };
+        let tf = crate::kernel::field(&fields, name)
+            .ok_or_else(|| format!("{category}:{} has no field {name}", sym.name))?;
+        if ![1, 2, 4, 8].contains(&tf.size) {
+            return Err(format!(
+                "{category}:{} field {name} is {} bytes",
+                sym.name, tf.size
+            ));
+        }
+        Ok(fetch(SRC_CTX, &[tf.offset], tf.size as u8))
+    })?;
+    entry.stack = spec.stack as u8;
+    let module = k.symbols.module_of(sym.name).unwrap_or(sym.module).to_string();
+    Ok(Planned {
+        spec,
+        symbol: sym.name,
+        module,
+        slot,
+        entry,
+        ret: None,
+    })
+}
+
+fn fetch(src: u8, offsets: &[u32], size: u8) -> Fetch {
+    let mut f = Fetch {
+        src,
+        hops: offsets.len() as u8,
+        size,
+        ..Default::default()
+    };
+    for (i, o) in offsets.iter().take(MAX_HOPS).enumerate() {
+        f.offsets[i] = *o;
+    }
+    f
+}
+
+fn slot_plan(
+    fields: &[Field],
+    mut each: impl FnMut(&Field) -> Result<Fetch, String>,
+) -> Result<SlotPlan, String> {
+    if fields.len() > MAX_FETCH {
+        return Err(format!("{} fields; at most {MAX_FETCH}", fields.len()));
+    }
+    let mut plan = SlotPlan {
+        n: fields.len() as u8,
+        active: 1,
+        ..Default::default()
+    };
+    for (i, f) in fields.iter().enumerate() {
+        plan.fetches[i] = each(f).map_err(|e| format!("field {}: {e}", f.name))?;
+    }
+    Ok(plan)
+}

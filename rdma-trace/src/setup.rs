@@ -1,0 +1,71 @@
+//! Building a live tracing session: plan the probes for this kernel, load, attach.
+//! Shared by `trace` and `probes`.
+
+use crate::attach::{Loaded, Outcome};
+use crate::btf::BtfSource;
+use crate::kernel::{self, Symbols};
+use crate::select::{self, KernelView, Plan};
+use std::time::{Duration, Instant};
+
+pub struct Planning {
+    pub symbols: Symbols,
+    pub plan: Plan,
+    /// Why no plan could be made at all (no RDMA stack, no BTF).
+    pub blocked: Option<String>,
+    pub took: Duration,
+}
+
+/// Resolves the plan for the running kernel (no privileges needed beyond reading
+/// /proc/kallsyms and /sys/kernel/btf).
+pub fn plan_here(wanted: &[&str]) -> Planning {
+    let t0 = Instant::now();
+    let symbols = Symbols::system().unwrap_or_default();
+    if !symbols.has_rdma() {
+        return Planning {
+            symbols,
+            plan: Plan::default(),
+            blocked: Some(
+                "this kernel has no RDMA stack loaded (no ib_core in /proc/kallsyms): nothing to trace here; \
+                 load the RDMA modules (ib_core, ib_uverbs, a provider such as rdma_rxe or mlx5_ib), \
+                 or try the soft-RoCE lab: cargo xtask demo"
+                    .into(),
+            ),
+            took: t0.elapsed(),
+        };
+    }
+    let mut btf = match BtfSource::system() {
+        Ok(b) => b,
+        Err(e) => {
+            return Planning {
+                symbols,
+                plan: Plan::default(),
+                blocked: Some(format!(
+                    "{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)"
+                )),
+                took: t0.elapsed(),
+            };
+        }
+    };
+    let tp = |cat: &str, name: &str| kernel::tracepoint_format(cat, name).ok();
+    let plan = select::plan(
+        &mut KernelView {
+            symbols: &symbols,
+            btf: &mut btf,
+            tracepoint: &tp,
+        },
+        wanted,
+    );
+    Planning {
+        symbols,
+        plan,
+        blocked: None,
+        took: t0.elapsed(),
+    }
+}
+
+/// Loads the object and attaches every planned probe.
+pub fn attach(plan: &Plan, ring_bytes: u32) -> Result<(Loaded, Vec<Outcome>), crate::attach::AttachError> {
+    let mut loaded = Loaded::new(ring_bytes)?;
+    let outcomes = loaded.attach_plan(plan);
+    Ok((loaded, outcomes))
+}

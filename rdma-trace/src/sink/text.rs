@@ -1,0 +1,98 @@
+//! The human text stream: one line per event, values in RDMA terms.
+
+use super::Sink;
+use crate::catalog::{self, Render};
+use crate::event::{Event, EventKind};
+use crate::render;
+use std::io::Write;
+
+pub struct Text<W: Write> {
+    out: W,
+    /// Print kernel stacks under control-path entries.
+    pub stacks: bool,
+    /// Print syscall events.
+    pub syscalls: bool,
+}
+
+impl<W: Write> Text<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            stacks: false,
+            syscalls: true,
+        }
+    }
+}
+
+fn render_of(ev: &Event, field: &str) -> Render {
+    if let Some(spec) = catalog::by_id(&ev.name) {
+        let fields = if ev.kind == EventKind::Return {
+            spec.ret
+        } else {
+            spec.entry
+        };
+        if let Some(f) = fields.iter().find(|f| f.name == field) {
+            return f.render;
+        }
+    }
+    match field {
+        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" => Render::Hex,
+        "ret" => Render::Errno,
+        _ => Render::Dec,
+    }
+}
+
+/// One line for an event (no trailing newline).
+pub fn line(ev: &Event) -> String {
+    let secs = ev.ts_ns as f64 / 1e9;
+    let arrow = match ev.kind {
+        EventKind::Entry => "→",
+        EventKind::Return => "←",
+        EventKind::SyscallEnter => "»",
+        EventKind::SyscallExit => "«",
+    };
+    let mut s = format!(
+        "{secs:>14.6} {:<10} {arrow} {:<14} {}[{}/{}]",
+        ev.path, ev.name, ev.comm, ev.pid, ev.tid
+    );
+    if let Some(c) = ev.context
+        && ev.path == "completion"
+    {
+        s.push_str(&format!(" ctx={c:?}").to_lowercase());
+    }
+    if let Some(fd) = &ev.fd_kind {
+        s.push_str(&format!(" [{fd}]"));
+    }
+    for (k, v) in &ev.fields {
+        s.push_str(&format!(" {k}={}", render::text(render_of(ev, k), *v)));
+    }
+    for k in &ev.unreadable {
+        s.push_str(&format!(" {k}=<unreadable>"));
+    }
+    for k in &ev.not_followed {
+        s.push_str(&format!(" {k}=<null/err>"));
+    }
+    if let Some(l) = ev.latency_ns {
+        s.push_str(&format!(" took={:.1}µs", l as f64 / 1e3));
+    }
+    s
+}
+
+impl<W: Write> Sink for Text<W> {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        let is_sys = matches!(ev.kind, EventKind::SyscallEnter | EventKind::SyscallExit);
+        if is_sys && !self.syscalls {
+            return Ok(());
+        }
+        writeln!(self.out, "{}", line(ev))?;
+        if self.stacks && ev.kind == EventKind::Entry {
+            for f in &ev.stack {
+                writeln!(self.out, "{:>16}{f}", "")?;
+            }
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}

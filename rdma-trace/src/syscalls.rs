@@ -1,0 +1,114 @@
+//! The workload-side syscalls rdma-trace watches, and how their arguments are named.
+//!
+//! Why these: registration goes through ioctl(2) on the uverbs fd; queue/doorbell pages
+//! through mmap(2); soft-RoCE rings its doorbell with write(2) on the uverbs fd; the
+//! completion-channel wakeup is a read(2) (or a poll/epoll wait) on the channel fd.
+
+use rdma_trace_common::SyscallLayout;
+
+pub struct SyscallSpec {
+    pub nr: u32,
+    pub name: &'static str,
+    pub args: &'static [&'static str],
+    /// Index of the fd argument, if any.
+    pub fd_arg: Option<usize>,
+}
+
+const fn sc(
+    nr: i64,
+    name: &'static str,
+    args: &'static [&'static str],
+    fd_arg: Option<usize>,
+) -> SyscallSpec {
+    SyscallSpec {
+        nr: nr as u32,
+        name,
+        args,
+        fd_arg,
+    }
+}
+
+pub static WATCHED: &[SyscallSpec] = &[
+    sc(libc::SYS_read, "read", &["fd", "buf", "count"], Some(0)),
+    sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
+    sc(libc::SYS_close, "close", &["fd"], Some(0)),
+    sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
+    sc(
+        libc::SYS_mmap,
+        "mmap",
+        &["addr", "len", "prot", "flags", "fd", "off"],
+        Some(4),
+    ),
+    sc(libc::SYS_munmap, "munmap", &["addr", "len"], None),
+    sc(libc::SYS_madvise, "madvise", &["addr", "len", "advice"], None),
+    sc(libc::SYS_poll, "poll", &["fds", "nfds", "timeout_ms"], None),
+    sc(
+        libc::SYS_ppoll,
+        "ppoll",
+        &["fds", "nfds", "tsp", "sigmask", "sigsetsize"],
+        None,
+    ),
+    sc(
+        libc::SYS_select,
+        "select",
+        &["nfds", "readfds", "writefds", "exceptfds", "timeout"],
+        None,
+    ),
+    sc(
+        libc::SYS_pselect6,
+        "pselect6",
+        &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"],
+        None,
+    ),
+    sc(
+        libc::SYS_epoll_wait,
+        "epoll_wait",
+        &["epfd", "events", "maxevents", "timeout_ms"],
+        Some(0),
+    ),
+    sc(
+        libc::SYS_epoll_pwait,
+        "epoll_pwait",
+        &["epfd", "events", "maxevents", "timeout_ms", "sigmask"],
+        Some(0),
+    ),
+    sc(
+        libc::SYS_epoll_pwait2,
+        "epoll_pwait2",
+        &["epfd", "events", "maxevents", "timeout", "sigmask"],
+        Some(0),
+    ),
+];
+
+pub fn by_nr(nr: u64) -> Option<&'static SyscallSpec> {
+    WATCHED.iter().find(|s| u64::from(s.nr) == nr)
+}
+
+pub fn by_name(name: &str) -> Option<&'static SyscallSpec> {
+    WATCHED.iter().find(|s| s.name == name)
+}
+
+pub fn all_nrs() -> Vec<u32> {
+    WATCHED.iter().map(|s| s.nr).collect()
+}
+
+/// The raw_syscalls record layout from the tracepoints' format files.
+pub fn layout_from(
+    enter: &[crate::kernel::TpField],
+    exit: &[crate::kernel::TpField],
+) -> Option<SyscallLayout> {
+    use crate::kernel::field;
+    Some(SyscallLayout {
+        enter_id: field(enter, "id")?.offset,
+        enter_args: field(enter, "args")?.offset,
+        exit_id: field(exit, "id")?.offset,
+        exit_ret: field(exit, "ret")?.offset,
+    })
+}
+
+pub fn system_layout() -> std::io::Result<SyscallLayout> {
+    let enter = crate::kernel::tracepoint_format("raw_syscalls", "sys_enter")?;
+    let exit = crate::kernel::tracepoint_format("raw_syscalls", "sys_exit")?;
+    layout_from(&enter, &exit)
+        .ok_or_else(|| std::io::Error::other("raw_syscalls format lacks id/args/ret fields"))
+}

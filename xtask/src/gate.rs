@@ -1,0 +1,22 @@
+//! `cargo xtask test`: the one gate, the same locally and in CI.
+
+use crate::util::{self, step};
+use anyhow::Result;
+
+pub fn run(no_lab: bool) -> Result<()> {
+    crate::setup::run()?;
+    step("gate: cargo fmt --check");
+    util::run(util::cargo().args(["fmt", "--all", "--", "--check"]))?;
+    step("gate: clippy (userspace, common, xtask)");
+    util::run(util::cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    step("gate: clippy (eBPF crate)");
+    util::run(util::cargo().args(["clippy", "-p", "rdma-trace-ebpf", "--", "-D", "warnings"]))?;
+    step("gate: host tests");
+    util::run(util::cargo().args(["test"]))?;
+    if no_lab {
+        step("gate: lab tests skipped (--no-lab)");
+        return Ok(());
+    }
+    step("gate: lab tests (QEMU, every kernel series)");
+    crate::lab::vm_test(crate::lab::VmTestArgs::default())
+}

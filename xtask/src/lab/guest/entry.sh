@@ -1,0 +1,62 @@
+#!/bin/bash
+# Per-run entry of the lab guest, started by /init from the host share (so changing it never
+# rebuilds the image). Loads the RDMA stack, creates rxe0 on dummy0, then gives a shell on
+# the console or runs the script the host asked for and records its exit code in the share.
+RUN=${0%/*}
+# shellcheck source=/dev/null
+. "$RUN/env"
+export LAB_RUN=$RUN
+export RDMA_TRACE_BIN=/mnt/host/bin/rdma-trace
+export RDMA_TRACE_LAB=1
+export RDMA_TRACE_LAB_SERIES=$LAB_SERIES
+export RDMA_TRACE_LAB_OUT=$LAB_OUT
+mkdir -p "$LAB_OUT"
+
+rdma_setup() {
+  modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe mlx5_ib dummy || return 1
+  ip link add dummy0 type dummy || return 1
+  ip addr add 10.0.0.1/24 dev dummy0 || return 1
+  ip link set dummy0 up || return 1
+  rdma link add rxe0 type rxe netdev dummy0 || return 1
+  local st= i
+  for ((i = 0; i < 100; i++)); do
+    read -r st </sys/class/infiniband/rxe0/ports/1/state
+    [[ $st == *ACTIVE* ]] && break
+    sleep 0.1
+  done
+  [[ $st == *ACTIVE* ]] || { echo "[lab] rxe0 port 1 is not ACTIVE: $st"; return 1; }
+  # Unprivileged tests open the verbs devices too.
+  chmod 666 /dev/infiniband/*
+  local gid
+  read -r gid </sys/class/infiniband/rxe0/ports/1/gids/1
+  read -r up _ </proc/uptime
+  echo "[lab] ${LAB_SERIES} $(uname -r): rxe0 on dummy0 10.0.0.1/24, port ${st}, gid[1]=${gid} (t=${up}s)"
+}
+
+setup_ok=1
+rdma_setup || { setup_ok=0; echo "[lab] RDMA set-up FAILED"; }
+
+if [ "$LAB_MODE" = shell ]; then
+  [ -n "$LAB_ROWS" ] && stty rows "$LAB_ROWS" cols "$LAB_COLS" </dev/ttyS0
+  export TERM=${LAB_TERM:-vt100}
+  echo "[lab] shell on the console; the host share is /mnt/host; exit (Ctrl-D) powers the guest off, Ctrl-A x quits QEMU"
+  echo "[lab] RDMA_TRACE_BIN=$RDMA_TRACE_BIN RDMA_TRACE_LAB_OUT=$RDMA_TRACE_LAB_OUT"
+  cd /root || true
+  setsid -c /bin/bash -l </dev/ttyS0 >/dev/ttyS0 2>&1
+  exit 0
+fi
+
+if [ "$setup_ok" = 0 ]; then
+  echo "[lab] not running $LAB_SCRIPT: the RDMA set-up failed"
+  echo setup-failed >"$RUN/rc"
+  exit 0
+fi
+# A script on 9p may not be executable or may be refused by tools: run a copy from /tmp.
+cp "$LAB_SCRIPT" /tmp/lab-script && chmod 755 /tmp/lab-script
+cd /tmp || true
+/tmp/lab-script
+rc=$?
+echo "$rc" >"$RUN/rc"
+sync
+read -r up _ </proc/uptime
+echo "[lab] script exit code $rc (t=${up}s)"

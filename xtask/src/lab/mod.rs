@@ -1,0 +1,297 @@
+//! The soft-RoCE lab: Debian's own kernels under QEMU with a real RDMA stack (rdma_rxe on a
+//! dummy netdev), for `cargo xtask lab`, `vm-test` and `demo`.
+//!
+//! Layout: `kernels` resolves and fetches the newest kernel of each series, `image` builds
+//! the guest root and one initrd per kernel (all cached outside the checkout, see `cache`),
+//! `qemu` boots it. Per-run files (the entry script, the script to run, the binaries under
+//! test) go through the 9p share `target/lab` → `/mnt/host`, so code changes never rebuild
+//! the image. Outputs stay in `target/lab/out/<series>/`.
+
+mod cache;
+mod demo;
+mod image;
+mod kernels;
+mod qemu;
+mod vmtest;
+
+use crate::util::{self, step};
+use anyhow::{Context, Result, bail};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use demo::demo;
+pub use vmtest::vm_test;
+
+/// The per-run entry script (runs in the guest from the share).
+const ENTRY_SH: &str = include_str!("guest/entry.sh");
+
+/// A Debian kernel series; the newest kernel of it is resolved at run time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Series {
+    /// Debian trixie's own kernel (linux-image-*-amd64-unsigned).
+    Trixie,
+    /// The newest kernel in trixie-backports (linux-binary-*, linux-modules-*, linux-base-*).
+    TrixieBackports,
+}
+
+impl Series {
+    pub const ALL: [Series; 2] = [Series::Trixie, Series::TrixieBackports];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Series::Trixie => "trixie",
+            Series::TrixieBackports => "trixie-backports",
+        }
+    }
+
+    /// The archive suites that carry this series.
+    pub fn suites(self) -> &'static [&'static str] {
+        match self {
+            Series::Trixie => &["trixie", "trixie-security", "trixie-updates"],
+            Series::TrixieBackports => &["trixie-backports"],
+        }
+    }
+}
+
+#[derive(clap::Args, Default)]
+pub struct LabArgs {
+    /// Run SCRIPT in the guest after the set-up, without a console; exit with its exit code.
+    #[arg(long, value_name = "SCRIPT")]
+    pub run: Option<PathBuf>,
+    /// Kernel series to boot [default: trixie-backports, the newest].
+    #[arg(long, value_enum, value_name = "SERIES")]
+    pub kernel: Option<Series>,
+    /// Timeout of a `--run` boot, in seconds [default: 1200].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+}
+
+#[derive(clap::Args, Default)]
+pub struct VmTestArgs {
+    /// Kernel series to test (repeatable) [default: all].
+    #[arg(long, value_enum, value_name = "SERIES")]
+    pub kernel: Vec<Series>,
+    /// Timeout of each boot, in seconds [default: 1800].
+    #[arg(long, value_name = "SECS")]
+    pub boot_timeout: Option<u64>,
+    /// Timeout of the whole run, in seconds [default: 3600].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+}
+
+#[derive(clap::Args, Default)]
+pub struct DemoArgs {
+    /// Kernel series to boot [default: trixie-backports, the newest].
+    #[arg(long, value_enum, value_name = "SERIES")]
+    pub kernel: Option<Series>,
+    /// Timeout of the boot, in seconds [default: 900].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+}
+
+/// A kernel ready to boot.
+pub struct Guest {
+    pub series: Series,
+    pub kver: String,
+    image: image::Image,
+}
+
+/// Fetches the kernels and builds the images (under the cache lock).
+pub fn prepare(series: &[Series]) -> Result<Vec<Guest>> {
+    let _lock = cache::lock()?;
+    step(&format!("lab: cache {}", cache::root().display()));
+    let kernels = kernels::resolve(series)?;
+    let rootfs = image::ensure_rootfs(&kernels::mirror()?)?;
+    let mut out = Vec::new();
+    for k in kernels {
+        let image = image::ensure_image(&rootfs, &k)?;
+        out.push(Guest {
+            series: k.series,
+            kver: k.kver.clone(),
+            image,
+        });
+    }
+    step(&format!(
+        "lab: guest package versions: {}",
+        rootfs.packages.display()
+    ));
+    Ok(out)
+}
+
+/// The host side of the 9p share.
+pub fn share_dir() -> PathBuf {
+    util::workspace_root().join("target/lab")
+}
+
+/// Host directory of a series' outputs (`/mnt/host/out/<series>` in the guest).
+pub fn out_dir(series: Series) -> PathBuf {
+    share_dir().join("out").join(series.name())
+}
+
+/// Copies a host-built binary into the share's `bin/` (never into the image).
+pub fn share_binary(src: &Path, name: &str) -> Result<PathBuf> {
+    let dst = share_dir().join("bin").join(name);
+    fs::create_dir_all(dst.parent().context("a bin dir")?)?;
+    let _ = fs::remove_file(&dst);
+    fs::copy(src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    Ok(dst)
+}
+
+/// What the guest does after the RDMA set-up.
+pub enum Mode<'a> {
+    /// A shell on the console (the terminal).
+    Shell,
+    /// Run this script (contents), with extra files placed beside it in the run dir.
+    Script {
+        script: &'a str,
+        files: &'a [(&'a str, String)],
+        timeout: Duration,
+        log: &'a str,
+    },
+}
+
+/// Boots `g` once. Returns the script's exit code (None for the shell).
+pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
+    let share = share_dir();
+    let id = format!("{}-{}", g.series.name(), std::process::id());
+    let run = share.join("run").join(&id);
+    cache::remove(&run)?;
+    fs::create_dir_all(&run)?;
+    fs::create_dir_all(out_dir(g.series))?;
+    let guest_run = format!("/mnt/host/run/{id}");
+    let mut env = format!(
+        "LAB_SERIES='{}'\nLAB_OUT='/mnt/host/out/{}'\n",
+        g.series.name(),
+        g.series.name()
+    );
+    fs::write(run.join("entry.sh"), ENTRY_SH)?;
+    let (interactive, timeout, log) = match &mode {
+        Mode::Shell => {
+            let (rows, cols) = terminal_size().unwrap_or((24, 80));
+            let term = std::env::var("TERM").unwrap_or_else(|_| "vt100".into());
+            let term: String = term
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            env.push_str(&format!(
+                "LAB_MODE=shell\nLAB_ROWS={rows}\nLAB_COLS={cols}\nLAB_TERM='{term}'\n"
+            ));
+            (true, Duration::MAX, None)
+        }
+        Mode::Script {
+            script,
+            files,
+            timeout,
+            log,
+        } => {
+            fs::write(run.join("script"), script)?;
+            for (name, text) in files.iter() {
+                fs::write(run.join(name), text)?;
+            }
+            env.push_str(&format!("LAB_MODE=script\nLAB_SCRIPT='{guest_run}/script'\n"));
+            (false, *timeout, Some(out_dir(g.series).join(log)))
+        }
+    };
+    fs::write(run.join("env"), env)?;
+    step(&format!("lab: {} kernel {}", g.series.name(), g.kver));
+    let boot = qemu::Boot {
+        vmlinuz: &g.image.vmlinuz,
+        initrd: &g.image.initrd,
+        share: &share,
+        append: format!("lab.entry={guest_run}/entry.sh"),
+        interactive,
+        timeout,
+        console_log: log.clone(),
+    };
+    let mut res = qemu::boot(&boot);
+    if let Err(e) = &res
+        && let Some(early) = e.downcast_ref::<qemu::EarlyFailure>()
+    {
+        let first = early.0.lines().next().unwrap_or_default();
+        step(&format!(
+            "lab: the guest failed before its userspace started ({first}); booting once more"
+        ));
+        res = qemu::boot(&boot);
+    }
+    let rc = fs::read_to_string(run.join("rc")).ok();
+    cache::remove(&run)?;
+    let outcome = res?;
+    step(&format!(
+        "lab: guest {} ({}) powered off after {:.1} s{}",
+        g.series.name(),
+        g.kver,
+        outcome.elapsed.as_secs_f64(),
+        log.map(|l| format!("; console saved to {}", l.display()))
+            .unwrap_or_default()
+    ));
+    for o in &outcome.oopses {
+        step(&format!("lab: WARNING: the guest kernel reported: {o}"));
+    }
+    if interactive {
+        return Ok(None);
+    }
+    match rc.as_deref().map(str::trim) {
+        None => bail!("the guest reported no exit code (see the console above)"),
+        Some("setup-failed") => {
+            bail!("the guest's RDMA set-up (modules, rxe0) failed; see the console above")
+        }
+        Some(s) => {
+            Ok(Some(s.parse().with_context(|| {
+                format!("bad exit code from the guest: {s:?}")
+            })?))
+        }
+    }
+}
+
+/// The host terminal's size (the guest cannot ask for it over a serial line).
+fn terminal_size() -> Option<(u16, u16)> {
+    let tty = fs::File::open("/dev/tty").ok()?;
+    let out = std::process::Command::new("stty")
+        .arg("size")
+        .stdin(tty)
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .filter(|n: &u16| *n > 0);
+    Some((it.next()?, it.next()?))
+}
+
+/// `cargo xtask lab`: a shell in the guest, or `--run SCRIPT` non-interactively.
+pub fn lab(a: LabArgs) -> Result<()> {
+    let series = a.kernel.unwrap_or(Series::TrixieBackports);
+    let script = match &a.run {
+        Some(p) => Some(fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let guests = prepare(&[series])?;
+    let g = &guests[0];
+    let bin = util::workspace_root().join("target/release/rdma-trace");
+    if bin.is_file() {
+        share_binary(&bin, "rdma-trace")?;
+        step("lab: /mnt/host/bin/rdma-trace is the last release build (cargo build --release -p rdma-trace)");
+    }
+    let Some(script) = script else {
+        run_guest(g, Mode::Shell)?;
+        return Ok(());
+    };
+    let timeout = Duration::from_secs(a.timeout.unwrap_or(1200));
+    let rc = run_guest(
+        g,
+        Mode::Script {
+            script: &script,
+            files: &[],
+            timeout,
+            log: "lab-run.console.log",
+        },
+    )?
+    .unwrap_or(0);
+    step(&format!("lab: the script exited with {rc}"));
+    if rc != 0 {
+        std::process::exit(rc);
+    }
+    Ok(())
+}

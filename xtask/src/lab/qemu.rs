@@ -1,0 +1,237 @@
+//! Booting the guest under QEMU: KVM only where it can work, TCG otherwise; non-interactive
+//! boots run as CI runs them (stdin from /dev/null) under a timeout, with the console
+//! streamed through, saved, and watched for kernel panics and oopses.
+
+use crate::util::{self, step};
+use anyhow::{Context, Result, bail};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long the guest may stay silent after an oops before we call it stopped.
+const OOPS_SILENCE: Duration = Duration::from_secs(60);
+/// Console lines kept for the failure report.
+const TAIL: usize = 40;
+
+pub struct Boot<'a> {
+    pub vmlinuz: &'a Path,
+    pub initrd: &'a Path,
+    /// The host directory shared as 9p tag `host0` (mounted at /mnt/host).
+    pub share: &'a Path,
+    /// Extra kernel command line words (e.g. `lab.entry=`).
+    pub append: String,
+    /// Console on the terminal (a shell); otherwise stdin is /dev/null and output is watched.
+    pub interactive: bool,
+    pub timeout: Duration,
+    /// Where the console is saved (non-interactive boots).
+    pub console_log: Option<PathBuf>,
+}
+
+pub struct Outcome {
+    pub elapsed: Duration,
+    /// Lines that looked like a kernel BUG/Oops/WARNING (the guest went on).
+    pub oopses: Vec<String>,
+}
+
+/// The guest failed before its userspace started (e.g. a TCG glitch while the kernel patches
+/// its own text at boot): nothing ran yet, so the boot may simply be retried.
+#[derive(Debug)]
+pub struct EarlyFailure(pub String);
+
+impl std::fmt::Display for EarlyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EarlyFailure {}
+
+/// Printed by the guest's /init once userspace runs.
+const USERSPACE_MARK: &str = "[lab-init] userspace up";
+
+/// KVM when the CPU shows vmx/svm and /dev/kvm opens; TCG otherwise.
+/// `RDMA_TRACE_LAB_ACCEL=tcg|kvm` overrides.
+fn accel() -> (&'static str, Vec<&'static str>) {
+    let want = std::env::var("RDMA_TRACE_LAB_ACCEL").unwrap_or_default();
+    let kvm_ok = || {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let virt = cpu
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        virt && File::options().read(true).write(true).open("/dev/kvm").is_ok()
+    };
+    if want == "kvm" || (want != "tcg" && kvm_ok()) {
+        ("kvm", vec!["-accel", "kvm", "-cpu", "host"])
+    } else if std::env::var("RDMA_TRACE_LAB_TCG").is_ok_and(|v| v == "single") {
+        ("tcg", vec!["-accel", "tcg,thread=single", "-cpu", "max"])
+    } else {
+        ("tcg", vec!["-accel", "tcg,thread=multi", "-cpu", "max"])
+    }
+}
+
+fn command(b: &Boot) -> (Command, &'static str) {
+    let (name, accel) = accel();
+    let mut c = Command::new("qemu-system-x86_64");
+    c.args(["-machine", "q35"])
+        .args(accel)
+        .args(["-smp", "2", "-m", "4G"]);
+    c.args([
+        "-nographic",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-serial",
+        "mon:stdio",
+        "-nic",
+        "none",
+    ]);
+    c.arg("-kernel").arg(b.vmlinuz).arg("-initrd").arg(b.initrd);
+    c.arg("-append")
+        .arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
+    c.arg("-virtfs").arg(format!(
+        "local,path={},mount_tag=host0,security_model=none,id=host0",
+        b.share.display()
+    ));
+    (c, name)
+}
+
+fn is_panic(l: &str) -> bool {
+    l.contains("Kernel panic") || l.contains("end Kernel panic")
+}
+
+fn is_oops(l: &str) -> bool {
+    l.contains("BUG:") || l.contains("Oops:") || l.contains("general protection fault")
+}
+
+/// Boots the guest and returns when it powers off. Fails on timeout, panic, a stopped
+/// guest after an oops, or a QEMU error.
+pub fn boot(b: &Boot) -> Result<Outcome> {
+    let (mut cmd, accel) = command(b);
+    step(&format!(
+        "lab: booting {} ({accel}, 2 vCPUs, 4 GiB)",
+        b.vmlinuz.display()
+    ));
+    let start = Instant::now();
+    if b.interactive {
+        let st = cmd.status().context("could not start qemu-system-x86_64")?;
+        if !st.success() {
+            bail!("QEMU failed ({st})");
+        }
+        return Ok(Outcome {
+            elapsed: start.elapsed(),
+            oopses: vec![],
+        });
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", util::describe(&cmd)))?;
+    let mut out = child.stdout.take().context("QEMU stdout")?;
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = match &b.console_log {
+        Some(p) => Some(File::create(p).with_context(|| format!("creating {}", p.display()))?),
+        None => None,
+    };
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut line = Vec::new();
+    let mut oopses = Vec::new();
+    let mut oops_at: Option<Instant> = None;
+    let mut panic_at: Option<Instant> = None;
+    let mut panic_ended = false;
+    let mut userspace = false;
+    let mut last_output = Instant::now();
+    let mut last_note = Instant::now();
+    let stdout = std::io::stdout();
+    let mut failure = loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(chunk) => {
+                last_output = Instant::now();
+                let mut o = stdout.lock();
+                let _ = o.write_all(&chunk);
+                let _ = o.flush();
+                if let Some(f) = log.as_mut() {
+                    let _ = f.write_all(&chunk);
+                }
+                for &c in &chunk {
+                    if c != b'\n' {
+                        line.push(c);
+                        continue;
+                    }
+                    let l = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
+                    line.clear();
+                    userspace |= l.contains(USERSPACE_MARK);
+                    if is_panic(&l) && panic_at.is_none() {
+                        panic_at = Some(Instant::now());
+                    }
+                    if is_oops(&l) {
+                        oopses.push(l.clone());
+                        oops_at.get_or_insert_with(Instant::now);
+                    }
+                    if l.contains("end Kernel panic") {
+                        panic_ended = true;
+                    }
+                    tail.push_back(l);
+                    if tail.len() > TAIL {
+                        tail.pop_front();
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let now = Instant::now();
+        if panic_ended || panic_at.is_some_and(|t| now - t > Duration::from_secs(5)) {
+            break Some("the guest kernel panicked".to_string());
+        }
+        if oops_at.is_some() && now - last_output > OOPS_SILENCE {
+            break Some(format!(
+                "the guest stopped after a kernel BUG/Oops (silent for {} s)",
+                OOPS_SILENCE.as_secs()
+            ));
+        }
+        if now - start > b.timeout {
+            break Some(format!("the boot timed out after {} s", b.timeout.as_secs()));
+        }
+        if now - last_output > Duration::from_secs(15) && now - last_note > Duration::from_secs(15) {
+            last_note = now;
+            eprintln!("[xtask] guest running, {} s elapsed", (now - start).as_secs());
+        }
+    };
+    if failure.is_none() && panic_at.is_some() {
+        failure = Some("the guest kernel panicked".to_string());
+    }
+    if failure.is_some() {
+        let _ = child.kill();
+    }
+    let st = child.wait().context("waiting for QEMU")?;
+    let _ = reader.join();
+    if let Some(why) = failure {
+        let shown: Vec<String> = tail.into_iter().collect();
+        let msg = format!("{why}; QEMU stopped. Last console lines:\n{}", shown.join("\n"));
+        if !userspace {
+            return Err(EarlyFailure(msg).into());
+        }
+        bail!(msg);
+    }
+    if !st.success() {
+        bail!("QEMU exited with {st}");
+    }
+    Ok(Outcome {
+        elapsed: start.elapsed(),
+        oopses,
+    })
+}

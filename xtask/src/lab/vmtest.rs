@@ -1,0 +1,251 @@
+//! `cargo xtask vm-test`: build the lab tests on the host, boot each kernel once, run every
+//! lab test in that boot, count the results from libtest's output.
+//!
+//! Lab tests are `#[test] #[ignore = "lab: …"]` functions of the rdma-trace package whose
+//! names start with `lab_`. In the guest they see `RDMA_TRACE_BIN`, `RDMA_TRACE_LAB=1`,
+//! `RDMA_TRACE_LAB_SERIES`, `RDMA_TRACE_LAB_OUT` (kept on the host in `target/lab/out/`)
+//! and a working rxe0.
+
+use super::{Mode, Series, VmTestArgs};
+use crate::util::{self, step};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Lab tests that need real hardware (name, reason): listed, never run in the guest.
+pub const HARDWARE_ONLY: &[(&str, &str)] = &[];
+
+const VMTEST_SH: &str = include_str!("guest/vmtest.sh");
+
+/// One test executable and the lab tests it holds.
+struct TestExe {
+    path: PathBuf,
+    /// File name in the share (`bin/tests/<name>`).
+    name: String,
+    tests: Vec<String>,
+}
+
+/// Builds rdma-trace and its test executables (before any boot: never build while QEMU runs).
+pub fn build() -> Result<PathBuf> {
+    step("lab: cargo build --release -p rdma-trace");
+    util::run(util::cargo().args(["build", "--release", "-p", "rdma-trace"]))?;
+    let bin = util::workspace_root().join("target/release/rdma-trace");
+    if !bin.is_file() {
+        bail!("{} was not built", bin.display());
+    }
+    Ok(bin)
+}
+
+fn build_tests() -> Result<Vec<TestExe>> {
+    step("lab: cargo test --release -p rdma-trace --no-run");
+    let json = util::output(util::cargo().args([
+        "test",
+        "--release",
+        "-p",
+        "rdma-trace",
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    let mut exes = Vec::new();
+    for line in json.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+            continue;
+        }
+        let Some(exe) = v["executable"].as_str() else {
+            continue;
+        };
+        let path = PathBuf::from(exe);
+        let list = util::output(std::process::Command::new(&path).args(["--list", "--ignored"]))?;
+        let tests: Vec<String> = list
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .filter(|n| n.contains("lab_"))
+            .map(str::to_string)
+            .collect();
+        let name = path
+            .file_name()
+            .context("test executable name")?
+            .to_string_lossy()
+            .into_owned();
+        exes.push(TestExe { path, name, tests });
+    }
+    if exes.is_empty() {
+        bail!("cargo built no test executables for rdma-trace");
+    }
+    Ok(exes)
+}
+
+fn hardware_only(test: &str) -> Option<&'static str> {
+    HARDWARE_ONLY
+        .iter()
+        .find(|(n, _)| test.contains(n))
+        .map(|(_, why)| *why)
+}
+
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: Vec<String>,
+    skipped: usize,
+    note: Option<String>,
+}
+
+/// `test NAME ... ok|FAILED|ignored…` lines of libtest output.
+fn parse(log: &str) -> BTreeMap<String, String> {
+    log.lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("test "))
+        .filter_map(|l| l.split_once(" ... "))
+        .map(|(n, r)| {
+            (
+                n.to_string(),
+                r.split([',', ' ']).next().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn run_series(g: &super::Guest, exes: &[TestExe], timeout: Duration) -> Result<Tally> {
+    let out = super::out_dir(g.series);
+    let logs = out.join("tests");
+    super::cache::remove(&logs)?;
+    let mut list = String::new();
+    for e in exes.iter().filter(|e| !e.tests.is_empty()) {
+        let skips: Vec<String> = HARDWARE_ONLY.iter().map(|(n, _)| format!("--skip {n}")).collect();
+        list.push_str(&format!("{}\t{}\n", e.name, skips.join(" ")));
+    }
+    let files = [("tests.txt", list)];
+    let mode = Mode::Script {
+        script: VMTEST_SH,
+        files: &files,
+        timeout,
+        log: "vm-test.console.log",
+    };
+    super::run_guest(g, mode)?;
+    let mut t = Tally::default();
+    let (mut expected, mut ran) = (0, 0);
+    for e in exes.iter().filter(|e| !e.tests.is_empty()) {
+        let log = fs::read_to_string(logs.join(format!("{}.log", e.name))).unwrap_or_default();
+        let results = parse(&log);
+        for name in &e.tests {
+            if let Some(why) = hardware_only(name) {
+                step(&format!(
+                    "lab: {}: skipped {name}: hardware only: {why}",
+                    g.series.name()
+                ));
+                t.skipped += 1;
+                continue;
+            }
+            expected += 1;
+            match results.get(name).map(String::as_str) {
+                Some("ok") => t.passed += 1,
+                Some("FAILED") => t.failed.push(name.clone()),
+                Some("") => t
+                    .failed
+                    .push(format!("{name} (started, never finished: the test binary died)")),
+                Some(other) => t.failed.push(format!("{name} ({other})")),
+                None => t.failed.push(format!("{name} (did not run)")),
+            }
+            ran += usize::from(matches!(
+                results.get(name).map(String::as_str),
+                Some("ok" | "FAILED")
+            ));
+        }
+    }
+    if ran < expected {
+        t.note = Some(format!("only {ran} of {expected} lab tests ran"));
+    }
+    Ok(t)
+}
+
+pub fn vm_test(a: VmTestArgs) -> Result<()> {
+    let start = Instant::now();
+    let overall = Duration::from_secs(a.timeout.unwrap_or(3600));
+    let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(1800));
+    let mut series = if a.kernel.is_empty() {
+        Series::ALL.to_vec()
+    } else {
+        a.kernel.clone()
+    };
+    series.dedup();
+    // Everything the guest runs is built here, before the first boot.
+    let bin = build()?;
+    let exes = build_tests()?;
+    let total: usize = exes.iter().map(|e| e.tests.len()).sum();
+    step(&format!(
+        "lab: {total} lab tests in {} test executables",
+        exes.len()
+    ));
+    super::cache::remove(&super::share_dir().join("bin/tests"))?;
+    for e in &exes {
+        if !e.tests.is_empty() {
+            super::share_binary(&e.path, &format!("tests/{}", e.name))?;
+        }
+    }
+    super::share_binary(&bin, "rdma-trace")?;
+    let guests = super::prepare(&series)?;
+    let mut lines = Vec::new();
+    let (mut passed, mut failed) = (0, 0);
+    for g in &guests {
+        let left = overall.saturating_sub(start.elapsed());
+        let boot_start = Instant::now();
+        let res = if left.is_zero() {
+            Err(anyhow::anyhow!(
+                "the overall timeout of {} s is spent",
+                overall.as_secs()
+            ))
+        } else {
+            run_series(g, &exes, per_boot.min(left))
+        };
+        let secs = boot_start.elapsed().as_secs();
+        let line = match res {
+            Ok(t) => {
+                passed += t.passed;
+                failed += t.failed.len();
+                let mut l = format!(
+                    "{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
+                    g.series.name(),
+                    g.kver,
+                    t.passed,
+                    t.failed.len(),
+                    t.skipped
+                );
+                if !t.failed.is_empty() {
+                    l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
+                }
+                if let Some(n) = t.note {
+                    l.push_str(&format!("\n    FAIL: {n}"));
+                }
+                l
+            }
+            Err(e) => {
+                failed += 1;
+                format!("{} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
+            }
+        };
+        println!("vm-test: {line}");
+        lines.push(line);
+    }
+    println!(
+        "\nvm-test summary (outputs in {}):",
+        super::share_dir().join("out").display()
+    );
+    for l in &lines {
+        println!("  {l}");
+    }
+    println!(
+        "vm-test: {passed} passed, {failed} failed ({} s)",
+        start.elapsed().as_secs()
+    );
+    if failed > 0 {
+        bail!("vm-test failed");
+    }
+    if total == 0 {
+        bail!("no lab tests exist (names starting with lab_, #[ignore = \"lab: …\"])");
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! Project automation: `cargo xtask <command>`.
+//!
+//! `setup` installs what the project needs (the single list lives in `setup.rs`),
+//! `test` is the one gate (fmt, clippy, host tests, lab tests), `lab`/`vm-test`/`demo`
+//! run the soft-RoCE QEMU lab (see `lab/`).
+
+mod gate;
+mod lab;
+mod setup;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "rdma-trace project automation")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install everything the project needs on this host (idempotent).
+    Setup,
+    /// The one gate: setup, fmt, clippy, host tests, then the lab tests on every kernel series.
+    Test {
+        /// Skip the lab tests (QEMU). CI never passes this.
+        #[arg(long)]
+        no_lab: bool,
+    },
+    /// Boot the soft-RoCE lab guest: a shell, or run a script with `--run`.
+    Lab(lab::LabArgs),
+    /// Build the guest binaries, boot each kernel once and run every lab test in that boot.
+    VmTest(lab::VmTestArgs),
+    /// The main job: boot the lab and show rdma-trace watching real verbs workloads over rxe0.
+    Demo(lab::DemoArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Setup => setup::run(),
+        Cmd::Test { no_lab } => gate::run(no_lab),
+        Cmd::Lab(a) => setup::run().and_then(|()| lab::lab(a)),
+        Cmd::VmTest(a) => setup::run().and_then(|()| lab::vm_test(a)),
+        Cmd::Demo(a) => setup::run().and_then(|()| lab::demo(a)),
+    };
+    if let Err(e) = res {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}

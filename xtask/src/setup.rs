@@ -1,0 +1,254 @@
+//! `cargo xtask setup`: the single list of what rdma-trace needs, and how it gets it.
+//!
+//! Idempotent: every step checks first and says what it does. Uses the preinstalled
+//! `nightly` toolchain (never `rustup update`), builds `bpf-linker` against that
+//! nightly's own libLLVM, and installs Debian packages for the host. The guest's
+//! packages are listed here too; the lab installs them into its own root.
+
+use crate::util::{self, step};
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Debian packages the host needs, each with the reason.
+pub const HOST_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86", "runs the soft-RoCE lab guest"),
+    (
+        "qemu-utils",
+        "qemu tools (installing qemu-system-x86 has removed it before)",
+    ),
+    ("debootstrap", "builds the lab guest's Debian root"),
+    ("cpio", "packs the guest initramfs"),
+    ("zstd", "unpacks kernel packages and fixtures"),
+    ("xz-utils", "unpacks kernel packages"),
+    ("util-linux", "flock and setpriv"),
+    ("cmake", "builds the verbs shim of the companion workload"),
+    ("libclang-dev", "bindgen for the verbs bindings"),
+    ("tmux", "terminal tests of the TUI"),
+];
+
+/// Debian packages installed into the lab guest (Debian trixie), each with the reason.
+pub const GUEST_PACKAGES: &[(&str, &str)] = &[
+    ("rdma-core", "udev rules and the rdma tooling base"),
+    ("ibverbs-providers", "libibverbs providers, rxe among them"),
+    (
+        "ibverbs-utils",
+        "ibv_rc_pingpong, ibv_devinfo: workloads nobody here wrote",
+    ),
+    ("rdmacm-utils", "rping"),
+    ("perftest", "ib_write_bw, ib_send_bw"),
+    ("iproute2", "ip and rdma (rdma link add, rdma res show)"),
+    ("kmod", "modprobe"),
+    ("procps", "ps, pgrep for tests"),
+    ("util-linux", "setpriv for unprivileged pinning tests"),
+    ("bpftrace", "an independent tracer for side-by-side counts"),
+];
+
+/// The bpf-linker release the aya 0.14 line is verified with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn run() -> Result<()> {
+    nightly_rust_src()?;
+    bpf_linker()?;
+    debian_packages()?;
+    step("setup: done");
+    Ok(())
+}
+
+fn nightly_rust_src() -> Result<()> {
+    let list = util::output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("rustup is needed (the machine's Rust toolchains are managed by rustup)")?;
+    if !list.lines().any(|l| l.starts_with("nightly")) {
+        bail!(
+            "no `nightly` toolchain is installed; the eBPF crate needs one (this project never runs `rustup update`)"
+        );
+    }
+    let comps = util::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))?;
+    if comps.lines().any(|l| l.starts_with("rust-src")) {
+        step("setup: nightly rust-src present");
+        return Ok(());
+    }
+    step("setup: adding rust-src to the nightly toolchain (eBPF builds core from source)");
+    util::run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+/// The nightly's LLVM: its full version and the shared library it ships.
+struct NightlyLlvm {
+    rustc: String,
+    version: String,
+    major: String,
+    libllvm: PathBuf,
+}
+
+fn nightly_llvm() -> Result<NightlyLlvm> {
+    let vv = util::output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let version = vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .context("`rustc +nightly -vV` printed no LLVM version")?
+        .trim()
+        .to_string();
+    let major = version.split('.').next().unwrap_or_default().to_string();
+    let rustc = vv.lines().next().unwrap_or_default().to_string();
+    let sysroot = util::output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?;
+    let lib = Path::new(sysroot.trim()).join("lib");
+    let libllvm = std::fs::read_dir(&lib)
+        .with_context(|| format!("reading {}", lib.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so"))
+        })
+        .with_context(|| format!("the nightly ships no libLLVM*.so in {}", lib.display()))?;
+    Ok(NightlyLlvm {
+        rustc,
+        version,
+        major,
+        libllvm,
+    })
+}
+
+fn bpf_linker() -> Result<()> {
+    let llvm = nightly_llvm()?;
+    let prefix = util::cache_dir().join("bpf-linker-llvm");
+    let stamp_path = prefix.join("stamp");
+    let want = format!(
+        "bpf-linker {BPF_LINKER_VERSION} built against {} (LLVM {}) at {}",
+        llvm.rustc,
+        llvm.version,
+        llvm.libllvm.display()
+    );
+    let have = std::fs::read_to_string(&stamp_path).unwrap_or_default();
+    let installed =
+        util::succeeds(Command::new("rustup").args(["run", "nightly", "bpf-linker", "--version"]));
+    if installed && have.trim() == want {
+        step(&format!("setup: {want}: present"));
+        return Ok(());
+    }
+    if installed && !have.is_empty() {
+        step(&format!(
+            "setup: the nightly changed (had: {}); rebuilding bpf-linker",
+            have.trim()
+        ));
+    }
+    step(&format!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against the nightly's own LLVM {} (~1-2 min)",
+        llvm.version
+    ));
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    let link = lib.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&llvm.libllvm, &link)
+        .with_context(|| format!("linking {}", link.display()))?;
+    let feature = format!("llvm-{}", llvm.major);
+    util::run(
+        Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--force",
+            ])
+            .args(["--no-default-features", "--features", &feature])
+            .env("LLVM_PREFIX", &prefix),
+    )
+    .with_context(|| {
+        format!(
+            "could not build bpf-linker with feature {feature} against {}",
+            llvm.libllvm.display()
+        )
+    })?;
+    // The two LLVMs must match: the linker must load exactly the nightly's libLLVM.
+    let ldd = util::output(Command::new("rustup").args([
+        "run",
+        "nightly",
+        "sh",
+        "-c",
+        "ldd \"$(command -v bpf-linker)\"",
+    ]))?;
+    let resolved = ldd
+        .lines()
+        .find(|l| l.contains("libLLVM"))
+        .context("bpf-linker does not link libLLVM dynamically; cannot check its LLVM")?;
+    let target = std::fs::canonicalize(&llvm.libllvm)?;
+    if !resolved.contains(&*target.to_string_lossy()) && !resolved.contains(&*llvm.libllvm.to_string_lossy())
+    {
+        bail!(
+            "bpf-linker loads a different LLVM than the nightly's ({resolved}); expected {}",
+            llvm.libllvm.display()
+        );
+    }
+    std::fs::write(&stamp_path, format!("{want}\n"))?;
+    step(&format!("setup: {want}: installed"));
+    Ok(())
+}
+
+pub fn missing_packages(pkgs: &'static [(&'static str, &'static str)]) -> Vec<&'static str> {
+    pkgs.iter()
+        .filter(|(p, _)| {
+            let out = Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output();
+            !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+fn debian_packages() -> Result<()> {
+    let missing = missing_packages(HOST_PACKAGES);
+    if missing.is_empty() {
+        step("setup: host Debian packages present");
+        return Ok(());
+    }
+    for (p, why) in HOST_PACKAGES.iter().filter(|(p, _)| missing.contains(p)) {
+        step(&format!("setup: installing {p}: {why}"));
+    }
+    if !util::is_root() {
+        bail!(
+            "setup needs root to install Debian packages: {} (run as root, or install them)",
+            missing.join(" ")
+        );
+    }
+    util::run(
+        Command::new("apt-get")
+            .args(["update", "-q"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    // Two passes: installing qemu-system-x86 can remove a newer qemu-utils the machine had.
+    let mut missing = missing;
+    for _ in 0..2 {
+        util::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        missing = missing_packages(HOST_PACKAGES);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        step(&format!(
+            "setup: removed by the last install, installing again: {}",
+            missing.join(" ")
+        ));
+    }
+    let still = missing_packages(HOST_PACKAGES);
+    if !still.is_empty() {
+        bail!(
+            "after apt-get install these are still missing: {}",
+            still.join(" ")
+        );
+    }
+    Ok(())
+}
