@@ -279,7 +279,7 @@ fn watched() -> bool {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // SAFETY: map lookups return references valid for this program run.
-    unsafe { TARGETS.get(&tgid).is_some() || TARGETS.get(&tid).is_some() }
+    unsafe { TARGETS.get(tgid).is_some() || TARGETS.get(tid).is_some() }
 }
 
 fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
@@ -300,7 +300,7 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
         return;
     };
     // SAFETY: as above.
-    if nr < 0 || unsafe { SYSCALLS.get(&(nr as u32)) }.is_none() {
+    if nr < 0 || unsafe { SYSCALLS.get(nr as u32) }.is_none() {
         return;
     }
     count(site, CNT_HITS);

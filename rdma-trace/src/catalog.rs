@@ -122,12 +122,11 @@ const REG_MR_ENTRY: [Field; 5] = [
     f("access", Param("access|access_flags"), "", Access),
     f("udata", Param("udata"), "", Hex),
 ];
-const REG_MR_RET: [Field; 5] = [
+// The core fills ib_mr.iova/length only after the driver returns, so they are not read here.
+const REG_MR_RET: [Field; 3] = [
     f("mr", Ret, "", PtrOrErr),
     f("lkey", Ret, "lkey", Hex),
     f("rkey", Ret, "rkey", Hex),
-    f("mr_iova", Ret, "iova", Hex),
-    f("mr_length", Ret, "length", Dec),
 ];
 
 /// Every probe rdma-trace knows. Order is display order.
@@ -300,4 +299,64 @@ mod tests {
             assert!(!p.symbols.is_empty(), "{}", p.id);
         }
     }
+}
+
+/// docs/probes.md, generated from the catalog (a test keeps the file in step).
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Probes\n\nGenerated from `rdma-trace/src/catalog.rs` (the single source of truth); \
+         `RDMA_TRACE_BLESS=1 cargo test -p rdma-trace --test docs` rewrites it.\n\n\
+         Parameters are found by name and fields by path in the running kernel's BTF at load time: \
+         `a.b` walks embedded members, `->` follows a pointer. Nothing here is a byte offset.\n",
+    );
+    for p in CATALOG {
+        let kind = match p.kind {
+            Kind::Kprobe => "kprobe + kretprobe".to_string(),
+            Kind::Tracepoint { category } => format!("tracepoint `{category}`"),
+        };
+        let syms: Vec<String> = p
+            .symbols
+            .iter()
+            .map(|s| format!("`{}` ({})", s.name, s.module))
+            .collect();
+        s.push_str(&format!(
+            "\n## `{}` — {:?} path\n\n{}.\n\n",
+            p.id, p.path, p.about
+        ));
+        s.push_str(&format!(
+            "- attach: {kind} on the first present of {}\n",
+            syms.join(", ")
+        ));
+        if p.hardware_only {
+            s.push_str("- fires only with a hardware NIC: attached and verified in the soft-RoCE lab, never observed there\n");
+        }
+        if p.stack {
+            s.push_str("- kernel stack captured at entry\n");
+        }
+        let show = |fields: &[Field]| -> String {
+            fields
+                .iter()
+                .map(|f| {
+                    let src = match f.from {
+                        Src::Param(n) => format!("param `{n}`"),
+                        Src::Ret => "return value".into(),
+                        Src::TpField(n) => format!("record field `{n}`"),
+                    };
+                    let path = if f.path.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" → `{}`", f.path)
+                    };
+                    format!("  - `{}`: {src}{path} ({:?})\n", f.name, f.render)
+                })
+                .collect()
+        };
+        if !p.entry.is_empty() {
+            s.push_str(&format!("- at entry:\n{}", show(p.entry)));
+        }
+        if !p.ret.is_empty() {
+            s.push_str(&format!("- at return:\n{}", show(p.ret)));
+        }
+    }
+    s
 }

@@ -17,10 +17,16 @@ pub fn pages_spanned(addr: u64, size: u64) -> u64 {
     last - first + 1
 }
 
+/// An entry waiting for its return: when it happened, and the user range it was given.
+struct OpenCall {
+    ts_ns: u64,
+    range: Option<(u64, u64)>,
+}
+
 #[derive(Default)]
 pub struct Correlator {
-    /// (tid, probe) → entry timestamps (a stack: calls may nest).
-    open: HashMap<(u32, String), Vec<(u64, Option<(u64, u64)>)>>,
+    /// (tid, probe) → open calls (a stack: calls may nest).
+    open: HashMap<(u32, String), Vec<OpenCall>>,
 }
 
 impl Correlator {
@@ -39,14 +45,17 @@ impl Correlator {
                 self.open
                     .entry((ev.tid, ev.name.clone()))
                     .or_default()
-                    .push((ev.ts_ns, range));
+                    .push(OpenCall {
+                        ts_ns: ev.ts_ns,
+                        range,
+                    });
             }
             EventKind::Return => {
                 if let Some(stack) = self.open.get_mut(&(ev.tid, ev.name.clone()))
-                    && let Some((t0, range)) = stack.pop()
+                    && let Some(call) = stack.pop()
                 {
-                    ev.latency_ns = Some(ev.ts_ns.saturating_sub(t0));
-                    if let Some((a, s)) = range
+                    ev.latency_ns = Some(ev.ts_ns.saturating_sub(call.ts_ns));
+                    if let Some((a, s)) = call.range
                         && ev.name == "umem_get"
                     {
                         ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));

@@ -38,7 +38,9 @@ fn spawn_held(cmd: &[String]) -> Result<(std::process::Child, std::fs::File)> {
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
     let rfd = r.as_raw_fd();
     let mut c = std::process::Command::new("/bin/sh");
-    c.arg("-c").arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"").args(cmd);
+    c.arg("-c")
+        .arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"")
+        .args(cmd);
     // SAFETY: dup2 is async-signal-safe; it gives the child the read end as fd 3
     // (without O_CLOEXEC).
     unsafe {

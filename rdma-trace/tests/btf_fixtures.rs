@@ -1,0 +1,209 @@
+//! BTF resolution against the real BTF of the two lab kernels (Debian 6.12 and 7.3,
+//! copied from /sys/kernel/btf in the guest). Expected offsets were read independently
+//! with bpftool on the same blobs (see docs/probes.md).
+
+use rdma_trace::btf::{self, BtfSource};
+use rdma_trace::catalog::CATALOG;
+use rdma_trace::kernel::{Symbols, TpField};
+use rdma_trace::select::{self, KernelView, Plan};
+use rdma_trace_common::{SRC_ARG0, SRC_RET};
+use std::path::{Path, PathBuf};
+
+const K612: &str = "btf-6.12.118+deb13-amd64";
+const K73: &str = "btf-7.3.4+deb13-amd64";
+
+/// Unpacks a fixture once per test process into target/.
+fn fixture(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("../target/fixtures");
+    let dir = out.join(name);
+    static UNPACK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = UNPACK.lock().unwrap_or_else(|e| e.into_inner());
+    if !dir.join("vmlinux").exists() {
+        std::fs::create_dir_all(&out).unwrap();
+        let tarball = root.join(format!("tests/fixtures/btf/{name}.tar.zst"));
+        let st = std::process::Command::new("tar")
+            .args(["-I", "zstd", "-xf"])
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&out)
+            .status()
+            .expect("tar (zstd is installed by cargo xtask setup)");
+        assert!(st.success(), "unpacking {}", tarball.display());
+    }
+    dir
+}
+
+/// kallsyms as the lab kernel has it: each catalog function in the module whose BTF
+/// defines it.
+fn symbols_from_btf(dir: &Path, src: &mut BtfSource) -> Symbols {
+    let mut text = String::from("ffffffff81000000 T ib_register_device\t[ib_core]\n");
+    let mut modules: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|m| m != "vmlinux")
+        .collect();
+    modules.sort();
+    for spec in CATALOG {
+        for s in spec.symbols {
+            for m in &modules {
+                if btf::proto(src.module(m).unwrap(), s.name).is_ok() {
+                    text.push_str(&format!("ffffffffc0000000 t {}\t[{m}]\n", s.name));
+                }
+            }
+        }
+    }
+    Symbols::parse(&text)
+}
+
+fn plan_for(name: &str) -> Plan {
+    let dir = fixture(name);
+    let mut src = BtfSource::open(&dir).unwrap();
+    let symbols = symbols_from_btf(&dir, &mut src);
+    // The mr_dereg record as tracefs prints it on both kernels.
+    let tp = |_: &str, n: &str| {
+        (n == "mr_dereg").then(|| {
+            vec![TpField {
+                name: "id".into(),
+                offset: 8,
+                size: 4,
+            }]
+        })
+    };
+    select::plan(
+        &mut KernelView {
+            symbols: &symbols,
+            btf: &mut src,
+            tracepoint: &tp,
+        },
+        &[],
+    )
+}
+
+fn probe<'a>(plan: &'a Plan, id: &str) -> &'a select::Planned {
+    plan.probes.iter().find(|p| p.spec.id == id).unwrap_or_else(|| {
+        panic!(
+            "{id} not planned; skipped: {:?}",
+            plan.skipped
+                .iter()
+                .map(|s| (s.spec.id, &s.reason))
+                .collect::<Vec<_>>()
+        )
+    })
+}
+
+#[test]
+fn every_probe_resolves_on_both_kernels() {
+    for k in [K612, K73] {
+        let plan = plan_for(k);
+        let skipped: Vec<_> = plan
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.spec.id, s.reason))
+            .collect();
+        assert!(skipped.is_empty(), "{k}: {skipped:?}");
+        assert_eq!(plan.probes.len(), CATALOG.len());
+    }
+}
+
+#[test]
+fn umem_symbol_and_module_drift() {
+    let p = plan_for(K612);
+    let u = probe(&p, "umem_get");
+    assert_eq!((u.symbol, u.module.as_str()), ("ib_umem_get", "ib_uverbs"));
+    let p = plan_for(K73);
+    let u = probe(&p, "umem_get");
+    assert_eq!((u.symbol, u.module.as_str()), ("__ib_umem_get_va", "ib_core"));
+    // Both read (device, addr, size, access): addr is the 2nd parameter.
+    assert_eq!(u.entry.fetches[0].src, SRC_ARG0 + 1);
+    // The returned umem: address at 32, length at 24, iova at 16 on both kernels.
+    let r = u.ret.unwrap();
+    assert_eq!(r.fetches[0].src, SRC_RET);
+    assert_eq!(
+        (
+            r.fetches[1].offsets[0],
+            r.fetches[2].offsets[0],
+            r.fetches[3].offsets[0]
+        ),
+        (32, 24, 16)
+    );
+}
+
+#[test]
+fn vm_pgoff_moved_between_kernels() {
+    for (k, pgoff) in [(K612, 120), (K73, 80)] {
+        let p = plan_for(k);
+        let m = probe(&p, "uverbs_mmap");
+        let f = m.entry.fetches;
+        // vma is the 2nd parameter of ib_uverbs_mmap(filp, vma).
+        assert_eq!(f[0].src, SRC_ARG0 + 1, "{k}");
+        assert_eq!(
+            [f[0].offsets[0], f[1].offsets[0], f[2].offsets[0]],
+            [0, 8, pgoff],
+            "{k}: start/end/pgoff"
+        );
+        assert_eq!(
+            [f[3].offsets[0], f[4].offsets[0]],
+            [32, 24],
+            "{k}: vm_flags / vm_page_prot"
+        );
+        assert!(f.iter().take(5).all(|x| x.size == 8 && x.hops == 1), "{k}");
+    }
+}
+
+#[test]
+fn reg_user_mr_udata_moved_to_the_seventh_parameter() {
+    for (k, udata_arg) in [(K612, 5), (K73, 6)] {
+        let p = plan_for(k);
+        for id in ["rxe_reg_mr", "mlx5_reg_mr"] {
+            let m = probe(&p, id);
+            let f = m.entry.fetches;
+            assert_eq!(f[4].src, SRC_ARG0 + udata_arg, "{k} {id}: udata");
+            // start, length, iova, access stay 2nd..5th.
+            assert_eq!(
+                [f[0].src, f[1].src, f[2].src, f[3].src],
+                [SRC_ARG0 + 1, SRC_ARG0 + 2, SRC_ARG0 + 3, SRC_ARG0 + 4]
+            );
+            assert_eq!(f[3].size, 4, "{k} {id}: access is an int");
+            // The returned ib_mr: lkey at 16, rkey at 20.
+            let r = m.ret.unwrap().fetches;
+            assert_eq!([r[1].offsets[0], r[2].offsets[0]], [16, 20]);
+            assert_eq!([r[1].size, r[2].size], [4, 4]);
+        }
+    }
+}
+
+#[test]
+fn completion_handler_reaches_the_cq_user_handle() {
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        let c = probe(&p, "comp_handler");
+        let h = c.entry.fetches[1];
+        // cq->uobject (offset 8) → ib_ucq_object.uevent.uobject.user_handle (offset 0), 8 bytes.
+        assert_eq!(
+            (h.src, h.hops, h.offsets[0], h.offsets[1], h.size),
+            (SRC_ARG0, 2, 8, 0, 8),
+            "{k}"
+        );
+        assert!(c.entry.stack == 1);
+    }
+}
+
+#[test]
+fn mmap_io_reads_pfn_size_and_prot_by_value() {
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        let f = probe(&p, "mmap_io").entry.fetches;
+        // rdma_user_mmap_io(ucontext, vma, pfn, size, prot, entry)
+        assert_eq!(
+            [f[1].src, f[2].src, f[3].src],
+            [SRC_ARG0 + 2, SRC_ARG0 + 3, SRC_ARG0 + 4],
+            "{k}"
+        );
+        assert_eq!(
+            (f[3].hops, f[3].size),
+            (0, 8),
+            "{k}: pgprot_t is 8 bytes by value"
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! Real eBPF on this machine's own kernel (needs root): every program passes the
+//! verifier, the syscall tracepoints deliver this process's own calls with the right
+//! arguments, and forced ring-buffer loss is counted exactly.
+
+use rdma_trace::attach::Loaded;
+use rdma_trace::decode::{Raw, decode};
+use rdma_trace::{kernel, syscalls};
+use rdma_trace_common::{CNT_HITS, CNT_RINGBUF_FULL, COUNTERS, MAX_SLOTS, SITE_SYS_ENTER, SITE_SYS_EXIT};
+
+fn require_root() {
+    if let Err(msg) = rdma_trace::privilege::check() {
+        panic!("this test loads eBPF programs: {msg}");
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn ring_records(loaded: &mut Loaded) -> Vec<Raw> {
+    let mut ring = rdma_trace::source::Ring::new(loaded.take_ring().expect("ring"));
+    let mut out = Vec::new();
+    ring.drain(|b| out.push(decode(b).expect("every record decodes")));
+    out
+}
+
+#[test]
+fn every_program_passes_the_verifier() {
+    require_root();
+    let mut loaded = Loaded::new(1 << 16).expect("object loads");
+    let names = loaded.program_names();
+    // 16 kprobe + 16 kretprobe slots, 2 tracepoint slots, 2 syscall tracepoints.
+    assert_eq!(names.len(), 2 * MAX_SLOTS + 4, "programs: {names:?}");
+    let mut failures = Vec::new();
+    for n in &names {
+        if let Err(e) = loaded.load_program(n) {
+            failures.push(format!("{n}: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "verifier rejected:\n{}",
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn syscall_tracepoints_see_this_threads_calls() {
+    require_root();
+    kernel::ensure_tracefs().expect("tracefs");
+    let mut loaded = Loaded::new(1 << 20).expect("object loads");
+    loaded
+        .attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs())
+        .expect("attach");
+    let tid = gettid();
+    let pid = std::process::id();
+    let len = 3 * 4096usize;
+    let mut pipe = [0i32; 2];
+    // SAFETY: plain syscalls on memory and fds this test owns.
+    let (addr, rfd, wfd, epfd) = unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        let epfd = libc::epoll_create1(0);
+        assert!(epfd >= 0);
+        loaded.watch(tid).expect("watch");
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED);
+        libc::madvise(addr, len, libc::MADV_DONTNEED);
+        assert_eq!(libc::write(pipe[1], b"doorbel".as_ptr().cast(), 7), 7);
+        let mut n: libc::c_int = 0;
+        libc::ioctl(pipe[0], libc::FIONREAD, &mut n);
+        let mut pfd = libc::pollfd {
+            fd: pipe[0],
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        libc::poll(&mut pfd, 1, 0);
+        let mut buf = [0u8; 16];
+        assert_eq!(libc::read(pipe[0], buf.as_mut_ptr().cast(), 7), 7);
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 1];
+        libc::epoll_wait(epfd, evs.as_mut_ptr(), 1, 0);
+        libc::munmap(addr, len);
+        loaded.unwatch(tid).expect("unwatch");
+        (addr as u64, pipe[0] as u64, pipe[1] as u64, epfd as u64)
+    };
+    let recs = ring_records(&mut loaded);
+    let enters: Vec<(&str, [u64; 6])> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Raw::Syscall {
+                hdr,
+                is_exit: false,
+                nr,
+                args,
+            } => {
+                assert_eq!((hdr.tgid, hdr.tid), (pid, tid), "only this thread is watched");
+                Some((syscalls::by_nr(*nr).expect("a watched syscall").name, *args))
+            }
+            _ => None,
+        })
+        .collect();
+    let find = |name: &str| {
+        enters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+            .unwrap_or_else(|| panic!("no {name} in {enters:?}"))
+    };
+    let mmap = find("mmap");
+    assert_eq!(
+        (mmap[1], mmap[2]),
+        (len as u64, (libc::PROT_READ | libc::PROT_WRITE) as u64)
+    );
+    assert_eq!(
+        find("madvise")[..3],
+        [addr, len as u64, libc::MADV_DONTNEED as u64]
+    );
+    assert_eq!(find("munmap")[..2], [addr, len as u64]);
+    assert_eq!((find("write")[0], find("write")[2]), (wfd, 7));
+    assert_eq!((find("read")[0], find("read")[2]), (rfd, 7));
+    assert_eq!(find("ioctl")[..2], [rfd, libc::FIONREAD]);
+    assert_eq!((find("poll")[1], find("poll")[2]), (1, 0));
+    assert_eq!((find("epoll_wait")[0], find("epoll_wait")[2]), (epfd, 1));
+    // Exit records carry return values: the mmap's is the address the call returned.
+    let mmap_ret = recs.iter().find_map(|r| match r {
+        Raw::Syscall {
+            is_exit: true,
+            nr,
+            args,
+            ..
+        } if *nr == libc::SYS_mmap as u64 => Some(args[0]),
+        _ => None,
+    });
+    assert_eq!(mmap_ret, Some(addr));
+    // SAFETY: closing fds this test opened.
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+        libc::close(epfd as i32);
+    }
+}
+
+#[test]
+fn forced_ring_loss_is_counted_exactly() {
+    require_root();
+    kernel::ensure_tracefs().expect("tracefs");
+    // One page of ring: about 39 syscall records fit; the consumer reads nothing until
+    // the producer is done.
+    let mut loaded = Loaded::new(4096).expect("object loads");
+    loaded
+        .attach_syscalls(
+            syscalls::system_layout().expect("layout"),
+            &[libc::SYS_madvise as u32],
+        )
+        .expect("attach");
+    let tid = gettid();
+    const CALLS: u64 = 1000;
+    // SAFETY: madvise on a mapping this test owns.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED);
+        loaded.watch(tid).expect("watch");
+        for _ in 0..CALLS {
+            libc::madvise(addr, 4096, libc::MADV_NORMAL);
+        }
+        loaded.unwatch(tid).expect("unwatch");
+        libc::munmap(addr, 4096);
+    }
+    let produced = 2 * CALLS; // one enter and one exit record per call
+    let c = loaded.counters().expect("counters");
+    let hits = c[SITE_SYS_ENTER * COUNTERS + CNT_HITS] + c[SITE_SYS_EXIT * COUNTERS + CNT_HITS];
+    let lost =
+        c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
+    let delivered = ring_records(&mut loaded).len() as u64;
+    assert_eq!(hits, produced, "every call was seen");
+    assert!(
+        lost > 0 && delivered > 0,
+        "a one-page ring must both deliver and drop (delivered {delivered}, lost {lost})"
+    );
+    assert_eq!(lost, produced - delivered, "the drop count is exact");
+    let stats = rdma_trace::stats::per_site(&Default::default(), &c);
+    let shown: u64 = stats.iter().map(|s| s.lost()).sum();
+    assert_eq!(shown, lost, "what the user is shown equals what was lost");
+}
