@@ -115,12 +115,16 @@ const VMA_FIELDS: [Field; 5] = [
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
 ];
 const RET_CODE: [Field; 1] = [f("ret", Ret, "", Errno)];
-const REG_MR_ENTRY: [Field; 5] = [
+const REG_MR_ENTRY: [Field; 7] = [
     f("start", Param("start"), "", Hex),
     f("length", Param("length"), "", Dec),
     f("iova", Param("iova"), "", Hex),
     f("access", Param("access|access_flags"), "", Access),
+    // The 6th parameter on 6.12, the 7th (read from the stack) on 7.x.
     f("udata", Param("udata"), "", Hex),
+    // Driver-private command/response bytes the provider library sent.
+    f("udata_inlen", Param("udata"), "inlen", Dec),
+    f("udata_outlen", Param("udata"), "outlen", Dec),
 ];
 // The core fills ib_mr.iova/length only after the driver returns, so they are not read here.
 const REG_MR_RET: [Field; 3] = [
@@ -282,25 +286,6 @@ pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
     CATALOG.iter().find(|p| p.id == id)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_unique_and_fit_the_slots() {
-        let mut ids: Vec<_> = CATALOG.iter().map(|p| p.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), CATALOG.len());
-        assert!(CATALOG.len() <= rdma_trace_common::MAX_SLOTS);
-        for p in CATALOG {
-            assert!(p.entry.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
-            assert!(p.ret.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
-            assert!(!p.symbols.is_empty(), "{}", p.id);
-        }
-    }
-}
-
 /// docs/probes.md, generated from the catalog (a test keeps the file in step).
 pub fn markdown() -> String {
     let mut s = String::from(
@@ -359,4 +344,23 @@ pub fn markdown() -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_fit_the_slots() {
+        let mut ids: Vec<_> = CATALOG.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), CATALOG.len());
+        assert!(CATALOG.len() <= rdma_trace_common::MAX_SLOTS);
+        for p in CATALOG {
+            assert!(p.entry.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
+            assert!(p.ret.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
+            assert!(!p.symbols.is_empty(), "{}", p.id);
+        }
+    }
 }

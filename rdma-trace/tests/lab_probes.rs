@@ -1,0 +1,569 @@
+//! The probes on a real kernel RDMA stack (soft-RoCE in the lab guest, both kernels).
+//!
+//! One traced session runs real workloads nobody here wrote (ib_write_bw, ibv_rc_pingpong -e,
+//! rping) with rdma-trace and bpftrace attached side by side, sampling independent sources
+//! while the MRs live (`rdma res show mr`, /proc/<pid>/maps, /proc/<pid>/status). The tests
+//! below each check one claim against that session.
+
+mod common;
+
+use common::*;
+use rdma_trace::event::{Event, EventKind, ExecContext, parse_jsonl};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const SERVER_IP: &str = "10.0.0.1";
+
+/// What a workload process showed while it ran.
+#[derive(Debug, Default)]
+struct Sample {
+    /// CLOCK_MONOTONIC when sampled.
+    ts_ns: u64,
+    maps: String,
+    vmpin_kb: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    events: Vec<Event>,
+    tracer_stderr: String,
+    bpftrace_out: String,
+    /// pid → local (RKey, VAddr) printed by ib_write_bw.
+    write_bw: HashMap<u32, (u64, u64)>,
+    /// `rdma -j res show mr` taken while ib_write_bw's MRs lived.
+    rdma_res_mr: String,
+    samples: HashMap<u32, Sample>,
+    /// pids of every workload process.
+    workload_pids: HashSet<u32>,
+    dir: PathBuf,
+}
+
+fn write_bw_local(out: &str) -> Option<(u64, u64)> {
+    let line = out.lines().find(|l| l.contains("local address:"))?;
+    let tok: Vec<&str> = line.split_whitespace().collect();
+    let after = |k: &str| {
+        let i = tok.iter().position(|t| *t == k)?;
+        u64::from_str_radix(tok.get(i + 1)?.trim_start_matches("0x"), 16).ok()
+    };
+    Some((after("RKey")?, after("VAddr")?))
+}
+
+fn sample(pid: u32) -> Sample {
+    let ts_ns = monotonic_ns();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let vmpin_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPin:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
+    Sample {
+        ts_ns,
+        maps,
+        vmpin_kb,
+    }
+}
+
+/// Runs a server, then a client a second later (spawned directly: their pids are the
+/// workloads' own; `wait_timeout` bounds them).
+fn pair(dir: &std::path::Path, name: &str, server: &[&str], client: &[&str]) -> (Child, Child) {
+    let s = spawn_logged(server[0], &server[1..], &dir.join(format!("{name}-server.log")));
+    std::thread::sleep(Duration::from_secs(1));
+    let c = spawn_logged(client[0], &client[1..], &dir.join(format!("{name}-client.log")));
+    (s, c)
+}
+
+fn finish(mut s: Child, mut c: Child, what: &str) {
+    let cs = wait_timeout(&mut c, 90);
+    let ss = wait_timeout(&mut s, 30);
+    assert!(cs.success() && ss.success(), "{what}: client {cs}, server {ss}");
+}
+
+/// Names of the bpftrace counters, per probe id.
+const BT_COUNTERS: [(&str, &str); 7] = [
+    ("umem_get", "umem"),
+    ("rxe_reg_mr", "reg"),
+    ("uverbs_mmap", "mmap"),
+    ("rxe_mmap", "rxe_mmap"),
+    ("comp_handler", "comp"),
+    ("umem_release", "release"),
+    ("mr_dereg", "dereg"),
+];
+
+/// One counter per probe. Each is created in BEGIN (and that one count subtracted when
+/// comparing): bpftrace's per-CPU count() maps otherwise lose the first hit when two CPUs
+/// insert the same new key at once (map_update_elem -EEXIST, seen with ib_write_bw's two
+/// simultaneous registrations).
+fn bpftrace_script() -> String {
+    let umem = umem_symbol();
+    let mut probes = vec![
+        format!("kprobe:{umem}"),
+        "kprobe:rxe_reg_user_mr".to_string(),
+        "kprobe:ib_uverbs_mmap".to_string(),
+        "kprobe:rxe_mmap".to_string(),
+        "kprobe:ib_uverbs_comp_handler".to_string(),
+        "kprobe:ib_umem_release".to_string(),
+    ];
+    if std::path::Path::new("/sys/kernel/tracing/events/rdma_core/mr_dereg").exists() {
+        probes.push("tracepoint:rdma_core:mr_dereg".into());
+    }
+    let mut s = String::from("BEGIN {\n");
+    for (_, c) in BT_COUNTERS.iter().take(probes.len()) {
+        s.push_str(&format!("  @{c} = count();\n"));
+    }
+    s.push_str("  printf(\"ready\\n\");\n}\n");
+    for (p, (_, c)) in probes.iter().zip(BT_COUNTERS) {
+        s.push_str(&format!("{p} {{ @{c} = count(); }}\n"));
+    }
+    s.push_str(
+        "uretprobe:/usr/lib/x86_64-linux-gnu/libibverbs.so.1:ibv_create_cq { printf(\"create_cq pid=%d cq=0x%lx\\n\", pid, retval); }\n",
+    );
+    s
+}
+
+fn run_session() -> Session {
+    let dir = out_dir("session");
+    let mut sess = Session {
+        dir: dir.clone(),
+        ..Default::default()
+    };
+    let capture = dir.join("capture.jsonl");
+    let tr_err = dir.join("rdma-trace.stderr");
+    let t0 = Instant::now();
+    let mut tracer = std::process::Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(&capture)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&tr_err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 120).expect("rdma-trace attaches");
+    let attach_s = t0.elapsed().as_secs_f64();
+    std::fs::write("/tmp/counts.bt", bpftrace_script()).unwrap();
+    let bt_out = dir.join("bpftrace.out");
+    let t1 = Instant::now();
+    let mut bt = spawn_logged("bpftrace", &["/tmp/counts.bt"], &bt_out);
+    wait_for(&bt_out, "ready", &mut bt, 120).expect("bpftrace attaches");
+    let bt_s = t1.elapsed().as_secs_f64();
+    std::fs::write(
+        dir.join("attach-times.txt"),
+        format!("rdma-trace {attach_s:.1} s\nbpftrace {bt_s:.1} s\n"),
+    )
+    .unwrap();
+
+    // 1. ib_write_bw: sample independent sources while its MRs are registered.
+    let (s, c) = pair(
+        &dir,
+        "ib_write_bw",
+        &["ib_write_bw", "-d", "rxe0", "-x", "1", "-D", "4"],
+        &["ib_write_bw", "-d", "rxe0", "-x", "1", "-D", "4", SERVER_IP],
+    );
+    let (spid, cpid) = (s.id(), c.id());
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let res = run_output("rdma", &["-j", "res", "show", "mr"]);
+        let both = [spid, cpid].iter().all(|p| res.contains(&format!("\"pid\":{p}")));
+        if both {
+            sess.samples.insert(spid, sample(spid));
+            sess.samples.insert(cpid, sample(cpid));
+            sess.rdma_res_mr = res;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    finish(s, c, "ib_write_bw");
+    for (pid, who) in [(spid, "server"), (cpid, "client")] {
+        let out = std::fs::read_to_string(dir.join(format!("ib_write_bw-{who}.log"))).unwrap();
+        let local = write_bw_local(&out)
+            .unwrap_or_else(|| panic!("ib_write_bw {who} printed no local address:\n{out}"));
+        sess.write_bw.insert(pid, local);
+    }
+    sess.workload_pids.extend([spid, cpid]);
+
+    // 2. ibv_rc_pingpong with completion events; 3. rping (rdma_cm, CQ events).
+    let (s, c) = pair(
+        &dir,
+        "rc_pingpong",
+        &["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "50"],
+        &[
+            "ibv_rc_pingpong",
+            "-e",
+            "-d",
+            "rxe0",
+            "-g",
+            "1",
+            "-n",
+            "50",
+            SERVER_IP,
+        ],
+    );
+    sess.workload_pids.extend([s.id(), c.id()]);
+    finish(s, c, "ibv_rc_pingpong -e");
+    let (s, c) = pair(
+        &dir,
+        "rping",
+        &["rping", "-s", "-a", SERVER_IP, "-C", "10"],
+        &["rping", "-c", "-a", SERVER_IP, "-C", "10"],
+    );
+    sess.workload_pids.extend([s.id(), c.id()]);
+    finish(s, c, "rping");
+
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt(&tracer);
+    let st = wait_timeout(&mut tracer, 60);
+    assert!(st.success(), "rdma-trace exit: {st}");
+    interrupt(&bt);
+    wait_timeout(&mut bt, 60);
+    sess.tracer_stderr = std::fs::read_to_string(&tr_err).unwrap();
+    sess.bpftrace_out = std::fs::read_to_string(&bt_out).unwrap();
+    std::fs::write(dir.join("rdma-res-mr.json"), &sess.rdma_res_mr).unwrap();
+    let text = std::fs::read_to_string(&capture).expect("capture written");
+    sess.events = parse_jsonl(&text).expect("capture parses");
+    sess
+}
+
+fn session() -> &'static Session {
+    static S: OnceLock<Session> = OnceLock::new();
+    S.get_or_init(run_session)
+}
+
+fn entries<'a>(s: &'a Session, name: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+    s.events
+        .iter()
+        .filter(move |e| e.name == name && e.kind == EventKind::Entry)
+}
+
+/// Each entry with the next return of the same probe on the same thread.
+fn calls<'a>(s: &'a Session, name: &str) -> Vec<(&'a Event, &'a Event)> {
+    let mut out = Vec::new();
+    for (i, e) in s.events.iter().enumerate() {
+        if e.name == name && e.kind == EventKind::Entry {
+            let ret = s.events[i + 1..]
+                .iter()
+                .find(|r| r.name == name && r.kind == EventKind::Return && r.tid == e.tid)
+                .unwrap_or_else(|| panic!("{name} entry at {} has no return", e.ts_ns));
+            out.push((e, ret));
+        }
+    }
+    out
+}
+
+/// bpftrace's counts per probe id (minus the one count each counter got in BEGIN).
+fn bpftrace_counts(s: &Session) -> BTreeMap<String, u64> {
+    let printed: HashMap<&str, u64> = s
+        .bpftrace_out
+        .lines()
+        .filter_map(|l| {
+            let (name, n) = l.strip_prefix('@')?.split_once(": ")?;
+            Some((name, n.trim().parse().ok()?))
+        })
+        .collect();
+    BT_COUNTERS
+        .iter()
+        .filter_map(|(id, c)| Some((id.to_string(), printed.get(c)?.checked_sub(1)?)))
+        .collect()
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_plan_attaches_every_probe() {
+    let out = run_output(tracer_bin().to_str().unwrap(), &["probes"]);
+    std::fs::write(out_dir("session").join("probes.txt"), &out).unwrap();
+    for spec in rdma_trace::catalog::CATALOG {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(spec.id))
+            .unwrap_or_else(|| panic!("{} missing from `rdma-trace probes`:\n{out}", spec.id));
+        assert!(line.contains("attached"), "{} not attached: {line}", spec.id);
+        if spec.hardware_only {
+            assert!(
+                line.contains("hardware NIC"),
+                "{} not labelled hardware-only: {line}",
+                spec.id
+            );
+        }
+    }
+    let umem = umem_symbol();
+    assert!(
+        out.lines().any(|l| l.starts_with("umem_get") && l.contains(umem)),
+        "umem_get on {umem}:\n{out}"
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_counts_equal_bpftrace_with_no_loss() {
+    let s = session();
+    let bt = bpftrace_counts(s);
+    let mut report = String::new();
+    let mut equal = true;
+    for (id, _) in BT_COUNTERS {
+        let ours = entries(s, id).count() as u64;
+        let theirs = bt.get(id).copied();
+        report.push_str(&format!("{id:<14} rdma-trace {ours:>6}  bpftrace {theirs:>6?}\n"));
+        equal &= theirs == Some(ours);
+    }
+    std::fs::write(s.dir.join("counts.txt"), &report).unwrap();
+    assert!(
+        equal,
+        "counts differ:\n{report}\nbpftrace said:\n{}",
+        s.bpftrace_out
+    );
+    for id in [
+        "umem_get",
+        "rxe_reg_mr",
+        "uverbs_mmap",
+        "rxe_mmap",
+        "comp_handler",
+        "umem_release",
+    ] {
+        assert!(entries(s, id).count() > 0, "{id} never fired:\n{report}");
+    }
+    assert!(
+        s.tracer_stderr.contains(" 0 lost (ring buffer full)"),
+        "rdma-trace reported loss:\n{}",
+        s.tracer_stderr
+    );
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_write_bw_rkey_and_vaddr_match_reg_mr_and_umem() {
+    let s = session();
+    let regs = calls(s, "rxe_reg_mr");
+    let umems = calls(s, "umem_get");
+    for (pid, (rkey, vaddr)) in &s.write_bw {
+        let (entry, ret) = regs
+            .iter()
+            .find(|(e, _)| {
+                e.pid == *pid
+                    && (e.field("start").unwrap()..e.field("start").unwrap() + e.field("length").unwrap())
+                        .contains(vaddr)
+            })
+            .unwrap_or_else(|| panic!("no reg_mr of pid {pid} covers VAddr {vaddr:#x}"));
+        assert_eq!(
+            ret.field("rkey"),
+            Some(*rkey),
+            "pid {pid}: rkey printed by ib_write_bw"
+        );
+        let (start, len) = (entry.field("start").unwrap(), entry.field("length").unwrap());
+        let (ue, ur) = umems
+            .iter()
+            .find(|(e, _)| e.pid == *pid && e.field("addr") == Some(start))
+            .unwrap_or_else(|| panic!("no umem pin of pid {pid} at {start:#x}"));
+        assert_eq!(ue.field("size"), Some(len), "umem size = MR length");
+        assert!(
+            ue.ts_ns > entry.ts_ns && ur.ts_ns < ret.ts_ns,
+            "the pin happens inside reg_mr"
+        );
+        assert_eq!(
+            (ur.field("umem_address"), ur.field("umem_length")),
+            (Some(start), Some(len))
+        );
+        assert!(ur.latency_ns.is_some_and(|l| l > 0), "pin latency measured");
+        assert_eq!(
+            ur.field("pages"),
+            Some(rdma_trace::correlate::pages_spanned(start, len))
+        );
+    }
+}
+
+fn json_u64(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_str()
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    })
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_reg_mr_matches_rdma_res_show_mr() {
+    let s = session();
+    assert!(
+        !s.rdma_res_mr.is_empty(),
+        "rdma res show mr was never sampled with both ib_write_bw MRs"
+    );
+    let res: serde_json::Value = serde_json::from_str(&s.rdma_res_mr).expect("rdma -j output");
+    let regs = calls(s, "rxe_reg_mr");
+    let mut checked = 0;
+    for mr in res.as_array().expect("a JSON array") {
+        let Some(pid) = mr.get("pid").and_then(json_u64) else {
+            continue;
+        };
+        if !s.write_bw.contains_key(&(pid as u32)) {
+            continue;
+        }
+        let (lkey, rkey, len) = (
+            mr.get("lkey").and_then(json_u64),
+            mr.get("rkey").and_then(json_u64),
+            mr.get("mrlen").and_then(json_u64),
+        );
+        let found = regs.iter().any(|(e, r)| {
+            u64::from(e.pid) == pid
+                && r.field("lkey") == lkey
+                && r.field("rkey") == rkey
+                && e.field("length") == len
+        });
+        assert!(found, "rdma res mr {mr} has no matching reg_mr event");
+        checked += 1;
+    }
+    assert!(checked >= 2, "expected ib_write_bw's MRs in:\n{}", s.rdma_res_mr);
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_uverbs_mappings_match_proc_maps() {
+    let s = session();
+    assert!(!s.samples.is_empty(), "no /proc samples were taken");
+    for (pid, smp) in &s.samples {
+        let maps: Vec<(u64, u64)> = smp
+            .maps
+            .lines()
+            .filter(|l| l.contains("/dev/infiniband/uverbs"))
+            .filter_map(|l| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+            })
+            .collect();
+        assert!(
+            !maps.is_empty(),
+            "pid {pid} has no uverbs mappings:\n{}",
+            smp.maps
+        );
+        let vmas: HashSet<(u64, u64)> = entries(s, "uverbs_mmap")
+            .filter(|e| e.pid == *pid && e.ts_ns < smp.ts_ns)
+            .map(|e| (e.field("vm_start").unwrap(), e.field("vm_end").unwrap()))
+            .collect();
+        for m in &maps {
+            assert!(
+                vmas.contains(m),
+                "pid {pid}: mapping {:#x}-{:#x} not seen by ib_uverbs_mmap {vmas:x?}",
+                m.0,
+                m.1
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_pinned_pages_match_vmpin() {
+    let s = session();
+    let pins = calls(s, "umem_get");
+    for (pid, smp) in &s.samples {
+        let live: u64 = pins
+            .iter()
+            .filter(|(e, r)| e.pid == *pid && r.ts_ns < smp.ts_ns && r.field("umem").is_some())
+            .filter(|(_, r)| {
+                let umem = r.field("umem");
+                !entries(s, "umem_release").any(|x| x.field("umem") == umem && x.ts_ns < smp.ts_ns)
+            })
+            .map(|(_, r)| r.field("pages").unwrap())
+            .sum();
+        assert_eq!(
+            smp.vmpin_kb,
+            Some(live * 4),
+            "pid {pid}: VmPin vs pages pinned by live umems"
+        );
+        assert!(live > 0);
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_completions_join_the_workloads_cqs() {
+    let s = session();
+    let created: HashSet<u64> = s
+        .bpftrace_out
+        .lines()
+        .filter_map(|l| l.split("cq=0x").nth(1))
+        .filter_map(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .collect();
+    assert!(
+        !created.is_empty(),
+        "bpftrace saw no ibv_create_cq return:\n{}",
+        s.bpftrace_out
+    );
+    let comps: Vec<&Event> = entries(s, "comp_handler").collect();
+    assert!(!comps.is_empty());
+    for c in &comps {
+        let h = c.field("cq_user_handle").expect("cq_user_handle read");
+        assert!(
+            created.contains(&h),
+            "completion on CQ handle {h:#x}, not one the workloads created: {created:x?}"
+        );
+        assert_eq!(
+            c.context,
+            Some(ExecContext::Kworker),
+            "rxe completes in a kworker: {c:?}"
+        );
+        assert!(
+            !s.workload_pids.contains(&c.pid),
+            "completions never run in the workload's pid"
+        );
+        assert!(
+            c.stack
+                .first()
+                .is_some_and(|f| f.starts_with("ib_uverbs_comp_handler")),
+            "stack: {:?}",
+            c.stack
+        );
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_udata_read_at_its_btf_position() {
+    // udata is the 6th parameter of rxe_reg_user_mr on 6.12 and the 7th (on the stack) on
+    // 7.x. rdma-core's rxe provider sends no driver-private bytes with reg_mr, so a correctly
+    // read udata is a kernel pointer to an ib_udata with inlen = outlen = 0.
+    let s = session();
+    let regs: Vec<&Event> = entries(s, "rxe_reg_mr").collect();
+    assert!(!regs.is_empty());
+    for e in regs {
+        assert!(e.unreadable.is_empty() && e.not_followed.is_empty(), "{e:?}");
+        let udata = e.field("udata").unwrap();
+        // Kernel half of the address space (5-level paging puts it at 0xff00…).
+        assert!(
+            udata >= 0xff00_0000_0000_0000,
+            "udata {udata:#x} is not a kernel pointer"
+        );
+        assert_eq!(
+            (e.field("udata_inlen"), e.field("udata_outlen")),
+            (Some(0), Some(0)),
+            "{e:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_control_path_stacks() {
+    let s = session();
+    let umem = umem_symbol();
+    let reg = entries(s, "umem_get").next().expect("a umem pin");
+    assert!(
+        reg.stack.first().is_some_and(|f| f.starts_with(umem)),
+        "{:?}",
+        reg.stack
+    );
+    assert!(
+        reg.stack.iter().any(|f| f.starts_with("rxe_reg_user_mr")),
+        "{:?}",
+        reg.stack
+    );
+    assert!(
+        reg.stack
+            .iter()
+            .any(|f| f.starts_with("ib_uverbs_ioctl") || f.starts_with("ib_uverbs_write"))
+    );
+    let mm = entries(s, "rxe_mmap").next().expect("an rxe mmap");
+    assert!(
+        mm.stack.iter().any(|f| f.starts_with("ib_uverbs_mmap")),
+        "{:?}",
+        mm.stack
+    );
+    assert_eq!(mm.context, Some(ExecContext::Process));
+}
