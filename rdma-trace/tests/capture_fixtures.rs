@@ -1,0 +1,114 @@
+//! The pipeline after decode, on captures recorded in the lab (both kernels): parsing,
+//! pairing, rendering, the replay command, and corrupt input.
+
+use rdma_trace::event::{Event, EventKind, parse_jsonl};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lab")
+        .join(name)
+}
+
+fn load(name: &str) -> Vec<Event> {
+    parse_jsonl(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
+}
+
+#[test]
+fn captures_parse_and_every_return_has_its_entry() {
+    for f in ["session-6.12.jsonl", "session-7.3.jsonl"] {
+        let evs = load(f);
+        assert!(evs.len() > 500, "{f}: {}", evs.len());
+        let mut open: std::collections::HashMap<(u32, &str), i64> = Default::default();
+        for e in &evs {
+            let k = open.entry((e.tid, e.name.as_str())).or_default();
+            match e.kind {
+                EventKind::Entry if e.symbol.as_deref() != Some("mr_dereg") => *k += 1,
+                EventKind::Return => {
+                    *k -= 1;
+                    assert!(*k >= 0, "{f}: return without entry: {e:?}");
+                    assert!(e.latency_ns.is_some(), "{f}: return without latency: {e:?}");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn text_lines_name_the_rdma_values() {
+    let evs = load("session-7.3.jsonl");
+    let ret = evs
+        .iter()
+        .find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return)
+        .unwrap();
+    let line = rdma_trace::sink::text::line(ret);
+    let lkey = ret.field("lkey").unwrap();
+    assert!(line.contains(&format!("lkey={lkey:#x}")), "{line}");
+    assert!(line.contains("took="), "{line}");
+    let entry = evs
+        .iter()
+        .find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Entry)
+        .unwrap();
+    let line = rdma_trace::sink::text::line(entry);
+    assert!(
+        line.contains("access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"),
+        "{line}"
+    );
+    let comp = evs.iter().find(|e| e.name == "comp_handler").unwrap();
+    assert!(rdma_trace::sink::text::line(comp).contains("ctx=kworker"));
+}
+
+/// The text stream of the first events of the 7.3 session, byte for byte.
+#[test]
+fn text_stream_golden() {
+    let evs = load("session-7.3.jsonl");
+    let text: String = evs
+        .iter()
+        .take(60)
+        .map(|e| rdma_trace::sink::text::line(e) + "\n")
+        .collect();
+    let golden = fixture("session-7.3.head.txt");
+    if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
+        std::fs::write(&golden, &text).unwrap();
+    }
+    assert_eq!(
+        text,
+        std::fs::read_to_string(&golden).unwrap_or_default(),
+        "RDMA_TRACE_BLESS=1 to accept"
+    );
+}
+
+#[test]
+fn replay_prints_every_event() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
+        .args(["replay"])
+        .arg(fixture("session-6.12.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(lines, load("session-6.12.jsonl").len());
+}
+
+#[test]
+fn corrupt_capture_names_the_line() {
+    let good = std::fs::read_to_string(fixture("session-6.12.jsonl")).unwrap();
+    let mut lines: Vec<&str> = good.lines().take(10).collect();
+    lines[6] = "{\"v\":0,\"ts_ns\":12,\"kind\":\"entr";
+    let dir = std::env::temp_dir().join(format!("rdma-trace-corrupt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.jsonl");
+    std::fs::write(&p, lines.join("\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
+        .arg("replay")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("line 7"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}
