@@ -15,11 +15,17 @@ pub const MAX_HOPS: usize = 3;
 /// Kernel stack frames kept per control-path event.
 pub const MAX_STACK: usize = 32;
 
+/// User-space probe slots (uprobes on libibverbs), numbered after the kernel slots:
+/// slot ids `MAX_SLOTS..TOTAL_SLOTS`. One uprobe and one uretprobe program serve them
+/// all; the attach cookie carries the slot id.
+pub const MAX_USER_SLOTS: usize = 8;
+pub const TOTAL_SLOTS: usize = MAX_SLOTS + MAX_USER_SLOTS;
+
 /// Plans and counters are indexed by "site": the entry side of slot `s` is site `s`,
-/// its return side is site `MAX_SLOTS + s`.
-pub const SITES: usize = 2 * MAX_SLOTS;
+/// its return side is site `TOTAL_SLOTS + s`.
+pub const SITES: usize = 2 * TOTAL_SLOTS;
 pub const fn return_site(slot: usize) -> usize {
-    MAX_SLOTS + slot
+    TOTAL_SLOTS + slot
 }
 /// Counter sites after the probe sites: the syscall tracepoints.
 pub const SITE_SYS_ENTER: usize = SITES;
@@ -122,7 +128,9 @@ pub struct SlotPlan {
     pub stack: u8,
     /// 1 when this slot is attached (unattached slots emit nothing).
     pub active: u8,
-    pub _pad: [u8; 5],
+    /// 1 when the pointers followed are user-space addresses (uprobes).
+    pub user: u8,
+    pub _pad: [u8; 4],
 }
 const _: () = assert!(core::mem::size_of::<SlotPlan>() == 16 * MAX_FETCH + 8);
 

@@ -17,9 +17,10 @@ use aya_ebpf::{
     EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, generated::bpf_get_stack,
+        bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_get_stack},
     },
-    macros::{kprobe, kretprobe, map, tracepoint},
+    macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
@@ -98,13 +99,21 @@ fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
 /// ERR_PTR values and NULL are never dereferenced.
 #[inline(always)]
 fn derefable(p: u64) -> bool {
-    p >= 4096 && p < (-4095i64) as u64
+    (4096..(-4095i64) as u64).contains(&p)
 }
 
 #[inline(always)]
-fn read_sized(addr: u64, size: u8) -> Result<u64, i32> {
-    // SAFETY: kernel reads through the helper, which faults safely.
+fn read_sized(addr: u64, size: u8, user: bool) -> Result<u64, i32> {
+    // SAFETY: reads go through the probe-read helpers, which fault safely.
     unsafe {
+        if user {
+            return match size {
+                1 => bpf_probe_read_user(addr as *const u8).map(u64::from),
+                2 => bpf_probe_read_user(addr as *const u16).map(u64::from),
+                4 => bpf_probe_read_user(addr as *const u32).map(u64::from),
+                _ => bpf_probe_read_user(addr as *const u64),
+            };
+        }
         match size {
             1 => bpf_probe_read_kernel(addr as *const u8).map(u64::from),
             2 => bpf_probe_read_kernel(addr as *const u16).map(u64::from),
@@ -121,7 +130,7 @@ enum Fetched {
 }
 
 #[inline(always)]
-fn follow(base: u64, f: &Fetch) -> Fetched {
+fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
     let hops = f.hops as usize;
     if hops == 0 {
         return Fetched::Value(base);
@@ -136,7 +145,7 @@ fn follow(base: u64, f: &Fetch) -> Fetched {
         }
         let at = addr.wrapping_add(f.offsets[h] as u64);
         let size = if h + 1 == hops { f.size } else { 8 };
-        match read_sized(at, size) {
+        match read_sized(at, size, user) {
             Ok(v) => addr = v,
             Err(_) => return Fetched::Failed,
         }
@@ -185,7 +194,7 @@ fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> 
                     continue;
                 }
             };
-            match follow(base, f) {
+            match follow(base, f, plan.user != 0) {
                 Fetched::Value(v) => (*ev).vals[i] = v,
                 Fetched::Skipped(v) => {
                     (*ev).vals[i] = v;
@@ -246,12 +255,34 @@ macro_rules! slots {
     )*};
 }
 
+// Kernel slots 0..14 are kprobes; 14 and 15 are the tracepoint slots below.
 slots!(
     0 kp_0 kr_0, 1 kp_1 kr_1, 2 kp_2 kr_2, 3 kp_3 kr_3, 4 kp_4 kr_4, 5 kp_5 kr_5,
     6 kp_6 kr_6, 7 kp_7 kr_7, 8 kp_8 kr_8, 9 kp_9 kr_9, 10 kp_10 kr_10, 11 kp_11 kr_11,
-    12 kp_12 kr_12, 13 kp_13 kr_13, 14 kp_14 kr_14, 15 kp_15 kr_15,
+    12 kp_12 kr_12, 13 kp_13 kr_13,
 );
 const _: () = assert!(MAX_SLOTS == 16);
+
+/// All user-space probes share these two programs; the attach cookie is the slot id.
+#[uprobe]
+pub fn uprobe_entry(ctx: ProbeContext) -> u32 {
+    // SAFETY: the helper reads the cookie of the link that ran this program.
+    let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
+    if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {
+        on_entry(&ctx, slot);
+    }
+    0
+}
+
+#[uretprobe]
+pub fn uprobe_return(ctx: RetProbeContext) -> u32 {
+    // SAFETY: as above.
+    let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
+    if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {
+        on_return(&ctx, slot);
+    }
+    0
+}
 
 fn on_tracepoint(ctx: &TracePointContext, slot: usize) {
     let base = ctx.as_ptr() as u64;

@@ -3,7 +3,8 @@
 
 use crate::select::{Plan, Planned};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{KProbe, Program, TracePoint};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::{KProbe, Program, TracePoint, UProbe};
 use aya::{Ebpf, EbpfLoader};
 use rdma_trace_common::{COUNTER_ENTRIES, COUNTERS, SlotPlan, SyscallLayout, return_site};
 use std::time::{Duration, Instant};
@@ -72,6 +73,7 @@ impl Loaded {
         let res = match prog {
             Program::KProbe(p) => p.load(),
             Program::TracePoint(p) => p.load(),
+            Program::UProbe(p) => p.load(),
             _ => {
                 return Err(AttachError::NoProgram(format!(
                     "{name} (unexpected program type)"
@@ -127,6 +129,31 @@ impl Loaded {
             })
     }
 
+    fn attach_uprobe(
+        &mut self,
+        prog: &str,
+        path: &std::path::Path,
+        offset: u64,
+        slot: usize,
+    ) -> Result<(), AttachError> {
+        self.load_program(prog)?;
+        let p: &mut UProbe = self
+            .ebpf
+            .program_mut(prog)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(slot as u64),
+        };
+        p.attach(point, path, UProbeScope::AllProcesses)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program {
+                name: prog.into(),
+                source,
+            })
+    }
+
     fn attach_one(&mut self, p: &Planned) -> Result<(), AttachError> {
         self.set_plan(p.slot, &p.entry)?;
         if let Some(ret) = &p.ret {
@@ -141,6 +168,16 @@ impl Loaded {
             }
             crate::catalog::Kind::Tracepoint { category } => {
                 self.attach_tracepoint(&p.entry_program(), category, p.symbol)?;
+            }
+            crate::catalog::Kind::Uprobe { .. } => {
+                let (path, off) = p
+                    .target
+                    .clone()
+                    .ok_or_else(|| AttachError::NoProgram("uprobe without target".into()))?;
+                self.attach_uprobe(&p.entry_program(), &path, off, p.slot)?;
+                if let Some(rp) = p.return_program() {
+                    self.attach_uprobe(&rp, &path, off, p.slot)?;
+                }
             }
         }
         Ok(())

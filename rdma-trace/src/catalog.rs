@@ -17,6 +17,8 @@ pub enum Path {
     Completion,
     /// Releasing pinned memory / deregistering MRs.
     Teardown,
+    /// The verbs call in user space (libibverbs) that set the kernel path off.
+    Verbs,
 }
 
 /// How a probe is attached.
@@ -26,6 +28,9 @@ pub enum Kind {
     Kprobe,
     /// A kernel tracepoint `category:name`, fields read from its format.
     Tracepoint { category: &'static str },
+    /// uprobe at entry, uretprobe at return, on a shared library's function (default
+    /// symbol version).
+    Uprobe { library: &'static str },
 }
 
 /// A symbol alternative and the module whose BTF describes it (`vmlinux` for built-in).
@@ -44,6 +49,10 @@ pub enum Src {
     Ret,
     /// A field of the tracepoint record, by name.
     TpField(&'static str),
+    /// Argument `n` of a user-space function (no BTF there: the C ABI gives positions).
+    UserArg(u8),
+    /// The return value of a user-space function.
+    UserRet,
 }
 
 /// How a value is shown.
@@ -105,7 +114,7 @@ const fn sym(name: &'static str, module: &'static str) -> Symbol {
 }
 
 use Render::*;
-use Src::{Param, Ret, TpField};
+use Src::{Param, Ret, TpField, UserArg, UserRet};
 
 const VMA_FIELDS: [Field; 5] = [
     f("vm_start", Param("vma"), "vm_start", Hex),
@@ -280,7 +289,143 @@ pub static CATALOG: &[ProbeSpec] = &[
         hardware_only: false,
         about: "the rdma_core:mr_dereg tracepoint: an MR is deregistered (restrack id = `rdma res` mrn)",
     },
+    ProbeSpec {
+        id: "ibv_reg_mr",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_reg_mr", LIBIBVERBS)],
+        entry: &[
+            f("addr", UserArg(1), "", Hex),
+            f("length", UserArg(2), "", Dec),
+            f("access", UserArg(3), "", Access),
+        ],
+        ret: &[
+            f("mr", UserRet, "", Hex),
+            f("lkey", UserRet, "ibv_mr.lkey", Hex),
+            f("rkey", UserRet, "ibv_mr.rkey", Hex),
+        ],
+        stack: false,
+        hardware_only: false,
+        about: "the application registers memory (libibverbs ibv_reg_mr)",
+    },
+    ProbeSpec {
+        id: "ibv_reg_mr_iova2",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_reg_mr_iova2", LIBIBVERBS)],
+        entry: &[
+            f("addr", UserArg(1), "", Hex),
+            f("length", UserArg(2), "", Dec),
+            f("iova", UserArg(3), "", Hex),
+            f("access", UserArg(4), "", Access),
+        ],
+        ret: &[
+            f("mr", UserRet, "", Hex),
+            f("lkey", UserRet, "ibv_mr.lkey", Hex),
+            f("rkey", UserRet, "ibv_mr.rkey", Hex),
+        ],
+        stack: false,
+        hardware_only: false,
+        about: "memory registration with an explicit IO virtual address (ibv_reg_mr calls it too)",
+    },
+    ProbeSpec {
+        id: "ibv_dereg_mr",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_dereg_mr", LIBIBVERBS)],
+        entry: &[
+            f("mr", UserArg(0), "", Hex),
+            f("addr", UserArg(0), "ibv_mr.addr", Hex),
+            f("length", UserArg(0), "ibv_mr.length", Dec),
+            f("lkey", UserArg(0), "ibv_mr.lkey", Hex),
+        ],
+        ret: &[f("ret", UserRet, "", Errno)],
+        stack: false,
+        hardware_only: false,
+        about: "the application deregisters an MR (unpins its pages)",
+    },
+    ProbeSpec {
+        id: "ibv_create_comp_channel",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_create_comp_channel", LIBIBVERBS)],
+        entry: &[],
+        ret: &[
+            f("channel", UserRet, "", Hex),
+            f("fd", UserRet, "ibv_comp_channel.fd", Dec),
+        ],
+        stack: false,
+        hardware_only: false,
+        about: "a completion channel: the fd ibv_get_cq_event reads completion events from",
+    },
+    ProbeSpec {
+        id: "ibv_create_cq",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_create_cq", LIBIBVERBS)],
+        entry: &[f("cqe", UserArg(1), "", Dec), f("channel", UserArg(3), "", Hex)],
+        ret: &[f("cq", UserRet, "", Hex), f("cq_cqe", UserRet, "ibv_cq.cqe", Dec)],
+        stack: false,
+        hardware_only: false,
+        about: "a CQ: its `struct ibv_cq *` is the user handle the kernel hands back with completion events",
+    },
+    ProbeSpec {
+        id: "ibv_create_qp",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_create_qp", LIBIBVERBS)],
+        entry: &[],
+        ret: &[
+            f("qp", UserRet, "", Hex),
+            f("qp_num", UserRet, "ibv_qp.qp_num", Hex),
+        ],
+        stack: false,
+        hardware_only: false,
+        about: "a QP: its send/receive queues are mapped into the process (mmap path)",
+    },
+    ProbeSpec {
+        id: "ibv_get_cq_event",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_get_cq_event", LIBIBVERBS)],
+        entry: &[
+            f("channel", UserArg(0), "", Hex),
+            f("fd", UserArg(0), "ibv_comp_channel.fd", Dec),
+        ],
+        ret: &[f("ret", UserRet, "", Errno)],
+        stack: false,
+        hardware_only: false,
+        about: "the application waits for a completion event (a read(2) on the channel fd)",
+    },
 ];
+
+/// Fields of libibverbs' public structs (rdma-core `infiniband/verbs.h`, x86-64 ABI):
+/// user space has no BTF, and these layouts are part of the library's stable ABI.
+/// `(path, offset, size)`; a user field's `path` names one of these.
+pub const USER_ABI: &[(&str, u32, u8)] = &[
+    ("ibv_mr.addr", 16, 8),
+    ("ibv_mr.length", 24, 8),
+    ("ibv_mr.handle", 32, 4),
+    ("ibv_mr.lkey", 36, 4),
+    ("ibv_mr.rkey", 40, 4),
+    ("ibv_cq.handle", 24, 4),
+    ("ibv_cq.cqe", 28, 4),
+    ("ibv_qp.handle", 48, 4),
+    ("ibv_qp.qp_num", 52, 4),
+    ("ibv_comp_channel.fd", 8, 4),
+];
+
+pub fn user_abi(path: &str) -> Option<(u32, u8)> {
+    USER_ABI
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, o, s)| (*o, *s))
+}
+
+const IBV: Kind = Kind::Uprobe {
+    library: "libibverbs.so.1",
+};
+const LIBIBVERBS: &str = "libibverbs.so.1";
 
 pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
     CATALOG.iter().find(|p| p.id == id)
@@ -298,6 +443,7 @@ pub fn markdown() -> String {
         let kind = match p.kind {
             Kind::Kprobe => "kprobe + kretprobe".to_string(),
             Kind::Tracepoint { category } => format!("tracepoint `{category}`"),
+            Kind::Uprobe { library } => format!("uprobe + uretprobe in `{library}` (default symbol version)"),
         };
         let syms: Vec<String> = p
             .symbols
@@ -326,6 +472,8 @@ pub fn markdown() -> String {
                         Src::Param(n) => format!("param `{n}`"),
                         Src::Ret => "return value".into(),
                         Src::TpField(n) => format!("record field `{n}`"),
+                        Src::UserArg(n) => format!("argument {n}"),
+                        Src::UserRet => "return value".into(),
                     };
                     let path = if f.path.is_empty() {
                         String::new()
@@ -356,7 +504,24 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), CATALOG.len());
-        assert!(CATALOG.len() <= rdma_trace_common::MAX_SLOTS);
+        let user = CATALOG
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::Uprobe { .. }))
+            .count();
+        assert!(CATALOG.len() - user <= rdma_trace_common::MAX_SLOTS);
+        assert!(user <= rdma_trace_common::MAX_USER_SLOTS);
+        for p in CATALOG {
+            for f in p.entry.iter().chain(p.ret) {
+                if matches!(f.from, Src::UserArg(_) | Src::UserRet) && !f.path.is_empty() {
+                    assert!(
+                        user_abi(f.path).is_some(),
+                        "{}: no ABI entry for {}",
+                        p.id,
+                        f.path
+                    );
+                }
+            }
+        }
         for p in CATALOG {
             assert!(p.entry.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);
             assert!(p.ret.len() <= rdma_trace_common::MAX_FETCH, "{}", p.id);

@@ -28,6 +28,7 @@ pub fn path_name(p: Path) -> &'static str {
         Path::Mmap => "mmap",
         Path::Completion => "completion",
         Path::Teardown => "teardown",
+        Path::Verbs => "verbs",
     }
 }
 

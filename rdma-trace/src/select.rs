@@ -4,7 +4,11 @@
 use crate::btf::{self, BtfSource};
 use crate::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
 use crate::kernel::{Symbols, TpField};
-use rdma_trace_common::{Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SlotPlan};
+use rdma_trace_common::{
+    Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SlotPlan, TOTAL_SLOTS,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
 
 /// Slots reserved for tracepoint probes (programs `tp_14`, `tp_15`).
 pub const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
@@ -17,8 +21,10 @@ pub struct Planned {
     pub module: String,
     pub slot: usize,
     pub entry: SlotPlan,
-    /// The return plan (kprobes only).
+    /// The return plan (kprobes and uprobes).
     pub ret: Option<SlotPlan>,
+    /// uprobes: the library file and the function's file offset.
+    pub target: Option<(PathBuf, u64)>,
 }
 
 impl Planned {
@@ -26,10 +32,14 @@ impl Planned {
         match self.spec.kind {
             Kind::Kprobe => format!("kp_{}", self.slot),
             Kind::Tracepoint { .. } => format!("tp_{}", self.slot),
+            Kind::Uprobe { .. } => "uprobe_entry".into(),
         }
     }
     pub fn return_program(&self) -> Option<String> {
-        self.ret.map(|_| format!("kr_{}", self.slot))
+        match self.spec.kind {
+            Kind::Uprobe { .. } => self.ret.map(|_| "uprobe_return".into()),
+            _ => self.ret.map(|_| format!("kr_{}", self.slot)),
+        }
     }
 }
 
@@ -51,12 +61,21 @@ impl Plan {
     }
 }
 
-/// What the planner needs to know about the kernel.
+/// A shared library's exported functions (default symbol versions) and their file offsets.
+#[derive(Clone, Debug)]
+pub struct Library {
+    pub path: PathBuf,
+    pub functions: HashMap<String, u64>,
+}
+
+/// What the planner needs to know about the kernel (and the user-space libraries).
 pub struct KernelView<'a> {
     pub symbols: &'a Symbols,
     pub btf: &'a mut BtfSource,
     /// Tracepoint record layout (`None` when the tracepoint does not exist).
     pub tracepoint: &'a dyn Fn(&str, &str) -> Option<Vec<TpField>>,
+    /// Libraries by soname, or why one is unavailable.
+    pub libraries: &'a HashMap<String, Result<Library, String>>,
 }
 
 /// Plans the probes in `wanted` (all of the catalog when empty).
@@ -64,6 +83,7 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
     let mut out = Plan::default();
     let mut next_kprobe_slot = 0usize;
     let mut tp_slots = TP_SLOTS.iter();
+    let mut user_slots = MAX_SLOTS..TOTAL_SLOTS;
     for spec in CATALOG
         .iter()
         .filter(|s| wanted.is_empty() || wanted.contains(&s.id))
@@ -79,6 +99,10 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
             Kind::Tracepoint { category } => match tp_slots.next() {
                 Some(&slot) => plan_tracepoint(k, spec, category, slot),
                 None => Err("no free tracepoint slot".to_string()),
+            },
+            Kind::Uprobe { library } => match user_slots.next() {
+                Some(slot) => plan_uprobe(k, spec, library, slot),
+                None => Err("no free user-space probe slot".to_string()),
             },
         };
         match res {
@@ -136,6 +160,62 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
         slot,
         entry,
         ret: Some(ret),
+        target: None,
+    })
+}
+
+fn plan_uprobe(
+    k: &KernelView<'_>,
+    spec: &'static ProbeSpec,
+    library: &str,
+    slot: usize,
+) -> Result<Planned, String> {
+    let lib = match k.libraries.get(library) {
+        Some(Ok(l)) => l,
+        Some(Err(why)) => return Err(why.clone()),
+        None => return Err(format!("{library} not looked up")),
+    };
+    let Some((sym, off)) = spec
+        .symbols
+        .iter()
+        .find_map(|s| lib.functions.get(s.name).map(|o| (s, *o)))
+    else {
+        return Err(format!(
+            "{} does not export {}",
+            lib.path.display(),
+            spec.symbols[0].name
+        ));
+    };
+    let user_fetch = |f: &Field| -> Result<Fetch, String> {
+        let src = match f.from {
+            Src::UserArg(n) if n < 6 => SRC_ARG0 + n,
+            Src::UserRet => SRC_RET,
+            _ => {
+                return Err(format!(
+                    "{}: user probes read arguments 0-5 or the return value",
+                    f.name
+                ));
+            }
+        };
+        if f.path.is_empty() {
+            return Ok(fetch(src, &[], 8));
+        }
+        let (off, size) =
+            crate::catalog::user_abi(f.path).ok_or_else(|| format!("no ABI entry for {}", f.path))?;
+        Ok(fetch(src, &[off], size))
+    };
+    let mut entry = slot_plan(spec.entry, user_fetch)?;
+    let mut ret = slot_plan(spec.ret, user_fetch)?;
+    entry.user = 1;
+    ret.user = 1;
+    Ok(Planned {
+        spec,
+        symbol: sym.name,
+        module: library.to_string(),
+        slot,
+        entry,
+        ret: Some(ret),
+        target: Some((lib.path.clone(), off)),
     })
 }
 
@@ -171,6 +251,7 @@ fn plan_tracepoint(
         slot,
         entry,
         ret: None,
+        target: None,
     })
 }
 

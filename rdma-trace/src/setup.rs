@@ -3,8 +3,10 @@
 
 use crate::attach::{Loaded, Outcome};
 use crate::btf::BtfSource;
+use crate::catalog::{CATALOG, Kind};
 use crate::kernel::{self, Symbols};
-use crate::select::{self, KernelView, Plan};
+use crate::select::{self, KernelView, Library, Plan};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub struct Planning {
@@ -47,11 +49,13 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         }
     };
     let tp = |cat: &str, name: &str| kernel::tracepoint_format(cat, name).ok();
+    let libraries = user_libraries();
     let plan = select::plan(
         &mut KernelView {
             symbols: &symbols,
             btf: &mut btf,
             tracepoint: &tp,
+            libraries: &libraries,
         },
         wanted,
     );
@@ -61,6 +65,25 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         blocked: None,
         took: t0.elapsed(),
     }
+}
+
+/// The user-space libraries the catalog probes, each parsed once.
+pub fn user_libraries() -> HashMap<String, Result<Library, String>> {
+    let mut out = HashMap::new();
+    for spec in CATALOG {
+        if let Kind::Uprobe { library } = spec.kind {
+            out.entry(library.to_string()).or_insert_with(|| {
+                let path = crate::elfsym::find_library(library).ok_or_else(|| {
+                    format!("{library} not found (rdma-core's libibverbs is not installed)")
+                })?;
+                let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let functions =
+                    crate::elfsym::default_symbols(&data).map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok(Library { path, functions })
+            });
+        }
+    }
+    out
 }
 
 /// Loads the object and attaches every planned probe.

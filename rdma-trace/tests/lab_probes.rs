@@ -567,3 +567,47 @@ fn lab_probes_control_path_stacks() {
     );
     assert_eq!(mm.context, Some(ExecContext::Process));
 }
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
+    // uprobes on libibverbs' default symbol versions: every kernel MR registration of a
+    // workload sits inside the user-space ibv_reg_mr(_iova2) call that caused it, on the
+    // same thread, with the same range and the same keys.
+    let s = session();
+    let mut user = calls(s, "ibv_reg_mr_iova2");
+    user.extend(calls(s, "ibv_reg_mr"));
+    assert!(!user.is_empty(), "no ibv_reg_mr uprobe fired");
+    for (ke, kr) in calls(s, "rxe_reg_mr")
+        .into_iter()
+        .filter(|(e, _)| s.workload_pids.contains(&e.pid))
+    {
+        let (ue, ur) = user
+            .iter()
+            .filter(|(ue, ur)| ue.tid == ke.tid && ue.ts_ns < ke.ts_ns && ur.ts_ns > kr.ts_ns)
+            .min_by_key(|(ue, _)| ke.ts_ns - ue.ts_ns)
+            .unwrap_or_else(|| panic!("kernel reg_mr {ke:?} has no enclosing ibv_reg_mr call"));
+        assert_eq!(ue.field("addr"), ke.field("start"), "{ue:?}");
+        assert_eq!(ue.field("length"), ke.field("length"));
+        assert_eq!(
+            (ur.field("lkey"), ur.field("rkey")),
+            (kr.field("lkey"), kr.field("rkey"))
+        );
+        assert_eq!(ue.path, "verbs");
+    }
+    // ibv_create_cq returns: the same CQ handles bpftrace's uretprobe saw.
+    let ours: HashSet<u64> = calls(s, "ibv_create_cq")
+        .iter()
+        .filter_map(|(_, r)| r.field("cq"))
+        .collect();
+    let theirs: HashSet<u64> = s
+        .bpftrace_out
+        .lines()
+        .filter_map(|l| l.split("cq=0x").nth(1))
+        .filter_map(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .collect();
+    assert_eq!(ours, theirs, "ibv_create_cq results: rdma-trace vs bpftrace");
+    for c in entries(s, "comp_handler") {
+        assert!(ours.contains(&c.field("cq_user_handle").unwrap()), "{c:?}");
+    }
+}

@@ -25,6 +25,14 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("cmake", "builds the verbs shim of the companion workload"),
     ("libclang-dev", "bindgen for the verbs bindings"),
     ("tmux", "terminal tests of the TUI"),
+    (
+        "libibverbs1",
+        "host test of uprobe symbol-version resolution on libibverbs",
+    ),
+    (
+        "binutils",
+        "readelf, the independent reading of symbol versions in that test",
+    ),
 ];
 
 /// Debian packages installed into the lab guest (Debian trixie), each with the reason.

@@ -13,6 +13,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     // Built before the boot, like vm-test: never build while QEMU runs.
     let bin = super::vmtest::build()?;
     super::share_binary(&bin, "rdma-trace")?;
+    super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&[series])?;
     let timeout = Duration::from_secs(a.timeout.unwrap_or(900));
     let mode = Mode::Script {

@@ -274,6 +274,10 @@ pub fn lab(a: LabArgs) -> Result<()> {
         share_binary(&bin, "rdma-trace")?;
         step("lab: /mnt/host/bin/rdma-trace is the last release build (cargo build --release -p rdma-trace)");
     }
+    let workload = bin.with_file_name("rdma-trace-workload");
+    if workload.is_file() {
+        share_binary(&workload, "rdma-trace-workload")?;
+    }
     let Some(script) = script else {
         run_guest(g, Mode::Shell)?;
         return Ok(());

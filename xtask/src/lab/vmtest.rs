@@ -187,6 +187,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         }
     }
     super::share_binary(&bin, "rdma-trace")?;
+    super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&series)?;
     let mut lines = Vec::new();
     let (mut passed, mut failed) = (0, 0);

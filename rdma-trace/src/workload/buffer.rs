@@ -1,0 +1,172 @@
+//! The memory behind the MRs: anonymous private mappings, optionally MAP_HUGETLB.
+//!
+//! Normal buffers are not touched before registration, so the kernel's pin faults the
+//! pages in (what `reg_mr` then costs includes that). Huge page buffers are reserved at
+//! mmap time: if the pool is short, the mmap fails and we say how to fill the pool.
+
+use std::io;
+
+/// One mapping, unmapped on drop (or by [`Buffer::unmap`]).
+pub struct Buffer {
+    addr: *mut u8,
+    len: usize,
+    mapped: usize,
+    hugepages: bool,
+}
+
+/// The huge page size and pool from /proc/meminfo: (page bytes, total, free).
+pub fn hugepage_pool() -> Option<(u64, u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_meminfo_hugepages(&text)
+}
+
+fn parse_meminfo_hugepages(text: &str) -> Option<(u64, u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        line[name.len()..].split_whitespace().next()?.parse().ok()
+    };
+    let size_kb = field("Hugepagesize:")?;
+    Some((
+        size_kb * 1024,
+        field("HugePages_Total:")?,
+        field("HugePages_Free:")?,
+    ))
+}
+
+impl Buffer {
+    /// Maps `len` bytes (rounded up to the page, or huge page, size).
+    pub fn map(len: usize, hugepages: bool) -> Result<Self, String> {
+        let (page, flags) = if hugepages {
+            let Some((size, total, free)) = hugepage_pool() else {
+                return Err("--hugepages: this kernel reports no huge pages in /proc/meminfo".into());
+            };
+            if free == 0 {
+                return Err(format!(
+                    "--hugepages: no huge pages available (HugePages_Total {total}, HugePages_Free 0, \
+                     size {} KiB); reserve some first, e.g. `echo 64 > /proc/sys/vm/nr_hugepages`",
+                    size / 1024
+                ));
+            }
+            (size as usize, libc::MAP_HUGETLB)
+        } else {
+            // SAFETY: sysconf has no memory effects.
+            (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize, 0)
+        };
+        let mapped = len.div_ceil(page) * page;
+        // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            if hugepages {
+                let pool = hugepage_pool()
+                    .map(|(s, t, f)| {
+                        format!("HugePages_Total {t}, HugePages_Free {f}, size {} KiB", s / 1024)
+                    })
+                    .unwrap_or_default();
+                return Err(format!(
+                    "--hugepages: mmap(MAP_HUGETLB) of {mapped} bytes failed: {e} ({pool}); \
+                     reserve more with /proc/sys/vm/nr_hugepages"
+                ));
+            }
+            return Err(format!("mmap of {mapped} bytes failed: {e}"));
+        }
+        Ok(Buffer {
+            addr: addr.cast(),
+            len,
+            mapped,
+            hugepages,
+        })
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.addr as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn mapped_len(&self) -> usize {
+        self.mapped
+    }
+
+    pub fn hugepages(&self) -> bool {
+        self.hugepages
+    }
+
+    /// Fills `[0, n)` with `byte`.
+    pub fn fill(&mut self, n: usize, byte: u8) {
+        let n = n.min(self.len);
+        // SAFETY: the mapping is readable and writable for `len` bytes and owned by self.
+        unsafe { std::ptr::write_bytes(self.addr, byte, n) };
+    }
+
+    /// Whether `[0, n)` holds only `byte`. Reads volatile: the device wrote it, not Rust.
+    pub fn holds(&self, n: usize, byte: u8) -> bool {
+        let n = n.min(self.len);
+        // SAFETY: in bounds of the mapping; volatile because RDMA writes it behind our back.
+        (0..n).all(|i| unsafe { std::ptr::read_volatile(self.addr.add(i)) } == byte)
+    }
+
+    /// Unmaps now, returning munmap's error.
+    pub fn unmap(mut self) -> io::Result<()> {
+        let r = self.do_unmap();
+        std::mem::forget(self);
+        r
+    }
+
+    fn do_unmap(&mut self) -> io::Result<()> {
+        // SAFETY: unmaps exactly the mapping this value created, once.
+        let rc = unsafe { libc::munmap(self.addr.cast(), self.mapped) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let _ = self.do_unmap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_huge_page_fields() {
+        let text = "MemTotal: 1 kB\nHugePages_Total:      16\nHugePages_Free:        3\n\
+                    HugePages_Rsvd:        0\nHugepagesize:       2048 kB\n";
+        assert_eq!(parse_meminfo_hugepages(text), Some((2 << 20, 16, 3)));
+        assert_eq!(parse_meminfo_hugepages("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn a_mapping_rounds_up_and_checks_its_fill() {
+        let mut b = Buffer::map(5000, false).unwrap();
+        assert_eq!(b.len(), 5000);
+        assert_eq!(b.mapped_len() % 4096, 0);
+        assert!(b.mapped_len() >= 5000);
+        assert!(b.holds(5000, 0), "fresh anonymous memory reads zero");
+        b.fill(100, 0xab);
+        assert!(b.holds(100, 0xab));
+        assert!(!b.holds(101, 0xab));
+        b.unmap().unwrap();
+    }
+}
