@@ -71,6 +71,8 @@ pub enum Render {
     VmFlags,
     /// `pgprot_t`: the page cache mode (write-combining, uncached, write-back).
     PgProt,
+    /// mlx5's `vm_pgoff` encoding: mmap command + index (UAR, BlueFlame, clock, device memory).
+    Mlx5Pgoff,
 }
 
 /// One value a probe reads: `from`, then the field path behind it.
@@ -120,6 +122,13 @@ const VMA_FIELDS: [Field; 5] = [
     f("vm_start", Param("vma"), "vm_start", Hex),
     f("vm_end", Param("vma"), "vm_end", Hex),
     f("vm_pgoff", Param("vma"), "vm_pgoff", Hex),
+    f("vm_flags", Param("vma"), "vm_flags", VmFlags),
+    f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
+];
+const MLX5_VMA_FIELDS: [Field; 5] = [
+    f("vm_start", Param("vma"), "vm_start", Hex),
+    f("vm_end", Param("vma"), "vm_end", Hex),
+    f("vm_pgoff", Param("vma"), "vm_pgoff", Mlx5Pgoff),
     f("vm_flags", Param("vma"), "vm_flags", VmFlags),
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
 ];
@@ -216,7 +225,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("mlx5_ib_mmap", "mlx5_ib")],
-        entry: &VMA_FIELDS,
+        entry: &MLX5_VMA_FIELDS,
         ret: &RET_CODE,
         stack: true,
         hardware_only: true,
