@@ -79,6 +79,30 @@ impl BtfSource {
         Self::open(Path::new("/sys/kernel/btf"))
     }
 
+    /// Loads these modules' BTF now (missing ones are ignored), so that forward
+    /// declarations can be completed from them (`others`).
+    pub fn preload(&mut self, modules: &[&str]) {
+        for m in modules {
+            let _ = self.module(m);
+        }
+    }
+
+    /// The BTF of `module` and every other loaded module BTF (for forward declarations).
+    pub fn with_others(&self, module: &str) -> Option<(&Btf, Vec<&Btf>)> {
+        let main = if module == "vmlinux" {
+            &self.vmlinux
+        } else {
+            self.modules.get(module)?
+        };
+        let others = self
+            .modules
+            .iter()
+            .filter(|(k, _)| k.as_str() != module)
+            .map(|(_, b)| b)
+            .collect();
+        Some((main, others))
+    }
+
     /// The BTF that describes `module` (`vmlinux` for built-in code), loaded once.
     pub fn module(&mut self, module: &str) -> Result<&Btf, BtfError> {
         if module == "vmlinux" {
@@ -171,20 +195,33 @@ fn type_name(btf: &Btf, t: &Type) -> String {
         .unwrap_or_else(|| t.name().to_string())
 }
 
-/// The struct a pointer points at; a forward declaration is completed by name from
-/// the same BTF (vmlinux declares module structs it only points to).
-fn pointee_struct(btf: &Btf, t: &Type) -> Result<btf_rs::Struct, BtfError> {
+/// The struct a pointer points at; a forward declaration is completed by name from the
+/// same BTF, else from `others` (vmlinux and rdma_rxe only declare `struct ib_ucq_object`;
+/// ib_uverbs defines it).
+fn pointee_struct<'b>(
+    btf: &'b Btf,
+    t: &Type,
+    others: &[&'b Btf],
+) -> Result<(btf_rs::Struct, &'b Btf), BtfError> {
     let Type::Ptr(p) = strip(btf, t.clone())? else {
         return Err(BtfError::Shape(format!("{} is not a pointer", type_name(btf, t))));
     };
     match strip(btf, btf.resolve_chained_type(&p).map_err(err)?)? {
-        Type::Struct(s) | Type::Union(s) => Ok(s),
+        Type::Struct(s) | Type::Union(s) => Ok((s, btf)),
         Type::Fwd(fwd) => {
             let name = btf.resolve_name(&fwd).map_err(err)?;
-            btf.resolve_types_by_name(&name)
-                .map_err(err)?
-                .into_iter()
-                .find_map(|t| if let Type::Struct(s) = t { Some(s) } else { None })
+            std::iter::once(btf)
+                .chain(others.iter().copied())
+                .find_map(|b| {
+                    let types = b.resolve_types_by_name(&name).ok()?;
+                    types.into_iter().find_map(|t| {
+                        if let Type::Struct(s) = t {
+                            Some((s, b))
+                        } else {
+                            None
+                        }
+                    })
+                })
                 .ok_or_else(|| BtfError::Shape(format!("struct {name} is only declared, never defined")))
         }
         other => Err(BtfError::Shape(format!(
@@ -217,7 +254,12 @@ fn member(btf: &Btf, s: &btf_rs::Struct, name: &str) -> Result<Option<(u32, Type
 }
 
 /// Resolves `path` (see `catalog::Field`) starting from a value of type `start`.
-pub fn resolve_path(btf: &Btf, start: &Type, path: &str) -> Result<(Vec<u32>, u8), BtfError> {
+pub fn resolve_path(
+    btf: &Btf,
+    start: &Type,
+    path: &str,
+    others: &[&Btf],
+) -> Result<(Vec<u32>, u8), BtfError> {
     if path.is_empty() {
         let size = size_of(btf, start)?;
         if size > 8 {
@@ -229,19 +271,22 @@ pub fn resolve_path(btf: &Btf, start: &Type, path: &str) -> Result<(Vec<u32>, u8
     }
     let mut offsets = Vec::new();
     let mut cur = start.clone();
+    // The BTF `cur`'s type ids belong to: a hop may cross into another module's BTF.
+    let mut here = btf;
     for hop in path.split("->") {
-        let s = pointee_struct(btf, &cur)?;
-        let sname = btf.resolve_name(&s).unwrap_or_default();
+        let (s, b) = pointee_struct(here, &cur, others)?;
+        here = b;
+        let sname = here.resolve_name(&s).unwrap_or_default();
         let mut off = 0u32;
         let mut ty: Option<Type> = None;
         let mut within = s;
         for seg in hop.split('.') {
-            let (o, t) = member(btf, &within, seg)?.ok_or_else(|| BtfError::NoMember {
+            let (o, t) = member(here, &within, seg)?.ok_or_else(|| BtfError::NoMember {
                 ty: format!("struct {sname}"),
                 member: seg.to_string(),
             })?;
             off += o;
-            if let Type::Struct(inner) | Type::Union(inner) = strip(btf, t.clone())? {
+            if let Type::Struct(inner) | Type::Union(inner) = strip(here, t.clone())? {
                 within = inner;
             }
             ty = Some(t);
@@ -249,7 +294,7 @@ pub fn resolve_path(btf: &Btf, start: &Type, path: &str) -> Result<(Vec<u32>, u8
         offsets.push(off);
         cur = ty.ok_or_else(|| BtfError::Shape(format!("empty hop in {path}")))?;
     }
-    let size = size_of(btf, &cur)?;
+    let size = size_of(here, &cur)?;
     if size > 8 {
         return Err(BtfError::Shape(format!("{path}: {size} bytes is not a scalar")));
     }
@@ -270,6 +315,7 @@ pub fn resolve(
     proto: &Proto,
     param: Option<&str>,
     path: &str,
+    others: &[&Btf],
 ) -> Result<Resolved, BtfError> {
     let (arg, start) = match param {
         None => (None, proto.ret.clone()),
@@ -286,6 +332,6 @@ pub fn resolve(
             (Some(i), t.clone())
         }
     };
-    let (offsets, size) = resolve_path(btf, &start, path)?;
+    let (offsets, size) = resolve_path(btf, &start, path, others)?;
     Ok(Resolved { arg, offsets, size })
 }

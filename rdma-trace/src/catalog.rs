@@ -132,6 +132,17 @@ const MLX5_VMA_FIELDS: [Field; 5] = [
     f("vm_flags", Param("vma"), "vm_flags", VmFlags),
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
 ];
+const CREATE_CQ_ENTRY: [Field; 4] = [
+    f("cq", Param("ibcq"), "", Hex),
+    f(
+        "cq_user_handle",
+        Param("ibcq"),
+        "uobject->uevent.uobject.user_handle",
+        Hex,
+    ),
+    f("cqe", Param("attr"), "cqe", Dec),
+    f("comp_vector", Param("attr"), "comp_vector", Dec),
+];
 const RET_CODE: [Field; 1] = [f("ret", Ret, "", Errno)];
 const REG_MR_ENTRY: [Field; 7] = [
     f("start", Param("start"), "", Hex),
@@ -268,6 +279,39 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "a completion on an armed CQ: queues an event on its completion channel and wakes the reader",
     },
     ProbeSpec {
+        id: "rxe_create_cq",
+        path: Path::Completion,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rxe_create_cq", "rdma_rxe")],
+        entry: &CREATE_CQ_ENTRY,
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: false,
+        about: "soft-RoCE creates a CQ: the kernel CQ and the user handle its completions will carry",
+    },
+    ProbeSpec {
+        id: "mlx5_create_cq",
+        path: Path::Completion,
+        kind: Kind::Kprobe,
+        symbols: &[sym("mlx5_ib_create_cq", "mlx5_ib")],
+        entry: &CREATE_CQ_ENTRY,
+        ret: &RET_CODE,
+        stack: true,
+        hardware_only: true,
+        about: "ConnectX creates a CQ (its EQ/interrupt vector comes from comp_vector)",
+    },
+    ProbeSpec {
+        id: "comp_event_read",
+        path: Path::Completion,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_uverbs_comp_event_read", "ib_uverbs")],
+        entry: &[f("count", Param("count"), "", Dec)],
+        ret: &[f("ret", Ret, "", Errno)],
+        stack: false,
+        hardware_only: false,
+        about: "the workload reads its completion channel (ibv_get_cq_event): the wakeup side of a completion event",
+    },
+    ProbeSpec {
         id: "umem_release",
         path: Path::Teardown,
         kind: Kind::Kprobe,
@@ -297,6 +341,17 @@ pub static CATALOG: &[ProbeSpec] = &[
         stack: true,
         hardware_only: false,
         about: "the rdma_core:mr_dereg tracepoint: an MR is deregistered (restrack id = `rdma res` mrn)",
+    },
+    ProbeSpec {
+        id: "ibv_open_device",
+        path: Path::Verbs,
+        kind: IBV,
+        symbols: &[sym("ibv_open_device", LIBIBVERBS)],
+        entry: &[],
+        ret: &[f("context", UserRet, "", Hex)],
+        stack: false,
+        hardware_only: false,
+        about: "the application opens the device: the uverbs fd, and on hardware the UAR/doorbell mmaps",
     },
     ProbeSpec {
         id: "ibv_reg_mr",

@@ -134,21 +134,27 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
             names.join(", ")
         ));
     };
-    let btf = k.btf.module(&module).map_err(|e| e.to_string())?;
+    k.btf.module(&module).map_err(|e| e.to_string())?;
+    // Core RDMA structs are defined in these modules; others may only declare them.
+    k.btf.preload(&["ib_core", "ib_uverbs"]);
+    let (btf, others) = k
+        .btf
+        .with_others(&module)
+        .ok_or_else(|| format!("no BTF for {module}"))?;
     let proto = btf::proto(btf, sym.name).map_err(|e| e.to_string())?;
     let entry = slot_plan(spec.entry, |f| {
         let param = match f.from {
             Src::Param(p) => Some(p),
             _ => return Err(format!("{}: entry fields read parameters", f.name)),
         };
-        let r = btf::resolve(btf, sym.name, &proto, param, f.path).map_err(|e| e.to_string())?;
+        let r = btf::resolve(btf, sym.name, &proto, param, f.path, &others).map_err(|e| e.to_string())?;
         Ok(fetch(SRC_ARG0 + r.arg.unwrap_or(0) as u8, &r.offsets, r.size))
     })?;
     let ret = slot_plan(spec.ret, |f| {
         if f.from != Src::Ret {
             return Err(format!("{}: return fields read the return value", f.name));
         }
-        let r = btf::resolve(btf, sym.name, &proto, None, f.path).map_err(|e| e.to_string())?;
+        let r = btf::resolve(btf, sym.name, &proto, None, f.path, &others).map_err(|e| e.to_string())?;
         Ok(fetch(SRC_RET, &r.offsets, r.size))
     })?;
     let mut entry = entry;

@@ -214,3 +214,26 @@ fn mmap_io_reads_pfn_size_and_prot_by_value() {
         );
     }
 }
+
+#[test]
+fn create_cq_user_handle_crosses_into_ib_uverbs_btf() {
+    // rdma_rxe's BTF only declares struct ib_ucq_object; ib_uverbs' defines it.
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        for id in ["rxe_create_cq", "mlx5_create_cq"] {
+            let f = probe(&p, id).entry.fetches;
+            assert_eq!(
+                (f[1].src, f[1].hops, f[1].offsets[0], f[1].offsets[1]),
+                (SRC_ARG0, 2, 8, 0),
+                "{k} {id}"
+            );
+            // struct ib_cq_init_attr { unsigned int cqe; u32 comp_vector; ... }, 2nd parameter.
+            assert_eq!(
+                (f[2].src, f[2].offsets[0], f[2].size),
+                (SRC_ARG0 + 1, 0, 4),
+                "{k} {id}"
+            );
+            assert_eq!((f[3].offsets[0], f[3].size), (4, 4), "{k} {id}");
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! ownership (an object still shared is a bug here, reported as the step's failure) and
 //! then drops it between the two clock reads.
 
-use super::announce::{Announcer, timed};
+use super::announce::{Announcer, now_ns, timed};
 use super::record::{BufferInfo, StepName, StepRecord};
 use super::setup::{Resources, cq_info, mr_info, qp_info};
 use super::step::fail;
@@ -16,7 +16,8 @@ use std::sync::Arc;
 /// Sole ownership of `a`, or the step announced as failed.
 fn sole<T>(ann: &mut Announcer, name: StepName, a: Arc<T>, what: &str) -> Result<T> {
     Arc::try_unwrap(a).map_err(|a| {
-        let rec = ann.next(name, (0, 0));
+        let t = now_ns();
+        let rec = ann.next(name, (t, t));
         fail(
             ann,
             rec,
