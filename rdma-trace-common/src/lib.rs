@@ -143,6 +143,10 @@ pub struct SyscallLayout {
     pub enter_args: u32,
     pub exit_id: u32,
     pub exit_ret: u32,
+    /// `sched:sched_process_fork`: where parent_pid and child_pid are (children of a
+    /// watched process are watched too).
+    pub fork_parent: u32,
+    pub fork_child: u32,
 }
 
 #[cfg(feature = "user")]

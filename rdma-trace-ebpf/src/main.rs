@@ -372,6 +372,26 @@ pub fn sys_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// A watched process forked: watch the child too (`trace -- sh -c '…'`).
+#[tracepoint]
+pub fn sched_fork(ctx: TracePointContext) -> u32 {
+    let Some(layout) = SYSCALL_LAYOUT.get(0) else {
+        return 0;
+    };
+    // SAFETY: offsets come from the tracepoint's format file; reads are checked.
+    let (Ok(parent), Ok(child)) = (
+        unsafe { ctx.read_at::<u32>(layout.fork_parent as usize) },
+        unsafe { ctx.read_at::<u32>(layout.fork_child as usize) },
+    ) else {
+        return 0;
+    };
+    // SAFETY: map lookup/insert from program context.
+    if unsafe { TARGETS.get(parent) }.is_some() {
+        let _ = TARGETS.insert(child, 1, 0);
+    }
+    0
+}
+
 #[tracepoint]
 pub fn sys_exit(ctx: TracePointContext) -> u32 {
     on_syscall(&ctx, KIND_SYS_EXIT, SITE_SYS_EXIT);

@@ -228,7 +228,8 @@ impl Loaded {
             }
         }
         self.attach_tracepoint("sys_enter", "raw_syscalls", "sys_enter")?;
-        self.attach_tracepoint("sys_exit", "raw_syscalls", "sys_exit")
+        self.attach_tracepoint("sys_exit", "raw_syscalls", "sys_exit")?;
+        self.attach_tracepoint("sched_fork", "sched", "sched_process_fork")
     }
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {

@@ -48,6 +48,24 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC."
         #[arg(long)]
         no_attach: bool,
     },
+    /// Join a capture into the story of each verbs program: calls, kernel work, completions.
+    #[command(
+        long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \
+a process — completion events through the CQ they were raised on (their user handle is the program's \
+`struct ibv_cq *`), never by the kworker or softirq that ran them —, kernel work is nested inside the \
+libibverbs call that caused it, and completions are paired with the channel read that woke the program \
+(wakeup latency). With `--steps` (the companion workload's announce file) each step is joined to the \
+kernel events it caused and its values are checked against theirs."
+    )]
+    Story {
+        capture: PathBuf,
+        /// The companion workload's step records (`rdma-trace-workload --announce FILE`).
+        #[arg(long, value_name = "FILE")]
+        steps: Option<PathBuf>,
+        /// Print the joined story as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a JSON Lines capture (from `trace -o`) as the text stream.
     Replay {
         file: PathBuf,
@@ -77,6 +95,12 @@ pub struct TraceArgs {
     /// Don't print the text stream (useful with -o).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// At the end, print the joined story (see `rdma-trace story`).
+    #[arg(long)]
+    pub story: bool,
+    /// With --story: the companion workload's step records, read at the end.
+    #[arg(long, value_name = "FILE")]
+    pub steps: Option<PathBuf>,
     /// Ring buffer size in KiB (a power of two, at least 4).
     #[arg(long, default_value_t = 4096, value_name = "KIB")]
     pub ring_kib: u32,

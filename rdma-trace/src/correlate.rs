@@ -2,6 +2,9 @@
 //! entry on the same thread and probe to give the call's latency, and adds derived
 //! measures (pages pinned by a umem).
 
+pub mod checks;
+pub mod story;
+
 use crate::event::{Event, EventKind, Value};
 use std::collections::HashMap;
 

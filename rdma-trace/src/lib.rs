@@ -16,6 +16,7 @@ pub mod ksyms;
 pub mod privilege;
 pub mod probes_cmd;
 pub mod render;
+pub mod report;
 pub mod select;
 pub mod setup;
 pub mod sink;

@@ -28,9 +28,24 @@ fn run() -> anyhow::Result<i32> {
                 duration: a.duration.map(Duration::from_secs_f64),
                 ring_bytes: a.ring_kib * 1024,
                 sinks,
+                story: a.story.then_some(a.steps),
             })
         }
         Cmd::Probes { no_attach } => rdma_trace::probes_cmd::run(!no_attach),
+        Cmd::Story { capture, steps, json } => {
+            let text = std::fs::read_to_string(&capture)
+                .with_context(|| format!("reading {}", capture.display()))?;
+            let events = rdma_trace::event::parse_jsonl(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", capture.display()))?;
+            let steps = read_steps(steps.as_deref())?;
+            let story = rdma_trace::correlate::story::build(&events, &steps);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&story)?);
+            } else {
+                print!("{}", rdma_trace::report::text(&story, &events, &steps));
+            }
+            Ok(0)
+        }
         Cmd::Replay { file, stacks } => {
             let text =
                 std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -45,6 +60,15 @@ fn run() -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+fn read_steps(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<rdma_trace::workload::record::StepRecord>> {
+    path.map(rdma_trace::correlate::story::read_steps)
+        .transpose()
+        .map(Option::unwrap_or_default)
+        .map_err(anyhow::Error::msg)
 }
 
 fn main() {

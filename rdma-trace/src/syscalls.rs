@@ -92,10 +92,11 @@ pub fn all_nrs() -> Vec<u32> {
     WATCHED.iter().map(|s| s.nr).collect()
 }
 
-/// The raw_syscalls record layout from the tracepoints' format files.
+/// The raw_syscalls (and sched_process_fork) record layout from the format files.
 pub fn layout_from(
     enter: &[crate::kernel::TpField],
     exit: &[crate::kernel::TpField],
+    fork: &[crate::kernel::TpField],
 ) -> Option<SyscallLayout> {
     use crate::kernel::field;
     Some(SyscallLayout {
@@ -103,12 +104,16 @@ pub fn layout_from(
         enter_args: field(enter, "args")?.offset,
         exit_id: field(exit, "id")?.offset,
         exit_ret: field(exit, "ret")?.offset,
+        fork_parent: field(fork, "parent_pid")?.offset,
+        fork_child: field(fork, "child_pid")?.offset,
     })
 }
 
 pub fn system_layout() -> std::io::Result<SyscallLayout> {
     let enter = crate::kernel::tracepoint_format("raw_syscalls", "sys_enter")?;
     let exit = crate::kernel::tracepoint_format("raw_syscalls", "sys_exit")?;
-    layout_from(&enter, &exit)
-        .ok_or_else(|| std::io::Error::other("raw_syscalls format lacks id/args/ret fields"))
+    let fork = crate::kernel::tracepoint_format("sched", "sched_process_fork")?;
+    layout_from(&enter, &exit, &fork).ok_or_else(|| {
+        std::io::Error::other("raw_syscalls/sched_process_fork formats lack id/args/ret/parent_pid/child_pid")
+    })
 }

@@ -21,6 +21,8 @@ pub struct TraceOptions {
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     pub sinks: Vec<Box<dyn Sink + Send>>,
+    /// Print the joined story at the end (with the companion's step file, if given).
+    pub story: Option<Option<std::path::PathBuf>>,
 }
 
 /// Starts `cmd` held at a barrier so its syscalls are watched from its first one.
@@ -118,6 +120,8 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     let mut delivered = 0u64;
     let mut undecodable = 0u64;
     let mut sink_err: Option<std::io::Error> = None;
+    let mut kept: Vec<crate::event::Event> = Vec::new();
+    let keep = opts.story.is_some();
     let exit_code = rt.block_on(async {
         let mut ring = ring.into_async()?;
         let mut sigint = signal(SignalKind::interrupt())?;
@@ -137,6 +141,9 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
                         if let Err(e) = s.event(&ev) {
                             sink_err.get_or_insert(e);
                         }
+                    }
+                    if keep {
+                        kept.push(ev);
                     }
                 }
             }
@@ -178,6 +185,14 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     std::io::stderr().flush().ok();
     if let Some(e) = sink_err {
         bail!("writing events failed: {e}");
+    }
+    if let Some(steps_file) = &opts.story {
+        let steps = match steps_file {
+            Some(p) => crate::correlate::story::read_steps(p).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
+        let story = crate::correlate::story::build(&kept, &steps);
+        print!("{}", crate::report::text(&story, &kept, &steps));
     }
     Ok(exit_code)
 }

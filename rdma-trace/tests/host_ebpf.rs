@@ -30,9 +30,9 @@ fn every_program_passes_the_verifier() {
     require_root();
     let mut loaded = Loaded::new(1 << 16).expect("object loads");
     let names = loaded.program_names();
-    // 14 kprobe + 14 kretprobe slots, 2 tracepoint slots, 2 syscall tracepoints,
-    // the uprobe and uretprobe shared by the user-space slots.
-    assert_eq!(names.len(), 2 * (MAX_SLOTS - 2) + 6, "programs: {names:?}");
+    // 14 kprobe + 14 kretprobe slots, 2 tracepoint slots, 2 syscall tracepoints and the
+    // fork follower, the uprobe and uretprobe shared by the user-space slots.
+    assert_eq!(names.len(), 2 * (MAX_SLOTS - 2) + 7, "programs: {names:?}");
     let mut failures = Vec::new();
     for n in &names {
         if let Err(e) = loaded.load_program(n) {
@@ -196,4 +196,39 @@ fn forced_ring_loss_is_counted_exactly() {
     let stats = rdma_trace::stats::per_site(&Default::default(), &c);
     let shown: u64 = stats.iter().map(|s| s.lost()).sum();
     assert_eq!(shown, lost, "what the user is shown equals what was lost");
+}
+
+#[test]
+fn children_of_a_watched_thread_are_watched() {
+    require_root();
+    kernel::ensure_tracefs().expect("tracefs");
+    let mut loaded = Loaded::new(1 << 20).expect("object loads");
+    loaded
+        .attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs())
+        .expect("attach");
+    let tid = gettid();
+    loaded.watch(tid).expect("watch");
+    let child = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=513", "count=3", "status=none"])
+        .status()
+        .expect("dd runs");
+    assert!(child.success());
+    loaded.unwatch(tid).expect("unwatch");
+    let recs = ring_records(&mut loaded);
+    // dd's own reads and writes of 513 bytes, seen although only this thread was watched.
+    let dd: Vec<(&str, u64)> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Raw::Syscall {
+                hdr,
+                is_exit: false,
+                nr,
+                args,
+            } if hdr.tgid != std::process::id() => Some((syscalls::by_nr(*nr)?.name, args[2])),
+            _ => None,
+        })
+        .filter(|(_, count)| *count == 513)
+        .collect();
+    assert_eq!(dd.iter().filter(|(n, _)| *n == "read").count(), 3, "{dd:?}");
+    assert_eq!(dd.iter().filter(|(n, _)| *n == "write").count(), 3, "{dd:?}");
 }

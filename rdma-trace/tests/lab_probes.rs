@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use rdma_trace::event::{Event, EventKind, ExecContext, parse_jsonl};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::OnceLock;
@@ -81,48 +81,6 @@ fn finish(mut s: Child, mut c: Child, what: &str) {
     assert!(cs.success() && ss.success(), "{what}: client {cs}, server {ss}");
 }
 
-/// Names of the bpftrace counters, per probe id.
-const BT_COUNTERS: [(&str, &str); 7] = [
-    ("umem_get", "umem"),
-    ("rxe_reg_mr", "reg"),
-    ("uverbs_mmap", "mmap"),
-    ("rxe_mmap", "rxe_mmap"),
-    ("comp_handler", "comp"),
-    ("umem_release", "release"),
-    ("mr_dereg", "dereg"),
-];
-
-/// One counter per probe. Each is created in BEGIN (and that one count subtracted when
-/// comparing): bpftrace's per-CPU count() maps otherwise lose the first hit when two CPUs
-/// insert the same new key at once (map_update_elem -EEXIST, seen with ib_write_bw's two
-/// simultaneous registrations).
-fn bpftrace_script() -> String {
-    let umem = umem_symbol();
-    let mut probes = vec![
-        format!("kprobe:{umem}"),
-        "kprobe:rxe_reg_user_mr".to_string(),
-        "kprobe:ib_uverbs_mmap".to_string(),
-        "kprobe:rxe_mmap".to_string(),
-        "kprobe:ib_uverbs_comp_handler".to_string(),
-        "kprobe:ib_umem_release".to_string(),
-    ];
-    if std::path::Path::new("/sys/kernel/tracing/events/rdma_core/mr_dereg").exists() {
-        probes.push("tracepoint:rdma_core:mr_dereg".into());
-    }
-    let mut s = String::from("BEGIN {\n");
-    for (_, c) in BT_COUNTERS.iter().take(probes.len()) {
-        s.push_str(&format!("  @{c} = count();\n"));
-    }
-    s.push_str("  printf(\"ready\\n\");\n}\n");
-    for (p, (_, c)) in probes.iter().zip(BT_COUNTERS) {
-        s.push_str(&format!("{p} {{ @{c} = count(); }}\n"));
-    }
-    s.push_str(
-        "uretprobe:/usr/lib/x86_64-linux-gnu/libibverbs.so.1:ibv_create_cq { printf(\"create_cq pid=%d cq=0x%lx\\n\", pid, retval); }\n",
-    );
-    s
-}
-
 fn run_session() -> Session {
     let dir = out_dir("session");
     let mut sess = Session {
@@ -141,11 +99,9 @@ fn run_session() -> Session {
         .expect("start rdma-trace");
     wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 120).expect("rdma-trace attaches");
     let attach_s = t0.elapsed().as_secs_f64();
-    std::fs::write("/tmp/counts.bt", bpftrace_script()).unwrap();
-    let bt_out = dir.join("bpftrace.out");
     let t1 = Instant::now();
-    let mut bt = spawn_logged("bpftrace", &["/tmp/counts.bt"], &bt_out);
-    wait_for(&bt_out, "ready", &mut bt, 120).expect("bpftrace attaches");
+    let mut bt = Bpftrace::for_this_kernel().start(&dir);
+    let bt_out = dir.join("bpftrace.out");
     let bt_s = t1.elapsed().as_secs_f64();
     std::fs::write(
         dir.join("attach-times.txt"),
@@ -250,22 +206,6 @@ fn calls<'a>(s: &'a Session, name: &str) -> Vec<(&'a Event, &'a Event)> {
     out
 }
 
-/// bpftrace's counts per probe id (minus the one count each counter got in BEGIN).
-fn bpftrace_counts(s: &Session) -> BTreeMap<String, u64> {
-    let printed: HashMap<&str, u64> = s
-        .bpftrace_out
-        .lines()
-        .filter_map(|l| {
-            let (name, n) = l.strip_prefix('@')?.split_once(": ")?;
-            Some((name, n.trim().parse().ok()?))
-        })
-        .collect();
-    BT_COUNTERS
-        .iter()
-        .filter_map(|(id, c)| Some((id.to_string(), printed.get(c)?.checked_sub(1)?)))
-        .collect()
-}
-
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_probes_plan_attaches_every_probe() {
@@ -296,15 +236,7 @@ fn lab_probes_plan_attaches_every_probe() {
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_probes_counts_equal_bpftrace_with_no_loss() {
     let s = session();
-    let bt = bpftrace_counts(s);
-    let mut report = String::new();
-    let mut equal = true;
-    for (id, _) in BT_COUNTERS {
-        let ours = entries(s, id).count() as u64;
-        let theirs = bt.get(id).copied();
-        report.push_str(&format!("{id:<14} rdma-trace {ours:>6}  bpftrace {theirs:>6?}\n"));
-        equal &= theirs == Some(ours);
-    }
+    let (report, equal) = compare_counts(&s.events, &Bpftrace::for_this_kernel(), &s.bpftrace_out);
     std::fs::write(s.dir.join("counts.txt"), &report).unwrap();
     assert!(
         equal,
@@ -475,12 +407,7 @@ fn lab_probes_pinned_pages_match_vmpin() {
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_probes_completions_join_the_workloads_cqs() {
     let s = session();
-    let created: HashSet<u64> = s
-        .bpftrace_out
-        .lines()
-        .filter_map(|l| l.split("cq=0x").nth(1))
-        .filter_map(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .collect();
+    let created = Bpftrace::created_cqs(&s.bpftrace_out);
     assert!(
         !created.is_empty(),
         "bpftrace saw no ibv_create_cq return:\n{}",
@@ -600,12 +527,7 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
         .iter()
         .filter_map(|(_, r)| r.field("cq"))
         .collect();
-    let theirs: HashSet<u64> = s
-        .bpftrace_out
-        .lines()
-        .filter_map(|l| l.split("cq=0x").nth(1))
-        .filter_map(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .collect();
+    let theirs = Bpftrace::created_cqs(&s.bpftrace_out);
     assert_eq!(ours, theirs, "ibv_create_cq results: rdma-trace vs bpftrace");
     for c in entries(s, "comp_handler") {
         assert!(ours.contains(&c.field("cq_user_handle").unwrap()), "{c:?}");

@@ -42,6 +42,18 @@ fn render_of(ev: &Event, field: &str) -> Render {
     }
 }
 
+/// The event's fields as `name=value` pairs, values in RDMA terms.
+pub fn fields_text(ev: &Event) -> String {
+    let mut parts: Vec<String> = ev
+        .fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", render::text(render_of(ev, k), *v)))
+        .collect();
+    parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
+    parts.extend(ev.not_followed.iter().map(|k| format!("{k}=<null/err>")));
+    parts.join(" ")
+}
+
 /// One line for an event (no trailing newline).
 pub fn line(ev: &Event) -> String {
     let secs = ev.ts_ns as f64 / 1e9;
@@ -63,14 +75,10 @@ pub fn line(ev: &Event) -> String {
     if let Some(fd) = &ev.fd_kind {
         s.push_str(&format!(" [{fd}]"));
     }
-    for (k, v) in &ev.fields {
-        s.push_str(&format!(" {k}={}", render::text(render_of(ev, k), *v)));
-    }
-    for k in &ev.unreadable {
-        s.push_str(&format!(" {k}=<unreadable>"));
-    }
-    for k in &ev.not_followed {
-        s.push_str(&format!(" {k}=<null/err>"));
+    let fields = fields_text(ev);
+    if !fields.is_empty() {
+        s.push(' ');
+        s.push_str(&fields);
     }
     if let Some(l) = ev.latency_ns {
         s.push_str(&format!(" took={:.1}µs", l as f64 / 1e3));

@@ -37,18 +37,10 @@ pub fn work_plan(iterations: u32) -> Vec<Work> {
         .collect()
 }
 
-/// Pages of 4 KiB that `[addr, addr+len)` spans: what the kernel's umem pin counts.
-pub fn pages_4k(addr: u64, len: u64) -> u64 {
-    const P: u64 = 4096;
-    if len == 0 {
-        return 0;
-    }
-    let first = addr / P;
-    let last = (addr + len - 1) / P;
-    last - first + 1
-}
+/// Pages of 4 KiB that `[addr, addr+len)` spans: what the kernel's umem pin counts
+/// (one definition, shared with the tracer's derived measures).
+pub use crate::correlate::pages_spanned as pages_4k;
 
-/// Checks a configuration before any verb runs.
 pub fn validate(c: &Config) -> Result<(), String> {
     let Some(&smallest) = c.mr_sizes.iter().min() else {
         return Err("--mr-sizes is empty".into());

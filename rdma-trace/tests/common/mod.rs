@@ -100,3 +100,106 @@ pub fn run_output(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_else(|e| panic!("{cmd}: {e}"));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// An independent tracer for side-by-side counts: one bpftrace counter per rdma-trace
+/// probe id, plus a uretprobe printing every ibv_create_cq result.
+pub struct Bpftrace {
+    /// (probe id, bpftrace attach point, counter name)
+    pub counters: Vec<(&'static str, String, &'static str)>,
+}
+
+impl Bpftrace {
+    pub fn for_this_kernel() -> Self {
+        let mut counters = vec![
+            ("umem_get", format!("kprobe:{}", umem_symbol()), "umem"),
+            ("rxe_reg_mr", "kprobe:rxe_reg_user_mr".into(), "reg"),
+            ("uverbs_mmap", "kprobe:ib_uverbs_mmap".into(), "mmap"),
+            ("rxe_mmap", "kprobe:rxe_mmap".into(), "rxe_mmap"),
+            ("rxe_create_cq", "kprobe:rxe_create_cq".into(), "create_cq"),
+            ("comp_handler", "kprobe:ib_uverbs_comp_handler".into(), "comp"),
+            (
+                "comp_event_read",
+                "kprobe:ib_uverbs_comp_event_read".into(),
+                "comp_read",
+            ),
+            ("umem_release", "kprobe:ib_umem_release".into(), "release"),
+        ];
+        if Path::new("/sys/kernel/tracing/events/rdma_core/mr_dereg").exists() {
+            counters.push(("mr_dereg", "tracepoint:rdma_core:mr_dereg".into(), "dereg"));
+        }
+        Self { counters }
+    }
+
+    /// Each counter is created in BEGIN (and that one count subtracted when comparing):
+    /// bpftrace's per-CPU count() maps otherwise lose the first hit when two CPUs insert
+    /// the same new key at once (map_update_elem -EEXIST, seen with ib_write_bw's two
+    /// simultaneous registrations).
+    pub fn script(&self) -> String {
+        let mut s = String::from("BEGIN {\n");
+        for (_, _, c) in &self.counters {
+            s.push_str(&format!("  @{c} = count();\n"));
+        }
+        s.push_str("  printf(\"ready\\n\");\n}\n");
+        for (_, p, c) in &self.counters {
+            s.push_str(&format!("{p} {{ @{c} = count(); }}\n"));
+        }
+        s.push_str(
+            "uretprobe:/usr/lib/x86_64-linux-gnu/libibverbs.so.1:ibv_create_cq \
+             { printf(\"create_cq pid=%d cq=0x%lx\\n\", pid, retval); }\n",
+        );
+        s
+    }
+
+    /// Starts bpftrace and waits until its probes are attached.
+    pub fn start(&self, dir: &Path) -> Child {
+        let script = dir.join("counts.bt");
+        std::fs::write(&script, self.script()).unwrap();
+        std::fs::copy(&script, "/tmp/counts.bt").unwrap(); // bpftrace refuses scripts on 9p
+        let out = dir.join("bpftrace.out");
+        let mut bt = spawn_logged("bpftrace", &["/tmp/counts.bt"], &out);
+        wait_for(&out, "ready", &mut bt, 120).expect("bpftrace attaches");
+        bt
+    }
+
+    /// bpftrace's counts per probe id, from its output at exit.
+    pub fn counts(&self, output: &str) -> std::collections::BTreeMap<String, u64> {
+        let printed: std::collections::HashMap<&str, u64> = output
+            .lines()
+            .filter_map(|l| {
+                let (name, n) = l.strip_prefix('@')?.split_once(": ")?;
+                Some((name, n.trim().parse().ok()?))
+            })
+            .collect();
+        self.counters
+            .iter()
+            .filter_map(|(id, _, c)| Some((id.to_string(), printed.get(c)?.checked_sub(1)?)))
+            .collect()
+    }
+
+    /// ibv_create_cq results bpftrace printed.
+    pub fn created_cqs(output: &str) -> std::collections::HashSet<u64> {
+        output
+            .lines()
+            .filter_map(|l| l.split("cq=0x").nth(1))
+            .filter_map(|h| u64::from_str_radix(h.trim(), 16).ok())
+            .collect()
+    }
+}
+
+/// Compares rdma-trace's entry counts per probe id with bpftrace's; the report, and
+/// whether all are equal.
+pub fn compare_counts(events: &[rdma_trace::event::Event], bt: &Bpftrace, bt_out: &str) -> (String, bool) {
+    let theirs = bt.counts(bt_out);
+    let mut report = String::new();
+    let mut equal = true;
+    for (id, _, _) in &bt.counters {
+        let ours = events
+            .iter()
+            .filter(|e| e.name == *id && e.kind == rdma_trace::event::EventKind::Entry)
+            .count() as u64;
+        let t = theirs.get(*id).copied();
+        report.push_str(&format!("{id:<16} rdma-trace {ours:>6}  bpftrace {t:>6?}\n"));
+        equal &= t == Some(ours);
+    }
+    (report, equal)
+}

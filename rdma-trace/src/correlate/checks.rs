@@ -1,0 +1,86 @@
+//! What a companion step says, against what the kernel did: one check per value both
+//! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
+
+use crate::event::{Event, EventKind};
+use crate::workload::record::{StepName, StepRecord};
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Check {
+    pub what: String,
+    /// What the step announced.
+    pub step: String,
+    /// What the kernel (or libibverbs) showed; `-` when the event was not seen.
+    pub kernel: String,
+    pub ok: bool,
+}
+
+fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
+    Check {
+        what: what.into(),
+        step: format!("{step:#x}"),
+        kernel: kernel.map(|k| format!("{k:#x}")).unwrap_or_else(|| "-".into()),
+        ok: kernel == Some(step),
+    }
+}
+
+fn find<'a>(events: &'a [Event], mine: &[usize], names: &[&str], kind: EventKind) -> Option<&'a Event> {
+    mine.iter()
+        .map(|&i| &events[i])
+        .find(|e| names.contains(&e.name.as_str()) && e.kind == kind)
+}
+
+const REG_MR: [&str; 2] = ["rxe_reg_mr", "mlx5_reg_mr"];
+const CREATE_CQ: [&str; 2] = ["rxe_create_cq", "mlx5_create_cq"];
+
+pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check> {
+    let mut out = Vec::new();
+    match s.name {
+        StepName::RegMr => {
+            let Some(mr) = &s.mr else { return out };
+            let pin = find(events, mine, &["umem_get"], EventKind::Entry);
+            out.push(check("umem addr", mr.addr, pin.and_then(|e| e.field("addr"))));
+            out.push(check("umem size", mr.length, pin.and_then(|e| e.field("size"))));
+            let pinned = find(events, mine, &["umem_get"], EventKind::Return);
+            out.push(check(
+                "pages pinned",
+                crate::correlate::pages_spanned(mr.addr, mr.length),
+                pinned.and_then(|e| e.field("pages")),
+            ));
+            let reg = find(events, mine, &REG_MR, EventKind::Return);
+            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field("lkey"))));
+            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field("rkey"))));
+        }
+        StepName::CreateCq => {
+            let Some(cq) = &s.cq else { return out };
+            let k = find(events, mine, &CREATE_CQ, EventKind::Entry);
+            out.push(check(
+                "CQ user handle (kernel)",
+                cq.handle,
+                k.and_then(|e| e.field("cq_user_handle")),
+            ));
+        }
+        StepName::GetCqEvent => {
+            let Some(want) = s.event_cq else { return out };
+            let comp = mine
+                .iter()
+                .map(|&i| &events[i])
+                .find(|e| e.name == "comp_handler");
+            out.push(check(
+                "completion's CQ",
+                want,
+                comp.and_then(|e| e.field("cq_user_handle")),
+            ));
+        }
+        StepName::DeregMr => {
+            let Some(mr) = &s.mr else { return out };
+            let rel = find(events, mine, &["umem_release"], EventKind::Entry);
+            out.push(check(
+                "unpinned addr",
+                mr.addr,
+                rel.and_then(|e| e.field("umem_address")),
+            ));
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,340 @@
+//! The joined story of verbs programs: every event attributed to a process — completions
+//! through the CQ they were raised on, never by the kworker/softirq pid they ran in —,
+//! kernel work nested in the libibverbs call that caused it, and (with the companion
+//! workload's step records) each step joined to the kernel events it caused.
+//!
+//! Pure: events (and steps) in, story out. Time is the events' own clock.
+
+use super::checks::{Check, checks_for};
+use crate::event::{Event, EventKind};
+use crate::workload::record::{StepName, StepRecord};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// A libibverbs call (uprobe entry/return) and the kernel events on its thread inside it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Call {
+    pub name: String,
+    pub tid: u32,
+    pub entry: usize,
+    pub ret: Option<usize>,
+    pub nested: Vec<usize>,
+}
+
+/// A completion event and, when seen, the workload's wakeup that consumed it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Completion {
+    pub event: usize,
+    pub cq_user_handle: u64,
+    /// The completion-channel read (or ibv_get_cq_event) return that delivered it.
+    pub wakeup: Option<usize>,
+    pub wakeup_latency_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ProcessStory {
+    pub pid: u32,
+    pub comm: String,
+    /// Every event attributed to the process (completions included), by index.
+    pub events: Vec<usize>,
+    pub calls: Vec<Call>,
+    pub completions: Vec<Completion>,
+    /// Largest sum of pinned bytes (whole pages of live umems) over the run.
+    pub pinned_peak_bytes: u64,
+    /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
+    /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
+    pub data_phase_syscalls: BTreeMap<String, u64>,
+}
+
+/// A companion step and the kernel events it caused.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepJoin {
+    pub step: usize,
+    pub events: Vec<usize>,
+    pub checks: Vec<Check>,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Story {
+    pub processes: BTreeMap<u32, ProcessStory>,
+    pub steps: Vec<StepJoin>,
+    /// Events no process could be found for (completions on CQs created before the trace).
+    pub unjoined: Vec<usize>,
+}
+
+fn is_user_call(e: &Event) -> bool {
+    e.path == "verbs"
+}
+
+fn is_completion(e: &Event) -> bool {
+    e.name == "comp_handler" && e.kind == EventKind::Entry
+}
+
+/// Which process owns each CQ: by the user handle (kernel create_cq, ibv_create_cq,
+/// companion steps) and by the kernel `struct ib_cq *`.
+#[derive(Default)]
+struct CqOwners {
+    by_handle: HashMap<u64, u32>,
+    by_kernel_cq: HashMap<u64, u32>,
+}
+
+impl CqOwners {
+    fn learn(events: &[Event], steps: &[StepRecord]) -> Self {
+        let mut o = CqOwners::default();
+        for e in events {
+            match (e.name.as_str(), e.kind) {
+                ("rxe_create_cq" | "mlx5_create_cq", EventKind::Entry) => {
+                    if let Some(h) = e.field("cq_user_handle") {
+                        o.by_handle.insert(h, e.pid);
+                    }
+                    if let Some(c) = e.field("cq") {
+                        o.by_kernel_cq.insert(c, e.pid);
+                    }
+                }
+                ("ibv_create_cq", EventKind::Return) => {
+                    if let Some(h) = e.field("cq").filter(|h| *h != 0) {
+                        o.by_handle.insert(h, e.pid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for s in steps.iter().filter(|s| s.name == StepName::CreateCq) {
+            if let Some(cq) = &s.cq {
+                o.by_handle.insert(cq.handle, s.pid);
+            }
+        }
+        o
+    }
+
+    fn owner(&self, e: &Event) -> Option<u32> {
+        let by_handle = e.field("cq_user_handle").and_then(|h| self.by_handle.get(&h));
+        by_handle
+            .or_else(|| e.field("cq").and_then(|c| self.by_kernel_cq.get(&c)))
+            .copied()
+    }
+}
+
+/// Indices of `events` in time order (records from different CPUs interleave).
+fn time_order(events: &[Event]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..events.len()).collect();
+    idx.sort_by_key(|&i| (events[i].ts_ns, i));
+    idx
+}
+
+pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
+    let order = time_order(events);
+    // ibv_get_cq_event returns count as wakeups only where the kernel read was not probed.
+    let kernel_reads = events.iter().any(|e| e.name == "comp_event_read");
+    let owners = CqOwners::learn(events, steps);
+    let mut story = Story::default();
+    let mut open_calls: HashMap<u32, Vec<Call>> = HashMap::new();
+    let mut pending: HashMap<u32, VecDeque<usize>> = HashMap::new(); // completions awaiting a wakeup
+    let mut live_umems: HashMap<u32, HashMap<u64, u64>> = HashMap::new();
+    let mut pinned: HashMap<u32, u64> = HashMap::new();
+    for &i in &order {
+        let e = &events[i];
+        let pid = if is_completion(e) {
+            match owners.owner(e) {
+                Some(p) => p,
+                None => {
+                    story.unjoined.push(i);
+                    continue;
+                }
+            }
+        } else {
+            e.pid
+        };
+        let ps = story.processes.entry(pid).or_insert_with(|| ProcessStory {
+            pid,
+            ..Default::default()
+        });
+        if ps.comm.is_empty() && e.pid == pid {
+            ps.comm = e.comm.clone();
+        }
+        ps.events.push(i);
+        if is_completion(e) {
+            ps.completions.push(Completion {
+                event: i,
+                cq_user_handle: e.field("cq_user_handle").unwrap_or(0),
+                wakeup: None,
+                wakeup_latency_ns: None,
+            });
+            pending
+                .entry(pid)
+                .or_default()
+                .push_back(ps.completions.len() - 1);
+            continue;
+        }
+        // The wakeup: the channel read returning with an event, or ibv_get_cq_event returning.
+        let wakeup = e.kind == EventKind::Return
+            && ((e.name == "comp_event_read" && e.field("ret").is_some_and(|r| (r as i64) > 0))
+                || (e.name == "ibv_get_cq_event" && !kernel_reads));
+        if wakeup && let Some(ci) = pending.get_mut(&pid).and_then(|q| q.pop_front()) {
+            let c = &mut ps.completions[ci];
+            c.wakeup = Some(i);
+            c.wakeup_latency_ns = Some(e.ts_ns.saturating_sub(events[c.event].ts_ns));
+        }
+        // Pinned bytes over time.
+        match (e.name.as_str(), e.kind) {
+            ("umem_get", EventKind::Return) => {
+                // What the pin charges: whole pages (VmPin), not the byte length.
+                let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
+                if let (Some(u), Some(len)) = (e.field("umem"), len)
+                    && crate::render::err_ptr(u).is_none()
+                {
+                    live_umems.entry(pid).or_default().insert(u, len);
+                    let now = pinned.entry(pid).or_default();
+                    *now += len;
+                    ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(*now);
+                }
+            }
+            ("umem_release", EventKind::Entry) => {
+                if let Some(len) = e
+                    .field("umem")
+                    .and_then(|u| live_umems.entry(pid).or_default().remove(&u))
+                {
+                    *pinned.entry(pid).or_default() -= len;
+                }
+            }
+            _ => {}
+        }
+        // Nesting kernel work inside libibverbs calls on the same thread.
+        if is_user_call(e) {
+            let stack = open_calls.entry(e.tid).or_default();
+            match e.kind {
+                EventKind::Entry => stack.push(Call {
+                    name: e.name.clone(),
+                    tid: e.tid,
+                    entry: i,
+                    ret: None,
+                    nested: vec![],
+                }),
+                EventKind::Return => {
+                    if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
+                        let mut c = stack.remove(pos);
+                        c.ret = Some(i);
+                        ps.calls.push(c);
+                    }
+                }
+                _ => {}
+            }
+        } else if let Some(c) = open_calls.get_mut(&e.tid).and_then(|s| s.last_mut()) {
+            c.nested.push(i);
+        }
+    }
+    for calls in open_calls.into_values() {
+        // Calls still open when the trace stopped.
+        for c in calls {
+            let pid = events[c.entry].pid;
+            story
+                .processes
+                .entry(pid)
+                .or_insert_with(|| ProcessStory {
+                    pid,
+                    ..Default::default()
+                })
+                .calls
+                .push(c);
+        }
+    }
+    for ps in story.processes.values_mut() {
+        ps.calls.sort_by_key(|c| events[c.entry].ts_ns);
+        ps.data_phase_syscalls = data_phase(events, &ps.events);
+    }
+    story.steps = join_steps(events, &order, steps, &story);
+    story
+}
+
+/// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
+fn data_phase(events: &[Event], mine: &[usize]) -> BTreeMap<String, u64> {
+    let setup = [
+        "rxe_create_cq",
+        "mlx5_create_cq",
+        "umem_get",
+        "uverbs_mmap",
+        "ibv_create_qp",
+    ];
+    let teardown = ["umem_release", "mr_dereg", "ibv_dereg_mr"];
+    let start = mine
+        .iter()
+        .filter(|&&i| setup.contains(&events[i].name.as_str()))
+        .map(|&i| events[i].ts_ns)
+        .max();
+    let end = mine
+        .iter()
+        .filter(|&&i| teardown.contains(&events[i].name.as_str()))
+        .map(|&i| events[i].ts_ns)
+        .min();
+    let (Some(start), end) = (start, end.unwrap_or(u64::MAX)) else {
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    for &i in mine {
+        let e = &events[i];
+        if e.kind == EventKind::SyscallEnter && e.ts_ns > start && e.ts_ns < end {
+            let key = match &e.fd_kind {
+                Some(k) if k == "uverbs" || k == "comp_channel" || k == "rdma_cm" => {
+                    format!("{}[{k}]", e.name)
+                }
+                _ => e.name.clone(),
+            };
+            *out.entry(key).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Each companion step gets the events of its thread inside its time window; a
+/// get_cq_event step also gets the completion its wakeup consumed.
+fn join_steps(events: &[Event], order: &[usize], steps: &[StepRecord], story: &Story) -> Vec<StepJoin> {
+    let mut out = Vec::new();
+    for (si, s) in steps.iter().enumerate() {
+        if s.name == StepName::Start {
+            continue;
+        }
+        let mut mine: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let e = &events[i];
+                e.tid == s.tid && e.ts_ns >= s.t_start_ns && e.ts_ns <= s.t_end_ns && !is_completion(e)
+            })
+            .collect();
+        if let Some(ps) = story.processes.get(&s.pid) {
+            for c in &ps.completions {
+                if c.wakeup.is_some_and(|w| mine.contains(&w)) {
+                    mine.push(c.event);
+                }
+            }
+        }
+        let checks = checks_for(s, &mine, events);
+        out.push(StepJoin {
+            step: si,
+            events: mine,
+            checks,
+        });
+    }
+    out
+}
+
+/// Reads a step file (see `parse_steps`); errors name the file and line.
+pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    parse_steps(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Parses the companion's step records (JSON Lines); an error names the line.
+pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: StepRecord = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if s.v != crate::workload::record::VERSION {
+            return Err(format!("line {}: step record version {}", i + 1, s.v));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}

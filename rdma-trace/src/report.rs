@@ -1,0 +1,134 @@
+//! The joined story as text: per process, the verbs calls with the kernel work inside
+//! them, MR pinning, completions with their wakeup latency, the data-phase syscalls, and
+//! (with companion steps) each step's checks.
+
+use crate::correlate::story::{ProcessStory, Story};
+use crate::event::{Event, EventKind};
+use crate::workload::record::StepRecord;
+use std::fmt::Write;
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+fn size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::Result {
+    let wake: Vec<u64> = ps
+        .completions
+        .iter()
+        .filter_map(|c| c.wakeup_latency_ns)
+        .collect();
+    writeln!(
+        out,
+        "process {} ({}): {} events, {} verbs calls, {} completion events{}, pinned peak {}",
+        ps.pid,
+        ps.comm,
+        ps.events.len(),
+        ps.calls.len(),
+        ps.completions.len(),
+        median(wake.clone())
+            .map(|m| format!(" (wakeup median {} over {})", ms(m), wake.len()))
+            .unwrap_or_default(),
+        size(ps.pinned_peak_bytes)
+    )?;
+    for c in &ps.calls {
+        let e = &events[c.entry];
+        let kernel: Vec<String> = c
+            .nested
+            .iter()
+            .map(|&i| &events[i])
+            .filter(|k| k.kind == EventKind::Entry)
+            .map(|k| match (k.name.as_str(), k.field("pages")) {
+                ("umem_get", Some(p)) => format!("umem_get pins {p} pages"),
+                _ => k.name.clone(),
+            })
+            .collect();
+        let r = c.ret.map(|i| &events[i]);
+        let mut line = format!("  {} {}", e.name, crate::sink::text::fields_text(e));
+        if let Some(r) = r {
+            line.push_str(&format!(
+                " → {} [{}]",
+                crate::sink::text::fields_text(r),
+                ms(r.ts_ns - e.ts_ns)
+            ));
+        }
+        if !kernel.is_empty() {
+            line.push_str(&format!("\n      kernel: {}", kernel.join(" → ")));
+        }
+        writeln!(out, "{line}")?;
+    }
+    if !ps.data_phase_syscalls.is_empty() {
+        let s: Vec<String> = ps
+            .data_phase_syscalls
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        writeln!(out, "  data-phase syscalls: {}", s.join(", "))?;
+    }
+    Ok(())
+}
+
+pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
+    let mut out = String::new();
+    for ps in story
+        .processes
+        .values()
+        .filter(|p| !p.comm.starts_with("kworker") && !p.events.is_empty())
+    {
+        let _ = process(&mut out, ps, events);
+    }
+    if !story.steps.is_empty() {
+        let _ = writeln!(out, "companion steps:");
+        for j in &story.steps {
+            let s = &steps[j.step];
+            let checks: Vec<String> = j
+                .checks
+                .iter()
+                .map(|c| {
+                    if c.ok {
+                        format!("{} {} ✓", c.what, c.step)
+                    } else {
+                        format!("{} {} ≠ {} ✗", c.what, c.step, c.kernel)
+                    }
+                })
+                .collect();
+            let kernel = j
+                .events
+                .iter()
+                .filter(|&&i| events[i].path != "syscall" && events[i].path != "verbs")
+                .count();
+            let _ = writeln!(
+                out,
+                "  step {:>3} {:<16} {:>3} kernel events  {}",
+                s.step,
+                format!("{:?}", s.name),
+                kernel,
+                checks.join("  ")
+            );
+        }
+    }
+    let failed = story
+        .steps
+        .iter()
+        .flat_map(|j| &j.checks)
+        .filter(|c| !c.ok)
+        .count();
+    let _ = writeln!(
+        out,
+        "unjoined events: {} (completions on CQs created before tracing started); failed checks: {failed}",
+        story.unjoined.len()
+    );
+    out
+}

@@ -1,0 +1,213 @@
+//! The correlation engine on real runs in the lab guest (both kernels):
+//! - the companion workload traced by command: every announced step is joined to the kernel
+//!   events it caused, with equal values on both sides;
+//! - perftest (ib_send_bw -e) and rping traced by command (a shell that starts server and
+//!   client): every MR, mmap and completion event is attributed to its process —
+//!   completions through their CQ —, none is left unjoined, and counts equal bpftrace's.
+
+mod common;
+
+use common::*;
+use rdma_trace::correlate::story::{self, Story};
+use rdma_trace::event::{Event, EventKind, parse_jsonl};
+use rdma_trace::workload::record::{StepName, StepRecord};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn workload_bin() -> std::path::PathBuf {
+    tracer_bin().with_file_name("rdma-trace-workload")
+}
+
+/// `rdma-trace trace -q -o CAPTURE -- cmd…`; returns the events.
+fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
+    let capture = dir.join(format!("{name}.jsonl"));
+    let err = dir.join(format!("{name}.rdma-trace.stderr"));
+    let mut c = Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(&capture)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    let st = wait_timeout(&mut c, 300);
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(st.success(), "rdma-trace -- {cmd:?}: {st}\n{stderr}");
+    assert!(stderr.contains(" 0 lost (ring buffer full)"), "{stderr}");
+    parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses")
+}
+
+fn report(dir: &Path, name: &str, story: &Story, events: &[Event], steps: &[StepRecord]) {
+    std::fs::write(
+        dir.join(format!("{name}.story.txt")),
+        rdma_trace::report::text(story, events, steps),
+    )
+    .unwrap();
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_story_companion_steps_join_their_kernel_events() {
+    let dir = out_dir("story");
+    let steps_file = dir.join("companion-steps.jsonl");
+    let events = trace_command(
+        &dir,
+        "companion",
+        &[
+            workload_bin().to_str().unwrap(),
+            "--announce",
+            steps_file.to_str().unwrap(),
+            "--mr-sizes",
+            "4K,64K,1M",
+            "--iterations",
+            "6",
+        ],
+    );
+    let steps = story::read_steps(&steps_file).expect("steps parse");
+    let st = story::build(&events, &steps);
+    report(&dir, "companion", &st, &events, &steps);
+    assert!(
+        st.unjoined.is_empty(),
+        "unjoined: {:?}",
+        st.unjoined.iter().map(|&i| &events[i]).collect::<Vec<_>>()
+    );
+    let pid = steps[0].pid;
+    let step = |j: &story::StepJoin| &steps[j.step];
+    let failed: Vec<_> = st
+        .steps
+        .iter()
+        .flat_map(|j| j.checks.iter().filter(|c| !c.ok).map(move |c| (step(j).step, c)))
+        .collect();
+    assert!(failed.is_empty(), "checks failed: {failed:?}");
+    let count = |n: StepName| st.steps.iter().filter(|j| step(j).name == n).count();
+    assert_eq!(count(StepName::RegMr), 3);
+    let checks: usize = st.steps.iter().map(|j| j.checks.len()).sum();
+    // 5 per reg_mr, 1 per create_cq, get_cq_event and dereg_mr.
+    let want = 5 * 3 + count(StepName::CreateCq) + count(StepName::GetCqEvent) + count(StepName::DeregMr);
+    assert_eq!(checks, want);
+    assert_eq!(count(StepName::GetCqEvent), 6, "one CQ event per work request");
+    for j in &st.steps {
+        let s = step(j);
+        let kernel = |path: &str| j.events.iter().filter(|&&i| events[i].path == path).count();
+        match s.name {
+            StepName::RegMr => assert!(kernel("pin") >= 4, "step {} joined {:?}", s.step, j.events),
+            // rxe rings its doorbell with a write(2) on the uverbs fd.
+            StepName::PostSend | StepName::PostWrite => {
+                let doorbells = j
+                    .events
+                    .iter()
+                    .filter(|&&i| {
+                        let e = &events[i];
+                        e.kind == EventKind::SyscallEnter
+                            && e.name == "write"
+                            && e.fd_kind.as_deref() == Some("uverbs")
+                    })
+                    .count();
+                assert_eq!(doorbells, 1, "step {} {:?}: doorbell writes", s.step, s.name);
+            }
+            // The wakeup is a read(2) on the completion channel.
+            StepName::GetCqEvent => {
+                assert!(
+                    kernel("completion") >= 2,
+                    "step {}: comp_handler + channel read",
+                    s.step
+                );
+                assert!(j.events.iter().any(
+                    |&i| events[i].name == "read" && events[i].fd_kind.as_deref() == Some("comp_channel")
+                ));
+            }
+            _ => {}
+        }
+    }
+    // Every RDMA kernel event of the workload happened inside one of its steps.
+    let in_steps: std::collections::HashSet<usize> =
+        st.steps.iter().flat_map(|j| j.events.iter().copied()).collect();
+    let outside: Vec<&Event> = (0..events.len())
+        .filter(|i| !in_steps.contains(i))
+        .map(|i| &events[i])
+        .filter(|e| e.pid == pid && ["pin", "mmap", "completion", "teardown"].contains(&e.path.as_str()))
+        .collect();
+    assert!(outside.is_empty(), "kernel events outside any step: {outside:?}");
+    let ps = &st.processes[&pid];
+    assert!(
+        ps.completions.iter().all(|c| c.wakeup_latency_ns.is_some()),
+        "every completion woke the workload"
+    );
+    assert_eq!(ps.completions.len(), 6);
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_story_perftest_and_rping_traced_by_command() {
+    let dir = out_dir("story");
+    let bt = Bpftrace::for_this_kernel();
+    let mut bpftrace = bt.start(&dir);
+    let script = "ib_send_bw -e -d rxe0 -x 1 -n 300 >/tmp/sbw-s.log 2>&1 & sleep 1; \
+                  ib_send_bw -e -d rxe0 -x 1 -n 300 10.0.0.1 >/tmp/sbw-c.log 2>&1 || exit 11; wait $! || exit 12; \
+                  rping -s -a 10.0.0.1 -C 10 >/tmp/rp-s.log 2>&1 & sleep 1; \
+                  rping -c -a 10.0.0.1 -C 10 >/tmp/rp-c.log 2>&1 || exit 13; wait $! || exit 14";
+    let events = trace_command(&dir, "perftest-rping", &["/bin/sh", "-c", script]);
+    interrupt(&bpftrace);
+    wait_timeout(&mut bpftrace, 60);
+    let bt_out = std::fs::read_to_string(dir.join("bpftrace.out")).unwrap();
+    let st = story::build(&events, &[]);
+    report(&dir, "perftest-rping", &st, &events, &[]);
+    assert!(
+        st.unjoined.is_empty(),
+        "unjoined: {:?}",
+        st.unjoined.iter().map(|&i| &events[i]).collect::<Vec<_>>()
+    );
+    let (counts, equal) = compare_counts(&events, &bt, &bt_out);
+    std::fs::write(dir.join("perftest-rping.counts.txt"), &counts).unwrap();
+    assert!(equal, "counts differ:\n{counts}\n{bt_out}");
+    let workloads: Vec<_> = st
+        .processes
+        .values()
+        .filter(|p| p.comm == "ib_send_bw" || p.comm == "rping")
+        .collect();
+    assert_eq!(
+        workloads.len(),
+        4,
+        "server and client of each: {:?}",
+        st.processes.keys()
+    );
+    for ps in workloads {
+        let of = |path: &str| ps.events.iter().filter(|&&i| events[i].path == path).count();
+        assert!(
+            of("pin") > 0 && of("mmap") > 0,
+            "{} {}: pins and mmaps",
+            ps.comm,
+            ps.pid
+        );
+        assert!(
+            !ps.completions.is_empty(),
+            "{} {}: -e / rping arm their CQs",
+            ps.comm,
+            ps.pid
+        );
+        for c in &ps.completions {
+            // Attributed through the CQ: it ran in a kworker, not in the workload.
+            assert_ne!(events[c.event].pid, ps.pid);
+        }
+        // The syscalls of the traced shell's children were watched (fork following).
+        assert!(
+            ps.events.iter().any(|&i| events[i].path == "syscall"),
+            "{} {}: syscalls",
+            ps.comm,
+            ps.pid
+        );
+    }
+    // Every MR, mmap and completion event in the capture belongs to some workload process.
+    let attributed: std::collections::HashSet<usize> = st
+        .processes
+        .values()
+        .filter(|p| p.comm == "ib_send_bw" || p.comm == "rping")
+        .flat_map(|p| p.events.iter().copied())
+        .collect();
+    for (i, e) in events.iter().enumerate() {
+        if ["pin", "mmap", "completion"].contains(&e.path.as_str()) {
+            assert!(attributed.contains(&i), "not attributed to a workload: {e:?}");
+        }
+    }
+}
