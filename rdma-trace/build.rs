@@ -8,11 +8,7 @@ fn main() -> anyhow::Result<()> {
         .context("rdma-trace has a parent directory")?
         .join("rdma-trace-ebpf");
     let root = root.to_str().context("workspace path is not UTF-8")?;
-    let pkg = aya_build::Package {
-        name: "rdma-trace-ebpf",
-        root_dir: root,
-        ..Default::default()
-    };
+    let pkg = aya_build::Package { name: "rdma-trace-ebpf", root_dir: root, ..Default::default() };
     aya_build::build_ebpf([pkg], aya_build::Toolchain::default())
         .context("building the eBPF programs failed; run `cargo xtask setup` (nightly rust-src, bpf-linker)")
 }

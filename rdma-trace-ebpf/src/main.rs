@@ -155,11 +155,7 @@ fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
 
 #[inline(always)]
 fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> Result<u64, i32>) {
-    let site = if kind == KIND_PROBE_RETURN {
-        return_site(slot)
-    } else {
-        slot
-    };
+    let site = if kind == KIND_PROBE_RETURN { return_site(slot) } else { slot };
     let Some(plan) = PLANS.get(site as u32) else {
         return;
     };
@@ -210,12 +206,7 @@ fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> 
             count(site, CNT_READ_FAILED);
         }
         if plan.stack != 0 {
-            let r = bpf_get_stack(
-                ctx.as_ptr(),
-                (*ev).stack.as_mut_ptr().cast(),
-                (MAX_STACK * 8) as u32,
-                0,
-            );
+            let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
                 (*ev).stack_len = r as u32;
             } else {
@@ -320,11 +311,7 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
     let Some(layout) = SYSCALL_LAYOUT.get(0) else {
         return;
     };
-    let id_off = if kind == KIND_SYS_ENTER {
-        layout.enter_id
-    } else {
-        layout.exit_id
-    };
+    let id_off = if kind == KIND_SYS_ENTER { layout.enter_id } else { layout.exit_id };
     // SAFETY: offsets come from the tracepoint's format file; reads are checked.
     let Ok(nr) = (unsafe { ctx.read_at::<i64>(id_off as usize) }) else {
         count(site, CNT_READ_FAILED);
@@ -379,10 +366,9 @@ pub fn sched_fork(ctx: TracePointContext) -> u32 {
         return 0;
     };
     // SAFETY: offsets come from the tracepoint's format file; reads are checked.
-    let (Ok(parent), Ok(child)) = (
-        unsafe { ctx.read_at::<u32>(layout.fork_parent as usize) },
-        unsafe { ctx.read_at::<u32>(layout.fork_child as usize) },
-    ) else {
+    let (Ok(parent), Ok(child)) = (unsafe { ctx.read_at::<u32>(layout.fork_parent as usize) }, unsafe {
+        ctx.read_at::<u32>(layout.fork_child as usize)
+    }) else {
         return 0;
     };
     // SAFETY: map lookup/insert from program context.

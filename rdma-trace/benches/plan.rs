@@ -14,22 +14,10 @@ use std::time::{Duration, Instant};
 fn plan_once(dir: &Path, backend: Backend, symbols: &Symbols) -> (Duration, usize) {
     let t0 = Instant::now();
     let mut src = BtfSource::open_with(dir, backend).expect("fixture BTF");
-    let tp = |_: &str, n: &str| {
-        (n == "mr_dereg").then(|| {
-            vec![TpField {
-                name: "id".into(),
-                offset: 8,
-                size: 4,
-            }]
-        })
-    };
+    let tp =
+        |_: &str, n: &str| (n == "mr_dereg").then(|| vec![TpField { name: "id".into(), offset: 8, size: 4 }]);
     let plan = select::plan(
-        &mut KernelView {
-            symbols,
-            btf: &mut src,
-            tracepoint: &tp,
-            libraries: &Default::default(),
-        },
+        &mut KernelView { symbols, btf: &mut src, tracepoint: &tp, libraries: &Default::default() },
         &[],
     );
     (t0.elapsed(), plan.probes.len())
@@ -51,20 +39,14 @@ fn main() {
              0 t ib_umem_release\t[{umod}]\n"
         ))
     };
-    println!(
-        "{:<28} {:>12} {:>12} {:>12}",
-        "kernel", "cache (ms)", "mmap (ms)", "mmap/cache"
-    );
+    println!("{:<28} {:>12} {:>12} {:>12}", "kernel", "cache (ms)", "mmap (ms)", "mmap/cache");
     for (k, s) in [
         ("btf-6.12.118+deb13-amd64", syms("ib_umem_get", "ib_uverbs")),
         ("btf-7.3.4+deb13-amd64", syms("__ib_umem_get_va", "ib_core")),
     ] {
         let dir = root.join(k);
         if !dir.join("vmlinux").exists() {
-            eprintln!(
-                "{} missing: run `cargo test -p rdma-trace --test btf_fixtures` first",
-                dir.display()
-            );
+            eprintln!("{} missing: run `cargo test -p rdma-trace --test btf_fixtures` first", dir.display());
             std::process::exit(2);
         }
         let (mut cache, mut mmap) = (Vec::new(), Vec::new());

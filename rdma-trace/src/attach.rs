@@ -51,9 +51,7 @@ impl Loaded {
     /// Loads the object (maps are created; programs are loaded lazily). `ring_bytes`
     /// must be a power-of-two multiple of the page size.
     pub fn new(ring_bytes: u32) -> Result<Self, AttachError> {
-        let ebpf = EbpfLoader::new()
-            .map_max_entries("EVENTS", ring_bytes)
-            .load(EBPF_OBJECT)?;
+        let ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(EBPF_OBJECT)?;
         Ok(Self { ebpf })
     }
 
@@ -66,34 +64,24 @@ impl Loaded {
 
     /// Loads (verifies) one program without attaching it.
     pub fn load_program(&mut self, name: &str) -> Result<(), AttachError> {
-        let prog = self
-            .ebpf
-            .program_mut(name)
-            .ok_or_else(|| AttachError::NoProgram(name.into()))?;
+        let prog = self.ebpf.program_mut(name).ok_or_else(|| AttachError::NoProgram(name.into()))?;
         let res = match prog {
             Program::KProbe(p) => p.load(),
             Program::TracePoint(p) => p.load(),
             Program::UProbe(p) => p.load(),
             _ => {
-                return Err(AttachError::NoProgram(format!(
-                    "{name} (unexpected program type)"
-                )));
+                return Err(AttachError::NoProgram(format!("{name} (unexpected program type)")));
             }
         };
         match res {
             Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => Ok(()),
-            Err(source) => Err(AttachError::Program {
-                name: name.into(),
-                source,
-            }),
+            Err(source) => Err(AttachError::Program { name: name.into(), source }),
         }
     }
 
     fn set_plan(&mut self, site: usize, plan: &SlotPlan) -> Result<(), AttachError> {
         let mut plans: Array<&mut MapData, SlotPlan> = Array::try_from(
-            self.ebpf
-                .map_mut("PLANS")
-                .ok_or_else(|| AttachError::Map("PLANS", "missing".into()))?,
+            self.ebpf.map_mut("PLANS").ok_or_else(|| AttachError::Map("PLANS", "missing".into()))?,
         )
         .map_err(map_err("PLANS"))?;
         plans.set(site as u32, plan, 0).map_err(map_err("PLANS"))
@@ -106,12 +94,7 @@ impl Loaded {
             .program_mut(prog)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
-        p.attach(symbol, 0)
-            .map(|_| ())
-            .map_err(|source| AttachError::Program {
-                name: prog.into(),
-                source,
-            })
+        p.attach(symbol, 0).map(|_| ()).map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
@@ -123,10 +106,7 @@ impl Loaded {
             .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
         p.attach(category, name)
             .map(|_| ())
-            .map_err(|source| AttachError::Program {
-                name: prog.into(),
-                source,
-            })
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     fn attach_uprobe(
@@ -148,10 +128,7 @@ impl Loaded {
         };
         p.attach(point, path, UProbeScope::AllProcesses)
             .map(|_| ())
-            .map_err(|source| AttachError::Program {
-                name: prog.into(),
-                source,
-            })
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     fn attach_one(&mut self, p: &Planned) -> Result<(), AttachError> {
@@ -170,10 +147,8 @@ impl Loaded {
                 self.attach_tracepoint(&p.entry_program(), category, p.symbol)?;
             }
             crate::catalog::Kind::Uprobe { .. } => {
-                let (path, off) = p
-                    .target
-                    .clone()
-                    .ok_or_else(|| AttachError::NoProgram("uprobe without target".into()))?;
+                let (path, off) =
+                    p.target.clone().ok_or_else(|| AttachError::NoProgram("uprobe without target".into()))?;
                 self.attach_uprobe(&p.entry_program(), &path, off, p.slot)?;
                 if let Some(rp) = p.return_program() {
                     self.attach_uprobe(&rp, &path, off, p.slot)?;
@@ -234,9 +209,7 @@ impl Loaded {
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {
         HashMap::try_from(
-            self.ebpf
-                .map_mut("TARGETS")
-                .ok_or_else(|| AttachError::Map("TARGETS", "missing".into()))?,
+            self.ebpf.map_mut("TARGETS").ok_or_else(|| AttachError::Map("TARGETS", "missing".into()))?,
         )
         .map_err(map_err("TARGETS"))
     }
@@ -253,9 +226,7 @@ impl Loaded {
     /// Counters summed over CPUs, as a flat `site * COUNTERS + reason` table.
     pub fn counters(&self) -> Result<Vec<u64>, AttachError> {
         let m: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
-            self.ebpf
-                .map("STATS")
-                .ok_or_else(|| AttachError::Map("STATS", "missing".into()))?,
+            self.ebpf.map("STATS").ok_or_else(|| AttachError::Map("STATS", "missing".into()))?,
         )
         .map_err(map_err("STATS"))?;
         let mut out = vec![0u64; COUNTER_ENTRIES];
@@ -268,10 +239,8 @@ impl Loaded {
 
     /// Takes the event ring buffer (once).
     pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, AttachError> {
-        let m = self
-            .ebpf
-            .take_map("EVENTS")
-            .ok_or_else(|| AttachError::Map("EVENTS", "already taken".into()))?;
+        let m =
+            self.ebpf.take_map("EVENTS").ok_or_else(|| AttachError::Map("EVENTS", "already taken".into()))?;
         RingBuf::try_from(m).map_err(map_err("EVENTS"))
     }
 }

@@ -64,15 +64,8 @@ impl BtfSource {
             Backend::Cache => Btf::from_file(&p),
             Backend::Mmap => Btf::from_file_with_backend(&p, btf_rs::Backend::Mmap),
         }
-        .map_err(|e| BtfError::Read {
-            path: p.clone(),
-            msg: e.to_string(),
-        })?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            vmlinux,
-            modules: HashMap::new(),
-        })
+        .map_err(|e| BtfError::Read { path: p.clone(), msg: e.to_string() })?;
+        Ok(Self { dir: dir.to_path_buf(), vmlinux, modules: HashMap::new() })
     }
 
     pub fn system() -> Result<Self, BtfError> {
@@ -89,17 +82,8 @@ impl BtfSource {
 
     /// The BTF of `module` and every other loaded module BTF (for forward declarations).
     pub fn with_others(&self, module: &str) -> Option<(&Btf, Vec<&Btf>)> {
-        let main = if module == "vmlinux" {
-            &self.vmlinux
-        } else {
-            self.modules.get(module)?
-        };
-        let others = self
-            .modules
-            .iter()
-            .filter(|(k, _)| k.as_str() != module)
-            .map(|(_, b)| b)
-            .collect();
+        let main = if module == "vmlinux" { &self.vmlinux } else { self.modules.get(module)? };
+        let others = self.modules.iter().filter(|(k, _)| k.as_str() != module).map(|(_, b)| b).collect();
         Some((main, others))
     }
 
@@ -113,10 +97,8 @@ impl BtfSource {
             if !p.exists() {
                 return Err(BtfError::NoModule(module.to_string()));
             }
-            let b = Btf::from_split_file(&p, &self.vmlinux).map_err(|e| BtfError::Read {
-                path: p.clone(),
-                msg: e.to_string(),
-            })?;
+            let b = Btf::from_split_file(&p, &self.vmlinux)
+                .map_err(|e| BtfError::Read { path: p.clone(), msg: e.to_string() })?;
             self.modules.insert(module.to_string(), b);
         }
         Ok(&self.modules[module])
@@ -134,18 +116,10 @@ pub struct Proto {
 }
 
 pub fn proto(btf: &Btf, func: &str) -> Result<Proto, BtfError> {
-    let types = btf
-        .resolve_types_by_name(func)
-        .map_err(|_| BtfError::NoFunction(func.into()))?;
+    let types = btf.resolve_types_by_name(func).map_err(|_| BtfError::NoFunction(func.into()))?;
     let f = types
         .iter()
-        .find_map(|t| {
-            if let Type::Func(f) = t {
-                Some(f.clone())
-            } else {
-                None
-            }
-        })
+        .find_map(|t| if let Type::Func(f) = t { Some(f.clone()) } else { None })
         .ok_or_else(|| BtfError::NoFunction(func.into()))?;
     let Type::FuncProto(fp) = btf.resolve_chained_type(&f).map_err(err)? else {
         return Err(BtfError::Shape(format!("{func}: BTF func without a prototype")));
@@ -190,9 +164,7 @@ fn size_of(btf: &Btf, t: &Type) -> Result<usize, BtfError> {
 }
 
 fn type_name(btf: &Btf, t: &Type) -> String {
-    t.as_btf_type()
-        .and_then(|b| btf.resolve_name(b).ok())
-        .unwrap_or_else(|| t.name().to_string())
+    t.as_btf_type().and_then(|b| btf.resolve_name(b).ok()).unwrap_or_else(|| t.name().to_string())
 }
 
 /// The struct a pointer points at; a forward declaration is completed by name from the
@@ -214,20 +186,11 @@ fn pointee_struct<'b>(
                 .chain(others.iter().copied())
                 .find_map(|b| {
                     let types = b.resolve_types_by_name(&name).ok()?;
-                    types.into_iter().find_map(|t| {
-                        if let Type::Struct(s) = t {
-                            Some((s, b))
-                        } else {
-                            None
-                        }
-                    })
+                    types.into_iter().find_map(|t| if let Type::Struct(s) = t { Some((s, b)) } else { None })
                 })
                 .ok_or_else(|| BtfError::Shape(format!("struct {name} is only declared, never defined")))
         }
-        other => Err(BtfError::Shape(format!(
-            "pointer to {} is not a struct",
-            other.name()
-        ))),
+        other => Err(BtfError::Shape(format!("pointer to {} is not a struct", other.name()))),
     }
 }
 
@@ -263,9 +226,7 @@ pub fn resolve_path(
     if path.is_empty() {
         let size = size_of(btf, start)?;
         if size > 8 {
-            return Err(BtfError::Shape(format!(
-                "value of {size} bytes does not fit a register"
-            )));
+            return Err(BtfError::Shape(format!("value of {size} bytes does not fit a register")));
         }
         return Ok((Vec::new(), size as u8));
     }
@@ -299,10 +260,7 @@ pub fn resolve_path(
         return Err(BtfError::Shape(format!("{path}: {size} bytes is not a scalar")));
     }
     if offsets.len() > rdma_trace_common::MAX_HOPS {
-        return Err(BtfError::Shape(format!(
-            "{path}: more than {} hops",
-            rdma_trace_common::MAX_HOPS
-        )));
+        return Err(BtfError::Shape(format!("{path}: more than {} hops", rdma_trace_common::MAX_HOPS)));
     }
     Ok((offsets, size as u8))
 }
@@ -325,10 +283,7 @@ pub fn resolve(
                 .iter()
                 .enumerate()
                 .find(|(_, (n, _))| names.split('|').any(|want| want == n))
-                .ok_or_else(|| BtfError::NoParam {
-                    func: func.into(),
-                    param: names.into(),
-                })?;
+                .ok_or_else(|| BtfError::NoParam { func: func.into(), param: names.into() })?;
             (Some(i), t.clone())
         }
     };

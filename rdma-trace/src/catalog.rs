@@ -104,12 +104,7 @@ pub struct ProbeSpec {
 }
 
 const fn f(name: &'static str, from: Src, path: &'static str, render: Render) -> Field {
-    Field {
-        name,
-        from,
-        path,
-        render,
-    }
+    Field { name, from, path, render }
 }
 const fn sym(name: &'static str, module: &'static str) -> Symbol {
     Symbol { name, module }
@@ -132,14 +127,10 @@ const MLX5_VMA_FIELDS: [Field; 5] = [
     f("vm_flags", Param("vma"), "vm_flags", VmFlags),
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
 ];
-const CREATE_CQ_ENTRY: [Field; 4] = [
+// The kernel CQ's user handle is filled in only after the driver's create_cq returns
+// (seen in the lab: 0 at entry), so completions are joined to it by the kernel CQ pointer.
+const CREATE_CQ_ENTRY: [Field; 3] = [
     f("cq", Param("ibcq"), "", Hex),
-    f(
-        "cq_user_handle",
-        Param("ibcq"),
-        "uobject->uevent.uobject.user_handle",
-        Hex,
-    ),
     f("cqe", Param("attr"), "cqe", Dec),
     f("comp_vector", Param("attr"), "comp_vector", Dec),
 ];
@@ -156,11 +147,8 @@ const REG_MR_ENTRY: [Field; 7] = [
     f("udata_outlen", Param("udata"), "outlen", Dec),
 ];
 // The core fills ib_mr.iova/length only after the driver returns, so they are not read here.
-const REG_MR_RET: [Field; 3] = [
-    f("mr", Ret, "", PtrOrErr),
-    f("lkey", Ret, "lkey", Hex),
-    f("rkey", Ret, "rkey", Hex),
-];
+const REG_MR_RET: [Field; 3] =
+    [f("mr", Ret, "", PtrOrErr), f("lkey", Ret, "lkey", Hex), f("rkey", Ret, "rkey", Hex)];
 
 /// Every probe rdma-trace knows. Order is display order.
 pub static CATALOG: &[ProbeSpec] = &[
@@ -168,10 +156,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         id: "umem_get",
         path: Path::Pin,
         kind: Kind::Kprobe,
-        symbols: &[
-            sym("ib_umem_get", "ib_uverbs"),
-            sym("__ib_umem_get_va", "ib_core"),
-        ],
+        symbols: &[sym("ib_umem_get", "ib_uverbs"), sym("__ib_umem_get_va", "ib_core")],
         entry: &[
             f("addr", Param("addr"), "", Hex),
             f("size", Param("size"), "", Dec),
@@ -265,12 +250,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         symbols: &[sym("ib_uverbs_comp_handler", "ib_uverbs")],
         entry: &[
             f("cq", Param("cq"), "", Hex),
-            f(
-                "cq_user_handle",
-                Param("cq"),
-                "uobject->uevent.uobject.user_handle",
-                Hex,
-            ),
+            f("cq_user_handle", Param("cq"), "uobject->uevent.uobject.user_handle", Hex),
             f("cqe", Param("cq"), "cqe", Dec),
         ],
         ret: &[],
@@ -315,10 +295,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         id: "umem_release",
         path: Path::Teardown,
         kind: Kind::Kprobe,
-        symbols: &[
-            sym("ib_umem_release", "ib_uverbs"),
-            sym("ib_umem_release", "ib_core"),
-        ],
+        symbols: &[sym("ib_umem_release", "ib_uverbs"), sym("ib_umem_release", "ib_core")],
         entry: &[
             f("umem", Param("umem"), "", Hex),
             f("umem_address", Param("umem"), "address", Hex),
@@ -332,9 +309,7 @@ pub static CATALOG: &[ProbeSpec] = &[
     ProbeSpec {
         id: "mr_dereg",
         path: Path::Teardown,
-        kind: Kind::Tracepoint {
-            category: "rdma_core",
-        },
+        kind: Kind::Tracepoint { category: "rdma_core" },
         symbols: &[sym("mr_dereg", "ib_core")],
         entry: &[f("mr_id", TpField("id"), "", Dec)],
         ret: &[],
@@ -414,10 +389,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         kind: IBV,
         symbols: &[sym("ibv_create_comp_channel", LIBIBVERBS)],
         entry: &[],
-        ret: &[
-            f("channel", UserRet, "", Hex),
-            f("fd", UserRet, "ibv_comp_channel.fd", Dec),
-        ],
+        ret: &[f("channel", UserRet, "", Hex), f("fd", UserRet, "ibv_comp_channel.fd", Dec)],
         stack: false,
         hardware_only: false,
         about: "a completion channel: the fd ibv_get_cq_event reads completion events from",
@@ -439,10 +411,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         kind: IBV,
         symbols: &[sym("ibv_create_qp", LIBIBVERBS)],
         entry: &[],
-        ret: &[
-            f("qp", UserRet, "", Hex),
-            f("qp_num", UserRet, "ibv_qp.qp_num", Hex),
-        ],
+        ret: &[f("qp", UserRet, "", Hex), f("qp_num", UserRet, "ibv_qp.qp_num", Hex)],
         stack: false,
         hardware_only: false,
         about: "a QP: its send/receive queues are mapped into the process (mmap path)",
@@ -452,10 +421,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_get_cq_event", LIBIBVERBS)],
-        entry: &[
-            f("channel", UserArg(0), "", Hex),
-            f("fd", UserArg(0), "ibv_comp_channel.fd", Dec),
-        ],
+        entry: &[f("channel", UserArg(0), "", Hex), f("fd", UserArg(0), "ibv_comp_channel.fd", Dec)],
         ret: &[f("ret", UserRet, "", Errno)],
         stack: false,
         hardware_only: false,
@@ -480,15 +446,10 @@ pub const USER_ABI: &[(&str, u32, u8)] = &[
 ];
 
 pub fn user_abi(path: &str) -> Option<(u32, u8)> {
-    USER_ABI
-        .iter()
-        .find(|(p, _, _)| *p == path)
-        .map(|(_, o, s)| (*o, *s))
+    USER_ABI.iter().find(|(p, _, _)| *p == path).map(|(_, o, s)| (*o, *s))
 }
 
-const IBV: Kind = Kind::Uprobe {
-    library: "libibverbs.so.1",
-};
+const IBV: Kind = Kind::Uprobe { library: "libibverbs.so.1" };
 const LIBIBVERBS: &str = "libibverbs.so.1";
 
 pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
@@ -509,19 +470,9 @@ pub fn markdown() -> String {
             Kind::Tracepoint { category } => format!("tracepoint `{category}`"),
             Kind::Uprobe { library } => format!("uprobe + uretprobe in `{library}` (default symbol version)"),
         };
-        let syms: Vec<String> = p
-            .symbols
-            .iter()
-            .map(|s| format!("`{}` ({})", s.name, s.module))
-            .collect();
-        s.push_str(&format!(
-            "\n## `{}` — {:?} path\n\n{}.\n\n",
-            p.id, p.path, p.about
-        ));
-        s.push_str(&format!(
-            "- attach: {kind} on the first present of {}\n",
-            syms.join(", ")
-        ));
+        let syms: Vec<String> = p.symbols.iter().map(|s| format!("`{}` ({})", s.name, s.module)).collect();
+        s.push_str(&format!("\n## `{}` — {:?} path\n\n{}.\n\n", p.id, p.path, p.about));
+        s.push_str(&format!("- attach: {kind} on the first present of {}\n", syms.join(", ")));
         if p.hardware_only {
             s.push_str("- fires only with a hardware NIC: attached and verified in the soft-RoCE lab, never observed there\n");
         }
@@ -539,11 +490,7 @@ pub fn markdown() -> String {
                         Src::UserArg(n) => format!("argument {n}"),
                         Src::UserRet => "return value".into(),
                     };
-                    let path = if f.path.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" → `{}`", f.path)
-                    };
+                    let path = if f.path.is_empty() { String::new() } else { format!(" → `{}`", f.path) };
                     format!("  - `{}`: {src}{path} ({:?})\n", f.name, f.render)
                 })
                 .collect()
@@ -568,21 +515,13 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), CATALOG.len());
-        let user = CATALOG
-            .iter()
-            .filter(|p| matches!(p.kind, Kind::Uprobe { .. }))
-            .count();
+        let user = CATALOG.iter().filter(|p| matches!(p.kind, Kind::Uprobe { .. })).count();
         assert!(CATALOG.len() - user <= rdma_trace_common::MAX_SLOTS);
         assert!(user <= rdma_trace_common::MAX_USER_SLOTS);
         for p in CATALOG {
             for f in p.entry.iter().chain(p.ret) {
                 if matches!(f.from, Src::UserArg(_) | Src::UserRet) && !f.path.is_empty() {
-                    assert!(
-                        user_abi(f.path).is_some(),
-                        "{}: no ABI entry for {}",
-                        p.id,
-                        f.path
-                    );
+                    assert!(user_abi(f.path).is_some(), "{}: no ABI entry for {}", p.id, f.path);
                 }
             }
         }

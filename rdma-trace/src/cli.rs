@@ -27,36 +27,30 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Stream RDMA kernel events (and a traced program's verbs-related syscalls) as text or JSON Lines.
-    #[command(
-        long_about = "Attach every probe this kernel supports and print one line per event: MR \
+    #[command(long_about = "Attach every probe this kernel supports and print one line per event: MR \
 registrations with their pinned range, pages and lkey/rkey; uverbs mmaps with the VMA, its flags and \
 cache mode; completion events with their CQ's user handle and the context they ran in (kworker on \
 soft-RoCE, softirq on hardware). With `--pid` or `-- CMD`, that program's ioctl/mmap/read/write/poll \
 syscalls are shown too, with the uverbs and completion-channel fds recognised. Ctrl-C stops and prints \
-per-probe hit and loss counters; nothing captured is dropped at exit."
-    )]
+per-probe hit and loss counters; nothing captured is dropped at exit.")]
     Trace(TraceArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
-    #[command(
-        long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
+    #[command(long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
 and its module, BTF for parameter positions and field offsets) and, as root, attach it. Functions only a \
 hardware NIC driver calls (mlx5_ib_mmap, rdma_user_mmap_io, mlx5_ib_reg_user_mr) are labelled: they \
-attach on any kernel with the module loaded but fire only with a ConnectX NIC."
-    )]
+attach on any kernel with the module loaded but fire only with a ConnectX NIC.")]
     Probes {
         /// Only resolve the plan; don't load or attach anything.
         #[arg(long)]
         no_attach: bool,
     },
     /// Join a capture into the story of each verbs program: calls, kernel work, completions.
-    #[command(
-        long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \
+    #[command(long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \
 a process — completion events through the CQ they were raised on (their user handle is the program's \
 `struct ibv_cq *`), never by the kworker or softirq that ran them —, kernel work is nested inside the \
 libibverbs call that caused it, and completions are paired with the channel read that woke the program \
 (wakeup latency). With `--steps` (the companion workload's announce file) each step is joined to the \
-kernel events it caused and its values are checked against theirs."
-    )]
+kernel events it caused and its values are checked against theirs.")]
     Story {
         capture: PathBuf,
         /// The companion workload's step records (`rdma-trace-workload --announce FILE`).

@@ -48,10 +48,7 @@ impl Correlator {
                 self.open
                     .entry((ev.tid, ev.name.clone()))
                     .or_default()
-                    .push(OpenCall {
-                        ts_ns: ev.ts_ns,
-                        range,
-                    });
+                    .push(OpenCall { ts_ns: ev.ts_ns, range });
             }
             EventKind::Return => {
                 if let Some(stack) = self.open.get_mut(&(ev.tid, ev.name.clone()))

@@ -45,11 +45,7 @@ impl Raw {
 fn read<T: Copy>(b: &[u8], kind: u8) -> Result<T, DecodeError> {
     let need = size_of::<T>();
     if b.len() < need {
-        return Err(DecodeError::Size {
-            kind,
-            need,
-            got: b.len(),
-        });
+        return Err(DecodeError::Size { kind, need, got: b.len() });
     }
     // SAFETY: length checked above; T is a plain-data #[repr(C)] type for which every
     // bit pattern is valid; read_unaligned has no alignment requirement.
@@ -74,12 +70,7 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
         }
         KIND_SYS_ENTER | KIND_SYS_EXIT => {
             let e: SyscallEvent = read(b, hdr.kind)?;
-            Ok(Raw::Syscall {
-                hdr,
-                is_exit: hdr.kind == KIND_SYS_EXIT,
-                nr: e.nr,
-                args: e.args,
-            })
+            Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args })
         }
         k => Err(DecodeError::Kind(k)),
     }
@@ -110,26 +101,13 @@ mod tests {
 
     #[test]
     fn probe_entry_round_trip() {
-        let mut e = ProbeEvent {
-            hdr: hdr(KIND_PROBE_ENTRY),
-            vals: [0; 8],
-            stack_len: 16,
-            _pad: 0,
-            stack: [0; 32],
-        };
+        let mut e =
+            ProbeEvent { hdr: hdr(KIND_PROBE_ENTRY), vals: [0; 8], stack_len: 16, _pad: 0, stack: [0; 32] };
         e.vals[0] = 0x7f00_0000_1000;
         e.stack[0] = 0xffff_ffff_c000_0010;
         e.stack[1] = 0xffff_ffff_c000_0020;
         let r = decode(&bytes(&e)).unwrap();
-        let Raw::Probe {
-            hdr,
-            is_return,
-            vals,
-            stack,
-        } = r
-        else {
-            panic!("not a probe: {r:?}")
-        };
+        let Raw::Probe { hdr, is_return, vals, stack } = r else { panic!("not a probe: {r:?}") };
         assert!(!is_return);
         assert_eq!(hdr.slot, 3);
         assert_eq!(vals[0], 0x7f00_0000_1000);
@@ -140,35 +118,16 @@ mod tests {
     fn short_and_unknown_records_are_errors() {
         assert_eq!(decode(&[0u8; 7]), Err(DecodeError::Short(7)));
         let h = bytes(&hdr(KIND_SYS_ENTER));
-        assert_eq!(
-            decode(&h),
-            Err(DecodeError::Size {
-                kind: KIND_SYS_ENTER,
-                need: 96,
-                got: 40
-            })
-        );
+        assert_eq!(decode(&h), Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: 96, got: 40 }));
         assert_eq!(decode(&bytes(&hdr(99))), Err(DecodeError::Kind(99)));
     }
 
     #[test]
     fn unaligned_input_decodes() {
-        let e = SyscallEvent {
-            hdr: hdr(KIND_SYS_EXIT),
-            nr: 9,
-            args: [0xfffffffffffffff4, 0, 0, 0, 0, 0],
-        };
+        let e = SyscallEvent { hdr: hdr(KIND_SYS_EXIT), nr: 9, args: [0xfffffffffffffff4, 0, 0, 0, 0, 0] };
         let mut b = vec![0u8];
         b.extend(bytes(&e));
         let r = decode(&b[1..]).unwrap();
-        assert_eq!(
-            r,
-            Raw::Syscall {
-                hdr: hdr(KIND_SYS_EXIT),
-                is_exit: true,
-                nr: 9,
-                args: e.args
-            }
-        );
+        assert_eq!(r, Raw::Syscall { hdr: hdr(KIND_SYS_EXIT), is_exit: true, nr: 9, args: e.args });
     }
 }

@@ -15,19 +15,14 @@ use std::path::{Path, PathBuf};
 pub fn default_symbols(data: &[u8]) -> Result<HashMap<String, u64>, String> {
     let elf = ElfFile64::<object::Endianness>::parse(data).map_err(|e| e.to_string())?;
     let endian = elf.endian();
-    let versions = elf
-        .elf_section_table()
-        .versions(endian, data)
-        .map_err(|e| e.to_string())?;
+    let versions = elf.elf_section_table().versions(endian, data).map_err(|e| e.to_string())?;
     let mut out: HashMap<String, (u64, bool)> = HashMap::new();
     for sym in elf.dynamic_symbols() {
         if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {
             continue;
         }
         let Ok(name) = sym.name() else { continue };
-        let hidden = versions
-            .as_ref()
-            .is_some_and(|v| v.version_index(endian, sym.index()).is_hidden());
+        let hidden = versions.as_ref().is_some_and(|v| v.version_index(endian, sym.index()).is_hidden());
         let Some(section) = sym.section_index().and_then(|i| elf.section_by_index(i).ok()) else {
             continue;
         };
@@ -45,16 +40,9 @@ pub fn default_symbols(data: &[u8]) -> Result<HashMap<String, u64>, String> {
 
 /// Where the dynamic linker would find `soname` (the usual multiarch directories).
 pub fn find_library(soname: &str) -> Option<PathBuf> {
-    [
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/lib64",
-        "/usr/lib",
-        "/lib",
-    ]
-    .iter()
-    .map(|d| Path::new(d).join(soname))
-    .find(|p| p.exists())
-    .and_then(|p| p.canonicalize().ok())
+    ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib"]
+        .iter()
+        .map(|d| Path::new(d).join(soname))
+        .find(|p| p.exists())
+        .and_then(|p| p.canonicalize().ok())
 }

@@ -34,12 +34,7 @@ pub fn path_name(p: Path) -> &'static str {
 
 /// softirq when the stack shows softirq processing, kworker by thread name, else process.
 pub fn classify(comm: &str, stack: &[String]) -> ExecContext {
-    let softirq = [
-        "handle_softirqs",
-        "__do_softirq",
-        "tasklet_action",
-        "net_rx_action",
-    ];
+    let softirq = ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
     if stack.iter().any(|f| softirq.iter().any(|s| f.starts_with(s))) {
         ExecContext::Softirq
     } else if comm.starts_with("kworker") {
@@ -72,23 +67,11 @@ impl Enricher<'_> {
             latency_ns: None,
         };
         match raw {
-            Raw::Probe {
-                hdr,
-                is_return,
-                vals,
-                stack,
-            } => {
+            Raw::Probe { hdr, is_return, vals, stack } => {
                 let p = self.plan.by_slot(hdr.slot as usize)?;
-                let (fields, plan): (&[Field], _) = if *is_return {
-                    (p.spec.ret, p.ret.as_ref()?)
-                } else {
-                    (p.spec.entry, &p.entry)
-                };
-                ev.kind = if *is_return {
-                    EventKind::Return
-                } else {
-                    EventKind::Entry
-                };
+                let (fields, plan): (&[Field], _) =
+                    if *is_return { (p.spec.ret, p.ret.as_ref()?) } else { (p.spec.entry, &p.entry) };
+                ev.kind = if *is_return { EventKind::Return } else { EventKind::Entry };
                 ev.name = p.spec.id.to_string();
                 ev.symbol = Some(p.symbol.to_string());
                 ev.path = path_name(p.spec.path).to_string();
@@ -109,24 +92,16 @@ impl Enricher<'_> {
                     ev.context = Some(classify(&ev.comm, &ev.stack));
                 }
             }
-            Raw::Syscall {
-                is_exit, nr, args, ..
-            } => {
+            Raw::Syscall { is_exit, nr, args, .. } => {
                 let spec = syscalls::by_nr(*nr)?;
-                ev.kind = if *is_exit {
-                    EventKind::SyscallExit
-                } else {
-                    EventKind::SyscallEnter
-                };
+                ev.kind = if *is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
                 ev.name = spec.name.to_string();
                 ev.path = "syscall".into();
                 if *is_exit {
-                    ev.fields
-                        .insert("ret".into(), crate::event::Value::I(args[0] as i64));
+                    ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
                 } else {
                     for (i, a) in spec.args.iter().enumerate() {
-                        ev.fields
-                            .insert((*a).to_string(), crate::event::Value::U(args[i]));
+                        ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));
                     }
                     if let Some(i) = spec.fd_arg {
                         ev.fd_kind = self.fds.kind(h.tgid, args[i]);
@@ -151,10 +126,7 @@ mod tests {
         assert_eq!(
             classify(
                 "kworker/u8:2",
-                &s(&[
-                    "ib_uverbs_comp_handler+0x0 [ib_uverbs]",
-                    "rxe_cq_post+0x1 [rdma_rxe]"
-                ])
+                &s(&["ib_uverbs_comp_handler+0x0 [ib_uverbs]", "rxe_cq_post+0x1 [rdma_rxe]"])
             ),
             ExecContext::Kworker
         );
@@ -170,9 +142,6 @@ mod tests {
             ),
             ExecContext::Softirq
         );
-        assert_eq!(
-            classify("ib_write_bw", &s(&["ib_uverbs_mmap+0x0"])),
-            ExecContext::Process
-        );
+        assert_eq!(classify("ib_write_bw", &s(&["ib_uverbs_mmap+0x0"])), ExecContext::Process);
     }
 }

@@ -56,15 +56,11 @@ pub fn ensure_tracefs() -> std::io::Result<&'static str> {
     if Path::new(TRACEFS).join("events").exists() {
         return Ok("tracefs present");
     }
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tracefs", "nodev", TRACEFS])
-        .status()?;
+    let st = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status()?;
     if st.success() {
         Ok("mounted tracefs")
     } else {
-        Err(std::io::Error::other(format!(
-            "mount -t tracefs nodev {TRACEFS} failed"
-        )))
+        Err(std::io::Error::other(format!("mount -t tracefs nodev {TRACEFS} failed")))
     }
 }
 
@@ -103,11 +99,7 @@ pub fn parse_format(text: &str) -> Vec<TpField> {
 }
 
 pub fn tracepoint_format(category: &str, name: &str) -> std::io::Result<Vec<TpField>> {
-    let p = Path::new(TRACEFS)
-        .join("events")
-        .join(category)
-        .join(name)
-        .join("format");
+    let p = Path::new(TRACEFS).join("events").join(category).join(name).join("format");
     Ok(parse_format(&std::fs::read_to_string(p)?))
 }
 
@@ -145,22 +137,8 @@ mod tests {
 \n\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;\n\
 \tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n\nprint fmt: \"NR %ld\"\n";
         let f = parse_format(text);
-        assert_eq!(
-            field(&f, "id"),
-            Some(&TpField {
-                name: "id".into(),
-                offset: 8,
-                size: 8
-            })
-        );
-        assert_eq!(
-            field(&f, "args"),
-            Some(&TpField {
-                name: "args".into(),
-                offset: 16,
-                size: 48
-            })
-        );
+        assert_eq!(field(&f, "id"), Some(&TpField { name: "id".into(), offset: 8, size: 8 }));
+        assert_eq!(field(&f, "args"), Some(&TpField { name: "args".into(), offset: 16, size: 48 }));
         assert_eq!(field(&f, "common_pid").map(|f| f.offset), Some(4));
     }
 }

@@ -22,9 +22,7 @@ impl Ksyms {
             if addr == 0 {
                 continue;
             }
-            let module = it
-                .next()
-                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
+            let module = it.next().map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
             syms.push((addr, name.to_string(), module));
         }
         syms.sort_by_key(|s| s.0);

@@ -36,10 +36,7 @@ mod tests {
 
     #[test]
     fn capability_sets() {
-        assert_eq!(
-            effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n"),
-            Some(0x1ffffffffff)
-        );
+        assert_eq!(effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n"), Some(0x1ffffffffff));
         assert!(missing(0x1ffffffffff).is_none());
         assert!(missing(0).is_some());
         assert!(missing(1 << CAP_BPF).is_some());

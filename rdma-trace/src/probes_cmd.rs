@@ -22,16 +22,9 @@ pub fn run(attach: bool) -> anyhow::Result<i32> {
     } else {
         None
     };
-    writeln!(
-        out,
-        "{:<14} {:<24} {:<10} {:<9} note",
-        "probe", "symbol", "module", "status"
-    )?;
+    writeln!(out, "{:<14} {:<24} {:<10} {:<9} note", "probe", "symbol", "module", "status")?;
     for p in &planning.plan.probes {
-        let (status, mut note) = match outcomes
-            .as_ref()
-            .and_then(|o| o.iter().find(|o| o.id == p.spec.id))
-        {
+        let (status, mut note) = match outcomes.as_ref().and_then(|o| o.iter().find(|o| o.id == p.spec.id)) {
             Some(o) => match &o.attached {
                 Ok(()) => ("attached".to_string(), format!("{} ms", o.took.as_millis())),
                 Err(e) => ("skipped".to_string(), format!("attach failed: {e}")),
@@ -44,25 +37,11 @@ pub fn run(attach: bool) -> anyhow::Result<i32> {
             }
             note.push_str("fires only with a hardware NIC (not observed on soft-RoCE)");
         }
-        writeln!(
-            out,
-            "{:<14} {:<24} {:<10} {:<9} {note}",
-            p.spec.id, p.symbol, p.module, status
-        )?;
+        writeln!(out, "{:<14} {:<24} {:<10} {:<9} {note}", p.spec.id, p.symbol, p.module, status)?;
     }
     for s in &planning.plan.skipped {
-        let sym = s
-            .spec
-            .symbols
-            .iter()
-            .map(|s| s.name)
-            .collect::<Vec<_>>()
-            .join("|");
-        writeln!(
-            out,
-            "{:<14} {:<24} {:<10} {:<9} {}",
-            s.spec.id, sym, "-", "skipped", s.reason
-        )?;
+        let sym = s.spec.symbols.iter().map(|s| s.name).collect::<Vec<_>>().join("|");
+        writeln!(out, "{:<14} {:<24} {:<10} {:<9} {}", s.spec.id, sym, "-", "skipped", s.reason)?;
     }
     writeln!(
         out,

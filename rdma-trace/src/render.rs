@@ -63,20 +63,13 @@ pub fn cache_mode(prot: u64) -> &'static str {
 }
 
 fn bits(v: u64, table: &[(u64, &str)]) -> String {
-    let mut names: Vec<String> = table
-        .iter()
-        .filter(|(b, _)| v & b != 0)
-        .map(|(_, n)| n.to_string())
-        .collect();
+    let mut names: Vec<String> =
+        table.iter().filter(|(b, _)| v & b != 0).map(|(_, n)| n.to_string()).collect();
     let known: u64 = table.iter().map(|(b, _)| b).fold(0, |a, b| a | b);
     if v & !known != 0 {
         names.push(format!("{:#x}", v & !known));
     }
-    if names.is_empty() {
-        "0".into()
-    } else {
-        names.join("|")
-    }
+    if names.is_empty() { "0".into() } else { names.join("|") }
 }
 
 /// How mlx5_ib_mmap reads `vm_pgoff` (drivers/infiniband/hw/mlx5/mlx5_ib.h, main.c):
@@ -140,11 +133,7 @@ pub fn store(render: Render, raw: u64, size: u8) -> Value {
     match render {
         Render::Errno => {
             // int return values arrive in a 64-bit register: sign-extend from 32 bits.
-            let v = if size <= 4 {
-                raw as u32 as i32 as i64
-            } else {
-                raw as i64
-            };
+            let v = if size <= 4 { raw as u32 as i32 as i64 } else { raw as i64 };
             Value::I(v)
         }
         _ => Value::U(raw),
@@ -159,11 +148,7 @@ pub fn text(render: Render, v: Value) -> String {
         Render::Dec => u.to_string(),
         Render::Errno => {
             let s = u as i64;
-            if s < 0 {
-                format!("{s} ({})", errno_name(-s))
-            } else {
-                s.to_string()
-            }
+            if s < 0 { format!("{s} ({})", errno_name(-s)) } else { s.to_string() }
         }
         Render::PtrOrErr => match err_ptr(u) {
             Some(e) => format!("ERR_PTR({e} {})", errno_name(-e)),
@@ -192,10 +177,7 @@ mod tests {
 
     #[test]
     fn access_and_vm_flags() {
-        assert_eq!(
-            text(Render::Access, Value::U(7)),
-            "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ"
-        );
+        assert_eq!(text(Render::Access, Value::U(7)), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
         assert_eq!(text(Render::Access, Value::U(0)), "0");
         // VM_IO|VM_PFNMAP|VM_DONTEXPAND|VM_DONTDUMP: what io_remap_pfn_range sets for a doorbell page.
         assert_eq!(
@@ -211,10 +193,7 @@ mod tests {
             mlx5_pgoff((2 << 8) | 1),
             "0x201 (UAR/BlueFlame page, write-combining (WC_PAGE), index 1)"
         );
-        assert_eq!(
-            mlx5_pgoff(3 << 8),
-            "0x300 (UAR page, non-cached (NC_PAGE), index 0)"
-        );
+        assert_eq!(mlx5_pgoff(3 << 8), "0x300 (UAR page, non-cached (NC_PAGE), index 0)");
         assert_eq!(mlx5_pgoff(5 << 8), "0x500 (HCA core clock (CORE_CLOCK), index 0)");
         // Index above 255 uses bits 16..24: UAR 0x105 as REGULAR_PAGE.
         assert_eq!(
@@ -229,13 +208,7 @@ mod tests {
     fn errors() {
         assert_eq!(store(Render::Errno, 0xffff_fff4, 4), Value::I(-12));
         assert_eq!(text(Render::Errno, Value::I(-12)), "-12 (ENOMEM)");
-        assert_eq!(
-            text(Render::PtrOrErr, Value::U((-12i64) as u64)),
-            "ERR_PTR(-12 ENOMEM)"
-        );
-        assert_eq!(
-            text(Render::PtrOrErr, Value::U(0xffff_8880_0000_1000)),
-            "0xffff888000001000"
-        );
+        assert_eq!(text(Render::PtrOrErr, Value::U((-12i64) as u64)), "ERR_PTR(-12 ENOMEM)");
+        assert_eq!(text(Render::PtrOrErr, Value::U(0xffff_8880_0000_1000)), "0xffff888000001000");
     }
 }

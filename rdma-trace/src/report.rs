@@ -25,11 +25,7 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
 }
 
 fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::Result {
-    let wake: Vec<u64> = ps
-        .completions
-        .iter()
-        .filter_map(|c| c.wakeup_latency_ns)
-        .collect();
+    let wake: Vec<u64> = ps.completions.iter().filter_map(|c| c.wakeup_latency_ns).collect();
     writeln!(
         out,
         "process {} ({}): {} events, {} verbs calls, {} completion events{}, pinned peak {}",
@@ -58,11 +54,7 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         let r = c.ret.map(|i| &events[i]);
         let mut line = format!("  {} {}", e.name, crate::sink::text::fields_text(e));
         if let Some(r) = r {
-            line.push_str(&format!(
-                " → {} [{}]",
-                crate::sink::text::fields_text(r),
-                ms(r.ts_ns - e.ts_ns)
-            ));
+            line.push_str(&format!(" → {} [{}]", crate::sink::text::fields_text(r), ms(r.ts_ns - e.ts_ns)));
         }
         if !kernel.is_empty() {
             line.push_str(&format!("\n      kernel: {}", kernel.join(" → ")));
@@ -70,11 +62,7 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         writeln!(out, "{line}")?;
     }
     if !ps.data_phase_syscalls.is_empty() {
-        let s: Vec<String> = ps
-            .data_phase_syscalls
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
+        let s: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, v)| format!("{k} {v}")).collect();
         writeln!(out, "  data-phase syscalls: {}", s.join(", "))?;
     }
     Ok(())
@@ -82,11 +70,7 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
 
 pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
     let mut out = String::new();
-    for ps in story
-        .processes
-        .values()
-        .filter(|p| !p.comm.starts_with("kworker") && !p.events.is_empty())
-    {
+    for ps in story.processes.values().filter(|p| !p.comm.starts_with("kworker") && !p.events.is_empty()) {
         let _ = process(&mut out, ps, events);
     }
     if !story.steps.is_empty() {
@@ -119,12 +103,7 @@ pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
             );
         }
     }
-    let failed = story
-        .steps
-        .iter()
-        .flat_map(|j| &j.checks)
-        .filter(|c| !c.ok)
-        .count();
+    let failed = story.steps.iter().flat_map(|j| &j.checks).filter(|c| !c.ok).count();
     let _ = writeln!(
         out,
         "unjoined events: {} (completions on CQs created before tracing started); failed checks: {failed}",

@@ -84,10 +84,7 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
     let mut next_kprobe_slot = 0usize;
     let mut tp_slots = TP_SLOTS.iter();
     let mut user_slots = MAX_SLOTS..TOTAL_SLOTS;
-    for spec in CATALOG
-        .iter()
-        .filter(|s| wanted.is_empty() || wanted.contains(&s.id))
-    {
+    for spec in CATALOG.iter().filter(|s| wanted.is_empty() || wanted.contains(&s.id)) {
         let res = match spec.kind {
             Kind::Kprobe => {
                 if next_kprobe_slot >= TP_SLOTS[0] {
@@ -119,28 +116,16 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
 }
 
 fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) -> Result<Planned, String> {
-    let Some((sym, module)) = spec
-        .symbols
-        .iter()
-        .find_map(|s| k.symbols.module_of(s.name).map(|m| (s, m.to_string())))
+    let Some((sym, module)) =
+        spec.symbols.iter().find_map(|s| k.symbols.module_of(s.name).map(|m| (s, m.to_string())))
     else {
-        let names: Vec<_> = spec
-            .symbols
-            .iter()
-            .map(|s| format!("{} ({})", s.name, s.module))
-            .collect();
-        return Err(format!(
-            "not in this kernel: {} — module not loaded or renamed",
-            names.join(", ")
-        ));
+        let names: Vec<_> = spec.symbols.iter().map(|s| format!("{} ({})", s.name, s.module)).collect();
+        return Err(format!("not in this kernel: {} — module not loaded or renamed", names.join(", ")));
     };
     k.btf.module(&module).map_err(|e| e.to_string())?;
     // Core RDMA structs are defined in these modules; others may only declare them.
     k.btf.preload(&["ib_core", "ib_uverbs"]);
-    let (btf, others) = k
-        .btf
-        .with_others(&module)
-        .ok_or_else(|| format!("no BTF for {module}"))?;
+    let (btf, others) = k.btf.with_others(&module).ok_or_else(|| format!("no BTF for {module}"))?;
     let proto = btf::proto(btf, sym.name).map_err(|e| e.to_string())?;
     let entry = slot_plan(spec.entry, |f| {
         let param = match f.from {
@@ -159,15 +144,7 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
     })?;
     let mut entry = entry;
     entry.stack = spec.stack as u8;
-    Ok(Planned {
-        spec,
-        symbol: sym.name,
-        module,
-        slot,
-        entry,
-        ret: Some(ret),
-        target: None,
-    })
+    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: Some(ret), target: None })
 }
 
 fn plan_uprobe(
@@ -181,26 +158,16 @@ fn plan_uprobe(
         Some(Err(why)) => return Err(why.clone()),
         None => return Err(format!("{library} not looked up")),
     };
-    let Some((sym, off)) = spec
-        .symbols
-        .iter()
-        .find_map(|s| lib.functions.get(s.name).map(|o| (s, *o)))
+    let Some((sym, off)) = spec.symbols.iter().find_map(|s| lib.functions.get(s.name).map(|o| (s, *o)))
     else {
-        return Err(format!(
-            "{} does not export {}",
-            lib.path.display(),
-            spec.symbols[0].name
-        ));
+        return Err(format!("{} does not export {}", lib.path.display(), spec.symbols[0].name));
     };
     let user_fetch = |f: &Field| -> Result<Fetch, String> {
         let src = match f.from {
             Src::UserArg(n) if n < 6 => SRC_ARG0 + n,
             Src::UserRet => SRC_RET,
             _ => {
-                return Err(format!(
-                    "{}: user probes read arguments 0-5 or the return value",
-                    f.name
-                ));
+                return Err(format!("{}: user probes read arguments 0-5 or the return value", f.name));
             }
         };
         if f.path.is_empty() {
@@ -241,33 +208,17 @@ fn plan_tracepoint(
         let tf = crate::kernel::field(&fields, name)
             .ok_or_else(|| format!("{category}:{} has no field {name}", sym.name))?;
         if ![1, 2, 4, 8].contains(&tf.size) {
-            return Err(format!(
-                "{category}:{} field {name} is {} bytes",
-                sym.name, tf.size
-            ));
+            return Err(format!("{category}:{} field {name} is {} bytes", sym.name, tf.size));
         }
         Ok(fetch(SRC_CTX, &[tf.offset], tf.size as u8))
     })?;
     entry.stack = spec.stack as u8;
     let module = k.symbols.module_of(sym.name).unwrap_or(sym.module).to_string();
-    Ok(Planned {
-        spec,
-        symbol: sym.name,
-        module,
-        slot,
-        entry,
-        ret: None,
-        target: None,
-    })
+    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: None, target: None })
 }
 
 fn fetch(src: u8, offsets: &[u32], size: u8) -> Fetch {
-    let mut f = Fetch {
-        src,
-        hops: offsets.len() as u8,
-        size,
-        ..Default::default()
-    };
+    let mut f = Fetch { src, hops: offsets.len() as u8, size, ..Default::default() };
     for (i, o) in offsets.iter().take(MAX_HOPS).enumerate() {
         f.offsets[i] = *o;
     }
@@ -281,11 +232,7 @@ fn slot_plan(
     if fields.len() > MAX_FETCH {
         return Err(format!("{} fields; at most {MAX_FETCH}", fields.len()));
     }
-    let mut plan = SlotPlan {
-        n: fields.len() as u8,
-        active: 1,
-        ..Default::default()
-    };
+    let mut plan = SlotPlan { n: fields.len() as u8, active: 1, ..Default::default() };
     for (i, f) in fields.iter().enumerate() {
         plan.fetches[i] = each(f).map_err(|e| format!("field {}: {e}", f.name))?;
     }

@@ -41,9 +41,7 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
             return Planning {
                 symbols,
                 plan: Plan::default(),
-                blocked: Some(format!(
-                    "{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)"
-                )),
+                blocked: Some(format!("{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")),
                 took: t0.elapsed(),
             };
         }
@@ -51,20 +49,10 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
     let tp = |cat: &str, name: &str| kernel::tracepoint_format(cat, name).ok();
     let libraries = user_libraries();
     let plan = select::plan(
-        &mut KernelView {
-            symbols: &symbols,
-            btf: &mut btf,
-            tracepoint: &tp,
-            libraries: &libraries,
-        },
+        &mut KernelView { symbols: &symbols, btf: &mut btf, tracepoint: &tp, libraries: &libraries },
         wanted,
     );
-    Planning {
-        symbols,
-        plan,
-        blocked: None,
-        took: t0.elapsed(),
-    }
+    Planning { symbols, plan, blocked: None, took: t0.elapsed() }
 }
 
 /// The user-space libraries the catalog probes, each parsed once.

@@ -41,11 +41,7 @@ pub fn per_site(plan: &Plan, counters: &[u64]) -> Vec<SiteStats> {
     for p in &plan.probes {
         out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, p.slot));
         if p.ret.is_some() {
-            out.push(site(
-                format!("{} return", p.spec.id),
-                counters,
-                return_site(p.slot),
-            ));
+            out.push(site(format!("{} return", p.spec.id), counters, return_site(p.slot)));
         }
     }
     out.push(site("syscalls enter".into(), counters, SITE_SYS_ENTER));
@@ -63,10 +59,7 @@ pub fn summary(stats: &[SiteStats], delivered: u64, undecodable: u64) -> String 
         "  {:<34} {:>9} {:>9} {:>9} {:>9}\n",
         "probe", "hits", "lost", "read-fail", "no-stack"
     ));
-    for st in stats
-        .iter()
-        .filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0)
-    {
+    for st in stats.iter().filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0) {
         s.push_str(&format!(
             "  {:<34} {:>9} {:>9} {:>9} {:>9}\n",
             st.site, st.hits, st.ringbuf_full, st.read_failed, st.stack_failed

@@ -20,12 +20,7 @@ const fn sc(
     args: &'static [&'static str],
     fd_arg: Option<usize>,
 ) -> SyscallSpec {
-    SyscallSpec {
-        nr: nr as u32,
-        name,
-        args,
-        fd_arg,
-    }
+    SyscallSpec { nr: nr as u32, name, args, fd_arg }
 }
 
 pub static WATCHED: &[SyscallSpec] = &[
@@ -33,39 +28,14 @@ pub static WATCHED: &[SyscallSpec] = &[
     sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
     sc(libc::SYS_close, "close", &["fd"], Some(0)),
     sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
-    sc(
-        libc::SYS_mmap,
-        "mmap",
-        &["addr", "len", "prot", "flags", "fd", "off"],
-        Some(4),
-    ),
+    sc(libc::SYS_mmap, "mmap", &["addr", "len", "prot", "flags", "fd", "off"], Some(4)),
     sc(libc::SYS_munmap, "munmap", &["addr", "len"], None),
     sc(libc::SYS_madvise, "madvise", &["addr", "len", "advice"], None),
     sc(libc::SYS_poll, "poll", &["fds", "nfds", "timeout_ms"], None),
-    sc(
-        libc::SYS_ppoll,
-        "ppoll",
-        &["fds", "nfds", "tsp", "sigmask", "sigsetsize"],
-        None,
-    ),
-    sc(
-        libc::SYS_select,
-        "select",
-        &["nfds", "readfds", "writefds", "exceptfds", "timeout"],
-        None,
-    ),
-    sc(
-        libc::SYS_pselect6,
-        "pselect6",
-        &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"],
-        None,
-    ),
-    sc(
-        libc::SYS_epoll_wait,
-        "epoll_wait",
-        &["epfd", "events", "maxevents", "timeout_ms"],
-        Some(0),
-    ),
+    sc(libc::SYS_ppoll, "ppoll", &["fds", "nfds", "tsp", "sigmask", "sigsetsize"], None),
+    sc(libc::SYS_select, "select", &["nfds", "readfds", "writefds", "exceptfds", "timeout"], None),
+    sc(libc::SYS_pselect6, "pselect6", &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"], None),
+    sc(libc::SYS_epoll_wait, "epoll_wait", &["epfd", "events", "maxevents", "timeout_ms"], Some(0)),
     sc(
         libc::SYS_epoll_pwait,
         "epoll_pwait",

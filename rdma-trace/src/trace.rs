@@ -40,9 +40,7 @@ fn spawn_held(cmd: &[String]) -> Result<(std::process::Child, std::fs::File)> {
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
     let rfd = r.as_raw_fd();
     let mut c = std::process::Command::new("/bin/sh");
-    c.arg("-c")
-        .arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"")
-        .args(cmd);
+    c.arg("-c").arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"").args(cmd);
     // SAFETY: dup2 is async-signal-safe; it gives the child the read end as fd 3
     // (without O_CLOEXEC).
     unsafe {
@@ -80,10 +78,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             Ok(()) => attached += 1,
             Err(e) => {
                 failed += 1;
-                eprintln!(
-                    "rdma-trace: skip {:<13} {} ({}): attach failed: {e}",
-                    o.id, o.symbol, o.module
-                );
+                eprintln!("rdma-trace: skip {:<13} {} ({}): attach failed: {e}", o.id, o.symbol, o.module);
             }
         }
     }
@@ -102,11 +97,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     }
     let ring = Ring::new(loaded.take_ring()?);
     let ksyms = Ksyms::system();
-    let mut enricher = Enricher {
-        plan: &planning.plan,
-        ksyms: &ksyms,
-        fds: FdCache::default(),
-    };
+    let mut enricher = Enricher { plan: &planning.plan, ksyms: &ksyms, fds: FdCache::default() };
     let mut correlator = Correlator::default();
     eprintln!(
         "rdma-trace: tracing ({attached} probes attached, {failed} skipped; planned in {} ms){}",
@@ -114,9 +105,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         if watch_syscalls { ", watching syscalls" } else { "" }
     );
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut delivered = 0u64;
     let mut undecodable = 0u64;
     let mut sink_err: Option<std::io::Error> = None;
@@ -150,6 +139,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             Err(_) => undecodable += 1,
         };
         let mut code = 0;
+        let mut stop: String;
         loop {
             let sleep = async {
                 match deadline {
@@ -159,14 +149,15 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             };
             tokio::select! {
                 r = ring.next_batch(&mut handle) => { r?; }
-                _ = sigint.recv() => break,
-                _ = sigterm.recv() => break,
-                _ = sleep => break,
+                _ = sigint.recv() => { stop = "SIGINT".into(); break }
+                _ = sigterm.recv() => { stop = "SIGTERM".into(); break }
+                _ = sleep => { stop = "the duration elapsed".into(); break }
                 _ = tokio::time::sleep(Duration::from_millis(100)), if child_handle.is_some() => {
                     if let Some(c) = child_handle.as_mut()
                         && let Some(st) = c.try_wait()?
                     {
                         code = st.code().unwrap_or(1);
+                        stop = format!("the command exited ({st})");
                         // Give in-flight completions (kworkers) a moment, then stop.
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         break;
@@ -175,6 +166,11 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             }
         }
         ring.drain_now(&mut handle);
+        let still = child_handle.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
+        match still {
+            Some(pid) => eprintln!("rdma-trace: stopped on {stop}; the command (pid {pid}) is still running"),
+            None => eprintln!("rdma-trace: stopped on {stop}"),
+        }
         Ok::<i32, anyhow::Error>(code)
     })?;
     for s in opts.sinks.iter_mut() {

@@ -61,15 +61,8 @@ fn plan_for(name: &str) -> Plan {
     let mut src = BtfSource::open(&dir).unwrap();
     let symbols = symbols_from_btf(&dir, &mut src);
     // The mr_dereg record as tracefs prints it on both kernels.
-    let tp = |_: &str, n: &str| {
-        (n == "mr_dereg").then(|| {
-            vec![TpField {
-                name: "id".into(),
-                offset: 8,
-                size: 4,
-            }]
-        })
-    };
+    let tp =
+        |_: &str, n: &str| (n == "mr_dereg").then(|| vec![TpField { name: "id".into(), offset: 8, size: 4 }]);
     select::plan(
         &mut KernelView {
             symbols: &symbols,
@@ -86,10 +79,7 @@ fn probe<'a>(plan: &'a Plan, id: &str) -> &'a select::Planned {
     plan.probes.iter().find(|p| p.spec.id == id).unwrap_or_else(|| {
         panic!(
             "{id} not planned; skipped: {:?}",
-            plan.skipped
-                .iter()
-                .map(|s| (s.spec.id, &s.reason))
-                .collect::<Vec<_>>()
+            plan.skipped.iter().map(|s| (s.spec.id, &s.reason)).collect::<Vec<_>>()
         )
     })
 }
@@ -106,10 +96,7 @@ fn every_probe_resolves_on_both_kernels() {
             .map(|s| format!("{}: {}", s.spec.id, s.reason))
             .collect();
         assert!(skipped.is_empty(), "{k}: {skipped:?}");
-        assert_eq!(
-            plan.probes.len(),
-            CATALOG.iter().filter(|s| kernel(&s.kind)).count()
-        );
+        assert_eq!(plan.probes.len(), CATALOG.iter().filter(|s| kernel(&s.kind)).count());
     }
 }
 
@@ -126,14 +113,7 @@ fn umem_symbol_and_module_drift() {
     // The returned umem: address at 32, length at 24, iova at 16 on both kernels.
     let r = u.ret.unwrap();
     assert_eq!(r.fetches[0].src, SRC_RET);
-    assert_eq!(
-        (
-            r.fetches[1].offsets[0],
-            r.fetches[2].offsets[0],
-            r.fetches[3].offsets[0]
-        ),
-        (32, 24, 16)
-    );
+    assert_eq!((r.fetches[1].offsets[0], r.fetches[2].offsets[0], r.fetches[3].offsets[0]), (32, 24, 16));
 }
 
 #[test]
@@ -149,11 +129,7 @@ fn vm_pgoff_moved_between_kernels() {
             [0, 8, pgoff],
             "{k}: start/end/pgoff"
         );
-        assert_eq!(
-            [f[3].offsets[0], f[4].offsets[0]],
-            [32, 24],
-            "{k}: vm_flags / vm_page_prot"
-        );
+        assert_eq!([f[3].offsets[0], f[4].offsets[0]], [32, 24], "{k}: vm_flags / vm_page_prot");
         assert!(f.iter().take(5).all(|x| x.size == 8 && x.hops == 1), "{k}");
     }
 }
@@ -187,11 +163,7 @@ fn completion_handler_reaches_the_cq_user_handle() {
         let c = probe(&p, "comp_handler");
         let h = c.entry.fetches[1];
         // cq->uobject (offset 8) → ib_ucq_object.uevent.uobject.user_handle (offset 0), 8 bytes.
-        assert_eq!(
-            (h.src, h.hops, h.offsets[0], h.offsets[1], h.size),
-            (SRC_ARG0, 2, 8, 0, 8),
-            "{k}"
-        );
+        assert_eq!((h.src, h.hops, h.offsets[0], h.offsets[1], h.size), (SRC_ARG0, 2, 8, 0, 8), "{k}");
         assert!(c.entry.stack == 1);
     }
 }
@@ -202,38 +174,37 @@ fn mmap_io_reads_pfn_size_and_prot_by_value() {
         let p = plan_for(k);
         let f = probe(&p, "mmap_io").entry.fetches;
         // rdma_user_mmap_io(ucontext, vma, pfn, size, prot, entry)
-        assert_eq!(
-            [f[1].src, f[2].src, f[3].src],
-            [SRC_ARG0 + 2, SRC_ARG0 + 3, SRC_ARG0 + 4],
-            "{k}"
-        );
-        assert_eq!(
-            (f[3].hops, f[3].size),
-            (0, 8),
-            "{k}: pgprot_t is 8 bytes by value"
-        );
+        assert_eq!([f[1].src, f[2].src, f[3].src], [SRC_ARG0 + 2, SRC_ARG0 + 3, SRC_ARG0 + 4], "{k}");
+        assert_eq!((f[3].hops, f[3].size), (0, 8), "{k}: pgprot_t is 8 bytes by value");
     }
 }
 
 #[test]
-fn create_cq_user_handle_crosses_into_ib_uverbs_btf() {
-    // rdma_rxe's BTF only declares struct ib_ucq_object; ib_uverbs' defines it.
+fn create_cq_reads_the_kernel_cq_and_its_attributes() {
     for k in [K612, K73] {
         let p = plan_for(k);
         for id in ["rxe_create_cq", "mlx5_create_cq"] {
             let f = probe(&p, id).entry.fetches;
-            assert_eq!(
-                (f[1].src, f[1].hops, f[1].offsets[0], f[1].offsets[1]),
-                (SRC_ARG0, 2, 8, 0),
-                "{k} {id}"
-            );
+            assert_eq!((f[0].src, f[0].hops), (SRC_ARG0, 0), "{k} {id}: the struct ib_cq *");
             // struct ib_cq_init_attr { unsigned int cqe; u32 comp_vector; ... }, 2nd parameter.
-            assert_eq!(
-                (f[2].src, f[2].offsets[0], f[2].size),
-                (SRC_ARG0 + 1, 0, 4),
-                "{k} {id}"
-            );
-            assert_eq!((f[3].offsets[0], f[3].size), (4, 4), "{k} {id}");
+            assert_eq!((f[1].src, f[1].offsets[0], f[1].size), (SRC_ARG0 + 1, 0, 4), "{k} {id}");
+            assert_eq!((f[2].offsets[0], f[2].size), (4, 4), "{k} {id}");
         }
+    }
+}
+
+#[test]
+fn forward_declarations_complete_from_other_modules() {
+    // rdma_rxe's BTF only declares struct ib_ucq_object; ib_uverbs' defines it.
+    for k in [K612, K73] {
+        let mut src = BtfSource::open(&fixture(k)).unwrap();
+        src.preload(&["rdma_rxe", "ib_uverbs"]);
+        let (rxe, others) = src.with_others("rdma_rxe").unwrap();
+        let proto = btf::proto(rxe, "rxe_create_cq").unwrap();
+        let path = "uobject->uevent.uobject.user_handle";
+        let alone = btf::resolve(rxe, "rxe_create_cq", &proto, Some("ibcq"), path, &[]);
+        assert!(alone.unwrap_err().to_string().contains("only declared"), "{k}");
+        let r = btf::resolve(rxe, "rxe_create_cq", &proto, Some("ibcq"), path, &others).unwrap();
+        assert_eq!((r.arg, r.offsets, r.size), (Some(0), vec![8, 0], 8), "{k}");
     }
 }

@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/lab")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
 }
 
 fn load(name: &str) -> Vec<Event> {
@@ -39,23 +37,14 @@ fn captures_parse_and_every_return_has_its_entry() {
 #[test]
 fn text_lines_name_the_rdma_values() {
     let evs = load("session-7.3.jsonl");
-    let ret = evs
-        .iter()
-        .find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return)
-        .unwrap();
+    let ret = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return).unwrap();
     let line = rdma_trace::sink::text::line(ret);
     let lkey = ret.field("lkey").unwrap();
     assert!(line.contains(&format!("lkey={lkey:#x}")), "{line}");
     assert!(line.contains("took="), "{line}");
-    let entry = evs
-        .iter()
-        .find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Entry)
-        .unwrap();
+    let entry = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Entry).unwrap();
     let line = rdma_trace::sink::text::line(entry);
-    assert!(
-        line.contains("access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"),
-        "{line}"
-    );
+    assert!(line.contains("access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"), "{line}");
     let comp = evs.iter().find(|e| e.name == "comp_handler").unwrap();
     assert!(rdma_trace::sink::text::line(comp).contains("ctx=kworker"));
 }
@@ -64,20 +53,12 @@ fn text_lines_name_the_rdma_values() {
 #[test]
 fn text_stream_golden() {
     let evs = load("session-7.3.jsonl");
-    let text: String = evs
-        .iter()
-        .take(60)
-        .map(|e| rdma_trace::sink::text::line(e) + "\n")
-        .collect();
+    let text: String = evs.iter().take(60).map(|e| rdma_trace::sink::text::line(e) + "\n").collect();
     let golden = fixture("session-7.3.head.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
     }
-    assert_eq!(
-        text,
-        std::fs::read_to_string(&golden).unwrap_or_default(),
-        "RDMA_TRACE_BLESS=1 to accept"
-    );
+    assert_eq!(text, std::fs::read_to_string(&golden).unwrap_or_default(), "RDMA_TRACE_BLESS=1 to accept");
 }
 
 #[test]
@@ -101,11 +82,7 @@ fn corrupt_capture_names_the_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("bad.jsonl");
     std::fs::write(&p, lines.join("\n")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
-        .arg("replay")
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).arg("replay").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("line 7"), "{err}");

@@ -6,10 +6,7 @@ use std::process::Command;
 
 /// `name` → (default-version address, compat-version addresses) as readelf prints them.
 fn readelf_versions(path: &str) -> HashMap<String, (Option<u64>, Vec<u64>)> {
-    let out = Command::new("readelf")
-        .args(["--dyn-syms", "-W", path])
-        .output()
-        .expect("readelf (binutils)");
+    let out = Command::new("readelf").args(["--dyn-syms", "-W", path]).output().expect("readelf (binutils)");
     let mut m: HashMap<String, (Option<u64>, Vec<u64>)> = HashMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -33,24 +30,12 @@ fn libibverbs_default_versions_not_compat_aliases() {
     let ours = rdma_trace::elfsym::default_symbols(&std::fs::read(&path).unwrap()).unwrap();
     let theirs = readelf_versions(path.to_str().unwrap());
     let mut checked = 0;
-    for name in [
-        "ibv_reg_mr",
-        "ibv_create_cq",
-        "ibv_get_cq_event",
-        "ibv_dereg_mr",
-        "ibv_create_qp",
-    ] {
-        let (default, compat) = theirs
-            .get(name)
-            .unwrap_or_else(|| panic!("readelf shows no {name}"));
+    for name in ["ibv_reg_mr", "ibv_create_cq", "ibv_get_cq_event", "ibv_dereg_mr", "ibv_create_qp"] {
+        let (default, compat) = theirs.get(name).unwrap_or_else(|| panic!("readelf shows no {name}"));
         assert!(!compat.is_empty(), "{name} has a compat alias in this libibverbs");
         let d = default.unwrap_or_else(|| panic!("{name} has no default version"));
         // For libibverbs the text section's file offset equals its address (readelf -S).
-        assert_eq!(
-            ours.get(name),
-            Some(&d),
-            "{name}: default version at {d:#x}, compat at {compat:x?}"
-        );
+        assert_eq!(ours.get(name), Some(&d), "{name}: default version at {d:#x}, compat at {compat:x?}");
         checked += 1;
     }
     assert_eq!(checked, 5);

@@ -39,11 +39,7 @@ fn every_program_passes_the_verifier() {
             failures.push(format!("{n}: {e}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "verifier rejected:\n{}",
-        failures.join("\n\n")
-    );
+    assert!(failures.is_empty(), "verifier rejected:\n{}", failures.join("\n\n"));
 }
 
 #[test]
@@ -51,9 +47,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
     require_root();
     kernel::ensure_tracefs().expect("tracefs");
     let mut loaded = Loaded::new(1 << 20).expect("object loads");
-    loaded
-        .attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs())
-        .expect("attach");
+    loaded.attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs()).expect("attach");
     let tid = gettid();
     let pid = std::process::id();
     let len = 3 * 4096usize;
@@ -77,11 +71,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
         assert_eq!(libc::write(pipe[1], b"doorbel".as_ptr().cast(), 7), 7);
         let mut n: libc::c_int = 0;
         libc::ioctl(pipe[0], libc::FIONREAD, &mut n);
-        let mut pfd = libc::pollfd {
-            fd: pipe[0],
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pfd = libc::pollfd { fd: pipe[0], events: libc::POLLIN, revents: 0 };
         libc::poll(&mut pfd, 1, 0);
         let mut buf = [0u8; 16];
         assert_eq!(libc::read(pipe[0], buf.as_mut_ptr().cast(), 7), 7);
@@ -95,12 +85,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
     let enters: Vec<(&str, [u64; 6])> = recs
         .iter()
         .filter_map(|r| match r {
-            Raw::Syscall {
-                hdr,
-                is_exit: false,
-                nr,
-                args,
-            } => {
+            Raw::Syscall { hdr, is_exit: false, nr, args } => {
                 assert_eq!((hdr.tgid, hdr.tid), (pid, tid), "only this thread is watched");
                 Some((syscalls::by_nr(*nr).expect("a watched syscall").name, *args))
             }
@@ -115,14 +100,8 @@ fn syscall_tracepoints_see_this_threads_calls() {
             .unwrap_or_else(|| panic!("no {name} in {enters:?}"))
     };
     let mmap = find("mmap");
-    assert_eq!(
-        (mmap[1], mmap[2]),
-        (len as u64, (libc::PROT_READ | libc::PROT_WRITE) as u64)
-    );
-    assert_eq!(
-        find("madvise")[..3],
-        [addr, len as u64, libc::MADV_DONTNEED as u64]
-    );
+    assert_eq!((mmap[1], mmap[2]), (len as u64, (libc::PROT_READ | libc::PROT_WRITE) as u64));
+    assert_eq!(find("madvise")[..3], [addr, len as u64, libc::MADV_DONTNEED as u64]);
     assert_eq!(find("munmap")[..2], [addr, len as u64]);
     assert_eq!((find("write")[0], find("write")[2]), (wfd, 7));
     assert_eq!((find("read")[0], find("read")[2]), (rfd, 7));
@@ -131,12 +110,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
     assert_eq!((find("epoll_wait")[0], find("epoll_wait")[2]), (epfd, 1));
     // Exit records carry return values: the mmap's is the address the call returned.
     let mmap_ret = recs.iter().find_map(|r| match r {
-        Raw::Syscall {
-            is_exit: true,
-            nr,
-            args,
-            ..
-        } if *nr == libc::SYS_mmap as u64 => Some(args[0]),
+        Raw::Syscall { is_exit: true, nr, args, .. } if *nr == libc::SYS_mmap as u64 => Some(args[0]),
         _ => None,
     });
     assert_eq!(mmap_ret, Some(addr));
@@ -156,10 +130,7 @@ fn forced_ring_loss_is_counted_exactly() {
     // the producer is done.
     let mut loaded = Loaded::new(4096).expect("object loads");
     loaded
-        .attach_syscalls(
-            syscalls::system_layout().expect("layout"),
-            &[libc::SYS_madvise as u32],
-        )
+        .attach_syscalls(syscalls::system_layout().expect("layout"), &[libc::SYS_madvise as u32])
         .expect("attach");
     let tid = gettid();
     const CALLS: u64 = 1000;
@@ -203,9 +174,7 @@ fn children_of_a_watched_thread_are_watched() {
     require_root();
     kernel::ensure_tracefs().expect("tracefs");
     let mut loaded = Loaded::new(1 << 20).expect("object loads");
-    loaded
-        .attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs())
-        .expect("attach");
+    loaded.attach_syscalls(syscalls::system_layout().expect("layout"), &syscalls::all_nrs()).expect("attach");
     let tid = gettid();
     loaded.watch(tid).expect("watch");
     let child = std::process::Command::new("dd")
@@ -219,12 +188,9 @@ fn children_of_a_watched_thread_are_watched() {
     let dd: Vec<(&str, u64)> = recs
         .iter()
         .filter_map(|r| match r {
-            Raw::Syscall {
-                hdr,
-                is_exit: false,
-                nr,
-                args,
-            } if hdr.tgid != std::process::id() => Some((syscalls::by_nr(*nr)?.name, args[2])),
+            Raw::Syscall { hdr, is_exit: false, nr, args } if hdr.tgid != std::process::id() => {
+                Some((syscalls::by_nr(*nr)?.name, args[2]))
+            }
             _ => None,
         })
         .filter(|(_, count)| *count == 513)

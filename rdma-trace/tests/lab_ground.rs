@@ -39,11 +39,7 @@ fn lab_ground_symbols() {
         .filter(|alts| !alts.iter().any(|s| syms.contains(*s)))
         .map(|alts| alts.join(" or "))
         .collect();
-    assert!(
-        missing.is_empty(),
-        "absent from /proc/kallsyms ({} text symbols): {missing:?}",
-        syms.len()
-    );
+    assert!(missing.is_empty(), "absent from /proc/kallsyms ({} text symbols): {missing:?}", syms.len());
 }
 
 #[test]
@@ -51,30 +47,19 @@ fn lab_ground_symbols() {
 fn lab_ground_rxe_active() {
     let port = "/sys/class/infiniband/rxe0/ports/1";
     let state = std::fs::read_to_string(format!("{port}/state")).expect("rxe0 port 1 state (is rxe0 there?)");
-    assert!(
-        state.contains("ACTIVE"),
-        "rxe0 port 1 state is {state:?}, not ACTIVE"
-    );
+    assert!(state.contains("ACTIVE"), "rxe0 port 1 state is {state:?}, not ACTIVE");
     let gid = std::fs::read_to_string(format!("{port}/gids/1")).expect("rxe0 GID index 1");
-    assert_eq!(
-        gid.trim(),
-        "0000:0000:0000:0000:0000:ffff:0a00:0001",
-        "GID 1 is not ::ffff:10.0.0.1"
-    );
+    assert_eq!(gid.trim(), "0000:0000:0000:0000:0000:ffff:0a00:0001", "GID 1 is not ::ffff:10.0.0.1");
 }
 
 /// True once something listens on TCP `port` (IPv4 or IPv6).
 fn listening(port: u16) -> bool {
     let needle = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
-            })
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() > 3 && cols[1].ends_with(&needle) && cols[3] == "0A"
+        })
     })
 }
 
@@ -108,8 +93,7 @@ fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String) {
 }
 
 fn has_rate_line(out: &str) -> bool {
-    out.lines()
-        .any(|l| l.contains(" bytes in ") && l.contains(" seconds = ") && l.contains("/sec"))
+    out.lines().any(|l| l.contains(" bytes in ") && l.contains(" seconds = ") && l.contains("/sec"))
 }
 
 #[test]
@@ -122,10 +106,7 @@ fn lab_ground_rc_pingpong() {
     while !listening(port) && start.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(
-        listening(port),
-        "the ibv_rc_pingpong server never listened on port {port}"
-    );
+    assert!(listening(port), "the ibv_rc_pingpong server never listened on port {port}");
     let client = spawn(&["-d", "rxe0", "-g", "1", "-n", "50", "-p", &p, "10.0.0.1"]);
     let (crc, cout) = finish(client, Duration::from_secs(60));
     let (src, sout) = finish(server, Duration::from_secs(30));

@@ -59,11 +59,7 @@ fn sample(pid: u32) -> Sample {
         .lines()
         .find_map(|l| l.strip_prefix("VmPin:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
-    Sample {
-        ts_ns,
-        maps,
-        vmpin_kb,
-    }
+    Sample { ts_ns, maps, vmpin_kb }
 }
 
 /// Runs a server, then a client a second later (spawned directly: their pids are the
@@ -83,10 +79,7 @@ fn finish(mut s: Child, mut c: Child, what: &str) {
 
 fn run_session() -> Session {
     let dir = out_dir("session");
-    let mut sess = Session {
-        dir: dir.clone(),
-        ..Default::default()
-    };
+    let mut sess = Session { dir: dir.clone(), ..Default::default() };
     let capture = dir.join("capture.jsonl");
     let tr_err = dir.join("rdma-trace.stderr");
     let t0 = Instant::now();
@@ -143,17 +136,7 @@ fn run_session() -> Session {
         &dir,
         "rc_pingpong",
         &["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "50"],
-        &[
-            "ibv_rc_pingpong",
-            "-e",
-            "-d",
-            "rxe0",
-            "-g",
-            "1",
-            "-n",
-            "50",
-            SERVER_IP,
-        ],
+        &["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "50", SERVER_IP],
     );
     sess.workload_pids.extend([s.id(), c.id()]);
     finish(s, c, "ibv_rc_pingpong -e");
@@ -186,9 +169,7 @@ fn session() -> &'static Session {
 }
 
 fn entries<'a>(s: &'a Session, name: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
-    s.events
-        .iter()
-        .filter(move |e| e.name == name && e.kind == EventKind::Entry)
+    s.events.iter().filter(move |e| e.name == name && e.kind == EventKind::Entry)
 }
 
 /// Each entry with the next return of the same probe on the same thread.
@@ -218,18 +199,11 @@ fn lab_probes_plan_attaches_every_probe() {
             .unwrap_or_else(|| panic!("{} missing from `rdma-trace probes`:\n{out}", spec.id));
         assert!(line.contains("attached"), "{} not attached: {line}", spec.id);
         if spec.hardware_only {
-            assert!(
-                line.contains("hardware NIC"),
-                "{} not labelled hardware-only: {line}",
-                spec.id
-            );
+            assert!(line.contains("hardware NIC"), "{} not labelled hardware-only: {line}", spec.id);
         }
     }
     let umem = umem_symbol();
-    assert!(
-        out.lines().any(|l| l.starts_with("umem_get") && l.contains(umem)),
-        "umem_get on {umem}:\n{out}"
-    );
+    assert!(out.lines().any(|l| l.starts_with("umem_get") && l.contains(umem)), "umem_get on {umem}:\n{out}");
 }
 
 #[test]
@@ -238,19 +212,8 @@ fn lab_probes_counts_equal_bpftrace_with_no_loss() {
     let s = session();
     let (report, equal) = compare_counts(&s.events, &Bpftrace::for_this_kernel(), &s.bpftrace_out);
     std::fs::write(s.dir.join("counts.txt"), &report).unwrap();
-    assert!(
-        equal,
-        "counts differ:\n{report}\nbpftrace said:\n{}",
-        s.bpftrace_out
-    );
-    for id in [
-        "umem_get",
-        "rxe_reg_mr",
-        "uverbs_mmap",
-        "rxe_mmap",
-        "comp_handler",
-        "umem_release",
-    ] {
+    assert!(equal, "counts differ:\n{report}\nbpftrace said:\n{}", s.bpftrace_out);
+    for id in ["umem_get", "rxe_reg_mr", "uverbs_mmap", "rxe_mmap", "comp_handler", "umem_release"] {
         assert!(entries(s, id).count() > 0, "{id} never fired:\n{report}");
     }
     assert!(
@@ -275,48 +238,29 @@ fn lab_probes_write_bw_rkey_and_vaddr_match_reg_mr_and_umem() {
                         .contains(vaddr)
             })
             .unwrap_or_else(|| panic!("no reg_mr of pid {pid} covers VAddr {vaddr:#x}"));
-        assert_eq!(
-            ret.field("rkey"),
-            Some(*rkey),
-            "pid {pid}: rkey printed by ib_write_bw"
-        );
+        assert_eq!(ret.field("rkey"), Some(*rkey), "pid {pid}: rkey printed by ib_write_bw");
         let (start, len) = (entry.field("start").unwrap(), entry.field("length").unwrap());
         let (ue, ur) = umems
             .iter()
             .find(|(e, _)| e.pid == *pid && e.field("addr") == Some(start))
             .unwrap_or_else(|| panic!("no umem pin of pid {pid} at {start:#x}"));
         assert_eq!(ue.field("size"), Some(len), "umem size = MR length");
-        assert!(
-            ue.ts_ns > entry.ts_ns && ur.ts_ns < ret.ts_ns,
-            "the pin happens inside reg_mr"
-        );
-        assert_eq!(
-            (ur.field("umem_address"), ur.field("umem_length")),
-            (Some(start), Some(len))
-        );
+        assert!(ue.ts_ns > entry.ts_ns && ur.ts_ns < ret.ts_ns, "the pin happens inside reg_mr");
+        assert_eq!((ur.field("umem_address"), ur.field("umem_length")), (Some(start), Some(len)));
         assert!(ur.latency_ns.is_some_and(|l| l > 0), "pin latency measured");
-        assert_eq!(
-            ur.field("pages"),
-            Some(rdma_trace::correlate::pages_spanned(start, len))
-        );
+        assert_eq!(ur.field("pages"), Some(rdma_trace::correlate::pages_spanned(start, len)));
     }
 }
 
 fn json_u64(v: &serde_json::Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_str()
-            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-    })
+    v.as_u64().or_else(|| v.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()))
 }
 
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_probes_reg_mr_matches_rdma_res_show_mr() {
     let s = session();
-    assert!(
-        !s.rdma_res_mr.is_empty(),
-        "rdma res show mr was never sampled with both ib_write_bw MRs"
-    );
+    assert!(!s.rdma_res_mr.is_empty(), "rdma res show mr was never sampled with both ib_write_bw MRs");
     let res: serde_json::Value = serde_json::from_str(&s.rdma_res_mr).expect("rdma -j output");
     let regs = calls(s, "rxe_reg_mr");
     let mut checked = 0;
@@ -359,11 +303,7 @@ fn lab_probes_uverbs_mappings_match_proc_maps() {
                 Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
             })
             .collect();
-        assert!(
-            !maps.is_empty(),
-            "pid {pid} has no uverbs mappings:\n{}",
-            smp.maps
-        );
+        assert!(!maps.is_empty(), "pid {pid} has no uverbs mappings:\n{}", smp.maps);
         let vmas: HashSet<(u64, u64)> = entries(s, "uverbs_mmap")
             .filter(|e| e.pid == *pid && e.ts_ns < smp.ts_ns)
             .map(|e| (e.field("vm_start").unwrap(), e.field("vm_end").unwrap()))
@@ -394,11 +334,7 @@ fn lab_probes_pinned_pages_match_vmpin() {
             })
             .map(|(_, r)| r.field("pages").unwrap())
             .sum();
-        assert_eq!(
-            smp.vmpin_kb,
-            Some(live * 4),
-            "pid {pid}: VmPin vs pages pinned by live umems"
-        );
+        assert_eq!(smp.vmpin_kb, Some(live * 4), "pid {pid}: VmPin vs pages pinned by live umems");
         assert!(live > 0);
     }
 }
@@ -408,11 +344,7 @@ fn lab_probes_pinned_pages_match_vmpin() {
 fn lab_probes_completions_join_the_workloads_cqs() {
     let s = session();
     let created = Bpftrace::created_cqs(&s.bpftrace_out);
-    assert!(
-        !created.is_empty(),
-        "bpftrace saw no ibv_create_cq return:\n{}",
-        s.bpftrace_out
-    );
+    assert!(!created.is_empty(), "bpftrace saw no ibv_create_cq return:\n{}", s.bpftrace_out);
     let comps: Vec<&Event> = entries(s, "comp_handler").collect();
     assert!(!comps.is_empty());
     for c in &comps {
@@ -421,19 +353,10 @@ fn lab_probes_completions_join_the_workloads_cqs() {
             created.contains(&h),
             "completion on CQ handle {h:#x}, not one the workloads created: {created:x?}"
         );
-        assert_eq!(
-            c.context,
-            Some(ExecContext::Kworker),
-            "rxe completes in a kworker: {c:?}"
-        );
+        assert_eq!(c.context, Some(ExecContext::Kworker), "rxe completes in a kworker: {c:?}");
+        assert!(!s.workload_pids.contains(&c.pid), "completions never run in the workload's pid");
         assert!(
-            !s.workload_pids.contains(&c.pid),
-            "completions never run in the workload's pid"
-        );
-        assert!(
-            c.stack
-                .first()
-                .is_some_and(|f| f.starts_with("ib_uverbs_comp_handler")),
+            c.stack.first().is_some_and(|f| f.starts_with("ib_uverbs_comp_handler")),
             "stack: {:?}",
             c.stack
         );
@@ -453,15 +376,8 @@ fn lab_probes_udata_read_at_its_btf_position() {
         assert!(e.unreadable.is_empty() && e.not_followed.is_empty(), "{e:?}");
         let udata = e.field("udata").unwrap();
         // Kernel half of the address space (5-level paging puts it at 0xff00…).
-        assert!(
-            udata >= 0xff00_0000_0000_0000,
-            "udata {udata:#x} is not a kernel pointer"
-        );
-        assert_eq!(
-            (e.field("udata_inlen"), e.field("udata_outlen")),
-            (Some(0), Some(0)),
-            "{e:?}"
-        );
+        assert!(udata >= 0xff00_0000_0000_0000, "udata {udata:#x} is not a kernel pointer");
+        assert_eq!((e.field("udata_inlen"), e.field("udata_outlen")), (Some(0), Some(0)), "{e:?}");
     }
 }
 
@@ -471,27 +387,11 @@ fn lab_probes_control_path_stacks() {
     let s = session();
     let umem = umem_symbol();
     let reg = entries(s, "umem_get").next().expect("a umem pin");
-    assert!(
-        reg.stack.first().is_some_and(|f| f.starts_with(umem)),
-        "{:?}",
-        reg.stack
-    );
-    assert!(
-        reg.stack.iter().any(|f| f.starts_with("rxe_reg_user_mr")),
-        "{:?}",
-        reg.stack
-    );
-    assert!(
-        reg.stack
-            .iter()
-            .any(|f| f.starts_with("ib_uverbs_ioctl") || f.starts_with("ib_uverbs_write"))
-    );
+    assert!(reg.stack.first().is_some_and(|f| f.starts_with(umem)), "{:?}", reg.stack);
+    assert!(reg.stack.iter().any(|f| f.starts_with("rxe_reg_user_mr")), "{:?}", reg.stack);
+    assert!(reg.stack.iter().any(|f| f.starts_with("ib_uverbs_ioctl") || f.starts_with("ib_uverbs_write")));
     let mm = entries(s, "rxe_mmap").next().expect("an rxe mmap");
-    assert!(
-        mm.stack.iter().any(|f| f.starts_with("ib_uverbs_mmap")),
-        "{:?}",
-        mm.stack
-    );
+    assert!(mm.stack.iter().any(|f| f.starts_with("ib_uverbs_mmap")), "{:?}", mm.stack);
     assert_eq!(mm.context, Some(ExecContext::Process));
 }
 
@@ -505,10 +405,7 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
     let mut user = calls(s, "ibv_reg_mr_iova2");
     user.extend(calls(s, "ibv_reg_mr"));
     assert!(!user.is_empty(), "no ibv_reg_mr uprobe fired");
-    for (ke, kr) in calls(s, "rxe_reg_mr")
-        .into_iter()
-        .filter(|(e, _)| s.workload_pids.contains(&e.pid))
-    {
+    for (ke, kr) in calls(s, "rxe_reg_mr").into_iter().filter(|(e, _)| s.workload_pids.contains(&e.pid)) {
         let (ue, ur) = user
             .iter()
             .filter(|(ue, ur)| ue.tid == ke.tid && ue.ts_ns < ke.ts_ns && ur.ts_ns > kr.ts_ns)
@@ -516,17 +413,11 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
             .unwrap_or_else(|| panic!("kernel reg_mr {ke:?} has no enclosing ibv_reg_mr call"));
         assert_eq!(ue.field("addr"), ke.field("start"), "{ue:?}");
         assert_eq!(ue.field("length"), ke.field("length"));
-        assert_eq!(
-            (ur.field("lkey"), ur.field("rkey")),
-            (kr.field("lkey"), kr.field("rkey"))
-        );
+        assert_eq!((ur.field("lkey"), ur.field("rkey")), (kr.field("lkey"), kr.field("rkey")));
         assert_eq!(ue.path, "verbs");
     }
     // ibv_create_cq returns: the same CQ handles bpftrace's uretprobe saw.
-    let ours: HashSet<u64> = calls(s, "ibv_create_cq")
-        .iter()
-        .filter_map(|(_, r)| r.field("cq"))
-        .collect();
+    let ours: HashSet<u64> = calls(s, "ibv_create_cq").iter().filter_map(|(_, r)| r.field("cq")).collect();
     let theirs = Bpftrace::created_cqs(&s.bpftrace_out);
     assert_eq!(ours, theirs, "ibv_create_cq results: rdma-trace vs bpftrace");
     for c in entries(s, "comp_handler") {

@@ -39,11 +39,8 @@ fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
 }
 
 fn report(dir: &Path, name: &str, story: &Story, events: &[Event], steps: &[StepRecord]) {
-    std::fs::write(
-        dir.join(format!("{name}.story.txt")),
-        rdma_trace::report::text(story, events, steps),
-    )
-    .unwrap();
+    std::fs::write(dir.join(format!("{name}.story.txt")), rdma_trace::report::text(story, events, steps))
+        .unwrap();
 }
 
 #[test]
@@ -108,11 +105,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
             }
             // The wakeup is a read(2) on the completion channel.
             StepName::GetCqEvent => {
-                assert!(
-                    kernel("completion") >= 2,
-                    "step {}: comp_handler + channel read",
-                    s.step
-                );
+                assert!(kernel("completion") >= 2, "step {}: comp_handler + channel read", s.step);
                 assert!(j.events.iter().any(
                     |&i| events[i].name == "read" && events[i].fd_kind.as_deref() == Some("comp_channel")
                 ));
@@ -161,42 +154,19 @@ fn lab_story_perftest_and_rping_traced_by_command() {
     let (counts, equal) = compare_counts(&events, &bt, &bt_out);
     std::fs::write(dir.join("perftest-rping.counts.txt"), &counts).unwrap();
     assert!(equal, "counts differ:\n{counts}\n{bt_out}");
-    let workloads: Vec<_> = st
-        .processes
-        .values()
-        .filter(|p| p.comm == "ib_send_bw" || p.comm == "rping")
-        .collect();
-    assert_eq!(
-        workloads.len(),
-        4,
-        "server and client of each: {:?}",
-        st.processes.keys()
-    );
+    let workloads: Vec<_> =
+        st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping").collect();
+    assert_eq!(workloads.len(), 4, "server and client of each: {:?}", st.processes.keys());
     for ps in workloads {
         let of = |path: &str| ps.events.iter().filter(|&&i| events[i].path == path).count();
-        assert!(
-            of("pin") > 0 && of("mmap") > 0,
-            "{} {}: pins and mmaps",
-            ps.comm,
-            ps.pid
-        );
-        assert!(
-            !ps.completions.is_empty(),
-            "{} {}: -e / rping arm their CQs",
-            ps.comm,
-            ps.pid
-        );
+        assert!(of("pin") > 0 && of("mmap") > 0, "{} {}: pins and mmaps", ps.comm, ps.pid);
+        assert!(!ps.completions.is_empty(), "{} {}: -e / rping arm their CQs", ps.comm, ps.pid);
         for c in &ps.completions {
             // Attributed through the CQ: it ran in a kworker, not in the workload.
             assert_ne!(events[c.event].pid, ps.pid);
         }
         // The syscalls of the traced shell's children were watched (fork following).
-        assert!(
-            ps.events.iter().any(|&i| events[i].path == "syscall"),
-            "{} {}: syscalls",
-            ps.comm,
-            ps.pid
-        );
+        assert!(ps.events.iter().any(|&i| events[i].path == "syscall"), "{} {}: syscalls", ps.comm, ps.pid);
     }
     // Every MR, mmap and completion event in the capture belongs to some workload process.
     let attributed: std::collections::HashSet<usize> = st

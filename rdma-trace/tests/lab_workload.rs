@@ -23,9 +23,7 @@ fn workload_bin() -> PathBuf {
 }
 
 fn out_dir() -> PathBuf {
-    let d = std::env::var_os("RDMA_TRACE_LAB_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let d = std::env::var_os("RDMA_TRACE_LAB_OUT").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&d).expect("create the lab output dir");
     d
 }
@@ -50,10 +48,7 @@ fn rdma_res(kind: &str) -> Vec<Value> {
     assert!(out.status.success(), "rdma res show {kind}: {out:?}");
     serde_json::from_slice::<Value>(&out.stdout)
         .unwrap_or_else(|e| {
-            panic!(
-                "rdma res show {kind} -j is not JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stdout)
-            )
+            panic!("rdma res show {kind} -j is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
         })
         .as_array()
         .cloned()
@@ -100,15 +95,7 @@ fn run(file: &str, args: &[&str]) -> Outcome {
             serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}: {l}", path.display(), i + 1))
         })
         .collect();
-    Outcome {
-        pid,
-        code: status.code(),
-        stderr,
-        records,
-        mrs,
-        qps,
-        vm_pin_kb: pin,
-    }
+    Outcome { pid, code: status.code(), stderr, records, mrs, qps, vm_pin_kb: pin }
 }
 
 fn named(o: &Outcome, name: StepName) -> Vec<&StepRecord> {
@@ -126,18 +113,11 @@ fn check_common(o: &Outcome) {
         assert_eq!(r.v, 0);
         assert!(r.ok, "step failed: {r:?}");
         assert_eq!(r.pid, o.pid, "pid of {r:?}");
-        assert!(
-            r.t_start_ns <= r.t_end_ns && r.t_start_ns >= last_t,
-            "clock order at {r:?}"
-        );
+        assert!(r.t_start_ns <= r.t_end_ns && r.t_start_ns >= last_t, "clock order at {r:?}");
         last_t = r.t_end_ns;
     }
     let names: Vec<StepName> = o.records[1..].iter().map(|r| r.name).collect();
-    assert_eq!(
-        names,
-        expected_steps(&cfg),
-        "announced steps differ from the plan"
-    );
+    assert_eq!(names, expected_steps(&cfg), "announced steps differ from the plan");
     let steps: Vec<u32> = o.records[1..].iter().map(|r| r.step).collect();
     assert_eq!(steps, (1..=steps.len() as u32).collect::<Vec<_>>());
 
@@ -155,22 +135,12 @@ fn check_common(o: &Outcome) {
     let posted: Vec<_> = o
         .records
         .iter()
-        .filter(|r| {
-            matches!(
-                r.name,
-                StepName::PostWrite | StepName::PostSend | StepName::PostRecv
-            )
-        })
+        .filter(|r| matches!(r.name, StepName::PostWrite | StepName::PostSend | StepName::PostRecv))
         .flat_map(|r| r.wrs.iter())
         .collect();
-    assert_eq!(
-        posted.iter().filter(|w| w.opcode != "RECV").count() as u32,
-        cfg.iterations
-    );
+    assert_eq!(posted.iter().filter(|w| w.opcode != "RECV").count() as u32, cfg.iterations);
     for wr in &posted {
-        let got = wcs
-            .get(&wr.wr_id)
-            .unwrap_or_else(|| panic!("no completion for {wr:?}"));
+        let got = wcs.get(&wr.wr_id).unwrap_or_else(|| panic!("no completion for {wr:?}"));
         assert_eq!(got.len(), 1, "completions of wr_id {}: {got:?}", wr.wr_id);
         let wc = &got[0];
         assert_eq!((wc.status, wc.status_name.as_str()), (0, "SUCCESS"), "{wc:?}");
@@ -190,16 +160,7 @@ fn check_common(o: &Outcome) {
 fn lab_workload_events_agree_with_rdma_res_and_vmpin() {
     let o = run(
         "workload-events.jsonl",
-        &[
-            "--mode",
-            "events",
-            "--mr-sizes",
-            "4K,64K,1M",
-            "--iterations",
-            "6",
-            "--hold-ms",
-            "2000",
-        ],
+        &["--mode", "events", "--mr-sizes", "4K,64K,1M", "--iterations", "6", "--hold-ms", "2000"],
     );
     check_common(&o);
 
@@ -211,46 +172,27 @@ fn lab_workload_events_agree_with_rdma_res_and_vmpin() {
     let chan = named(&o, StepName::CreateCompChannel)[0].channel_fd;
     assert_eq!(send_cq.channel_fd, chan);
     let events = named(&o, StepName::GetCqEvent);
-    assert_eq!(
-        events.len() as u32,
-        expected_cq_events(rdma_trace::workload::record::Mode::Events, 6)
-    );
+    assert_eq!(events.len() as u32, expected_cq_events(rdma_trace::workload::record::Mode::Events, 6));
     for e in &events {
         assert_eq!(e.event_cq, Some(send_cq.handle), "{e:?}");
     }
     assert_eq!(named(&o, StepName::AckCqEvents).len(), events.len());
 
     // the kernel's MR table, sampled during the hold, lists exactly the announced MRs
-    let regs: Vec<_> = named(&o, StepName::RegMr)
-        .into_iter()
-        .map(|r| r.mr.clone().unwrap())
-        .collect();
+    let regs: Vec<_> = named(&o, StepName::RegMr).into_iter().map(|r| r.mr.clone().unwrap()).collect();
     assert_eq!(regs.len(), 3);
-    let ours: Vec<&Value> = o
-        .mrs
-        .iter()
-        .filter(|m| m["pid"].as_u64() == Some(u64::from(o.pid)))
-        .collect();
+    let ours: Vec<&Value> = o.mrs.iter().filter(|m| m["pid"].as_u64() == Some(u64::from(o.pid))).collect();
     assert_eq!(ours.len(), regs.len(), "rdma res show mr: {:?}", o.mrs);
     for mr in &regs {
         let hex = |k: &str| -> Vec<u32> {
             ours.iter()
                 .filter_map(|m| {
-                    m[k].as_str()
-                        .and_then(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+                    m[k].as_str().and_then(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok())
                 })
                 .collect()
         };
-        assert!(
-            hex("lkey").contains(&mr.lkey),
-            "lkey {:#x} not in {ours:?}",
-            mr.lkey
-        );
-        assert!(
-            hex("rkey").contains(&mr.rkey),
-            "rkey {:#x} not in {ours:?}",
-            mr.rkey
-        );
+        assert!(hex("lkey").contains(&mr.lkey), "lkey {:#x} not in {ours:?}", mr.lkey);
+        assert!(hex("rkey").contains(&mr.rkey), "rkey {:#x} not in {ours:?}", mr.rkey);
         let m = ours
             .iter()
             .find(|m| m["lkey"].as_str().and_then(|s| u32::from_str_radix(s, 16).ok()) == Some(mr.lkey))
@@ -266,22 +208,9 @@ fn lab_workload_events_agree_with_rdma_res_and_vmpin() {
         .into_iter()
         .filter_map(|r| r.qp.as_ref().map(|q| (q.qpn, q.dest_qpn.unwrap())))
         .collect();
-    let kernel: Vec<&Value> = o
-        .qps
-        .iter()
-        .filter(|q| q["pid"].as_u64() == Some(u64::from(o.pid)))
-        .collect();
-    let lqpns: BTreeSet<u32> = kernel
-        .iter()
-        .filter_map(|q| q["lqpn"].as_u64())
-        .map(|n| n as u32)
-        .collect();
-    assert_eq!(
-        lqpns,
-        qps.keys().copied().collect(),
-        "rdma res show qp: {:?}",
-        o.qps
-    );
+    let kernel: Vec<&Value> = o.qps.iter().filter(|q| q["pid"].as_u64() == Some(u64::from(o.pid))).collect();
+    let lqpns: BTreeSet<u32> = kernel.iter().filter_map(|q| q["lqpn"].as_u64()).map(|n| n as u32).collect();
+    assert_eq!(lqpns, qps.keys().copied().collect(), "rdma res show qp: {:?}", o.qps);
     for q in &kernel {
         let l = q["lqpn"].as_u64().unwrap() as u32;
         assert_eq!(q["state"].as_str(), Some("RTS"), "{q}");
@@ -294,10 +223,7 @@ fn lab_workload_events_agree_with_rdma_res_and_vmpin() {
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_workload_poll_mode_busy_polls_without_events() {
-    let o = run(
-        "workload-poll.jsonl",
-        &["--mode", "poll", "--mr-sizes", "4K,16M", "--iterations", "4"],
-    );
+    let o = run("workload-poll.jsonl", &["--mode", "poll", "--mr-sizes", "4K,16M", "--iterations", "4"]);
     check_common(&o);
     assert!(named(&o, StepName::GetCqEvent).is_empty());
     assert!(named(&o, StepName::CreateCompChannel).is_empty());
@@ -311,22 +237,11 @@ fn lab_workload_hugepages_map_huge_and_say_when_there_are_none() {
     const NR: &str = "/proc/sys/vm/nr_hugepages";
     let before = std::fs::read_to_string(NR).expect("read nr_hugepages");
     std::fs::write(NR, "0").expect("empty the huge page pool");
-    let none = run(
-        "workload-hugepages-none.jsonl",
-        &["--hugepages", "--mr-sizes", "4M"],
-    );
+    let none = run("workload-hugepages-none.jsonl", &["--hugepages", "--mr-sizes", "4M"]);
     std::fs::write(NR, "8").expect("reserve 8 huge pages");
     let some = run(
         "workload-hugepages.jsonl",
-        &[
-            "--hugepages",
-            "--mr-sizes",
-            "4K,4M",
-            "--iterations",
-            "2",
-            "--hold-ms",
-            "500",
-        ],
+        &["--hugepages", "--mr-sizes", "4K,4M", "--iterations", "2", "--hold-ms", "500"],
     );
     std::fs::write(NR, before.trim()).expect("restore nr_hugepages");
 
@@ -344,16 +259,9 @@ fn lab_workload_hugepages_map_huge_and_say_when_there_are_none() {
     let huge = 2u64 << 20;
     for r in named(&some, StepName::MapBuffer) {
         let b = r.buffer.as_ref().unwrap();
-        assert!(
-            b.hugepages && b.mapped_length % huge == 0 && b.addr % huge == 0,
-            "{b:?}"
-        );
+        assert!(b.hugepages && b.mapped_length % huge == 0 && b.addr % huge == 0, "{b:?}");
     }
-    let ours = some
-        .mrs
-        .iter()
-        .filter(|m| m["pid"].as_u64() == Some(u64::from(some.pid)))
-        .count();
+    let ours = some.mrs.iter().filter(|m| m["pid"].as_u64() == Some(u64::from(some.pid))).count();
     assert_eq!(ours, 2, "rdma res show mr: {:?}", some.mrs);
 }
 
@@ -363,11 +271,7 @@ fn lab_workload_unknown_device_is_one_clear_line() {
     let o = run("workload-nodev.jsonl", &["--device", "nope0"]);
     assert_eq!(o.code, Some(1));
     assert_eq!(o.stderr.len(), 1, "{:?}", o.stderr);
-    assert!(
-        o.stderr[0].contains("no RDMA device named nope0 (devices: rxe0"),
-        "{:?}",
-        o.stderr
-    );
+    assert!(o.stderr[0].contains("no RDMA device named nope0 (devices: rxe0"), "{:?}", o.stderr);
     let last = o.records.last().unwrap();
     assert_eq!((last.name, last.ok), (StepName::GetDeviceList, false));
     assert_eq!(last.devices.as_deref(), Some(&["rxe0".to_string()][..]));

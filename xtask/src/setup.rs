@@ -13,10 +13,7 @@ use std::process::Command;
 /// Debian packages the host needs, each with the reason.
 pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "runs the soft-RoCE lab guest"),
-    (
-        "qemu-utils",
-        "qemu tools (installing qemu-system-x86 has removed it before)",
-    ),
+    ("qemu-utils", "qemu tools (installing qemu-system-x86 has removed it before)"),
     ("debootstrap", "builds the lab guest's Debian root"),
     ("cpio", "packs the guest initramfs"),
     ("zstd", "unpacks kernel packages and fixtures"),
@@ -25,24 +22,15 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("cmake", "builds the verbs shim of the companion workload"),
     ("libclang-dev", "bindgen for the verbs bindings"),
     ("tmux", "terminal tests of the TUI"),
-    (
-        "libibverbs1",
-        "host test of uprobe symbol-version resolution on libibverbs",
-    ),
-    (
-        "binutils",
-        "readelf, the independent reading of symbol versions in that test",
-    ),
+    ("libibverbs1", "host test of uprobe symbol-version resolution on libibverbs"),
+    ("binutils", "readelf, the independent reading of symbol versions in that test"),
 ];
 
 /// Debian packages installed into the lab guest (Debian trixie), each with the reason.
 pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("rdma-core", "udev rules and the rdma tooling base"),
     ("ibverbs-providers", "libibverbs providers, rxe among them"),
-    (
-        "ibverbs-utils",
-        "ibv_rc_pingpong, ibv_devinfo: workloads nobody here wrote",
-    ),
+    ("ibverbs-utils", "ibv_rc_pingpong, ibv_devinfo: workloads nobody here wrote"),
     ("rdmacm-utils", "rping"),
     ("perftest", "ib_write_bw, ib_send_bw"),
     ("iproute2", "ip and rdma (rdma link add, rdma res show)"),
@@ -115,12 +103,7 @@ fn nightly_llvm() -> Result<NightlyLlvm> {
                 .is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so"))
         })
         .with_context(|| format!("the nightly ships no libLLVM*.so in {}", lib.display()))?;
-    Ok(NightlyLlvm {
-        rustc,
-        version,
-        major,
-        libllvm,
-    })
+    Ok(NightlyLlvm { rustc, version, major, libllvm })
 }
 
 fn bpf_linker() -> Result<()> {
@@ -141,10 +124,7 @@ fn bpf_linker() -> Result<()> {
         return Ok(());
     }
     if installed && !have.is_empty() {
-        step(&format!(
-            "setup: the nightly changed (had: {}); rebuilding bpf-linker",
-            have.trim()
-        ));
+        step(&format!("setup: the nightly changed (had: {}); rebuilding bpf-linker", have.trim()));
     }
     step(&format!(
         "setup: building bpf-linker {BPF_LINKER_VERSION} against the nightly's own LLVM {} (~1-2 min)",
@@ -159,22 +139,12 @@ fn bpf_linker() -> Result<()> {
     let feature = format!("llvm-{}", llvm.major);
     util::run(
         Command::new("cargo")
-            .args([
-                "install",
-                "bpf-linker",
-                "--version",
-                BPF_LINKER_VERSION,
-                "--locked",
-                "--force",
-            ])
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--force"])
             .args(["--no-default-features", "--features", &feature])
             .env("LLVM_PREFIX", &prefix),
     )
     .with_context(|| {
-        format!(
-            "could not build bpf-linker with feature {feature} against {}",
-            llvm.libllvm.display()
-        )
+        format!("could not build bpf-linker with feature {feature} against {}", llvm.libllvm.display())
     })?;
     // The two LLVMs must match: the linker must load exactly the nightly's libLLVM.
     let ldd = util::output(Command::new("rustup").args([
@@ -204,9 +174,7 @@ fn bpf_linker() -> Result<()> {
 pub fn missing_packages(pkgs: &'static [(&'static str, &'static str)]) -> Vec<&'static str> {
     pkgs.iter()
         .filter(|(p, _)| {
-            let out = Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", p])
-                .output();
+            let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
             !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
         })
         .map(|(p, _)| *p)
@@ -228,11 +196,7 @@ fn debian_packages() -> Result<()> {
             missing.join(" ")
         );
     }
-    util::run(
-        Command::new("apt-get")
-            .args(["update", "-q"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
+    util::run(Command::new("apt-get").args(["update", "-q"]).env("DEBIAN_FRONTEND", "noninteractive"))?;
     // Two passes: installing qemu-system-x86 can remove a newer qemu-utils the machine had.
     let mut missing = missing;
     for _ in 0..2 {
@@ -246,17 +210,11 @@ fn debian_packages() -> Result<()> {
         if missing.is_empty() {
             return Ok(());
         }
-        step(&format!(
-            "setup: removed by the last install, installing again: {}",
-            missing.join(" ")
-        ));
+        step(&format!("setup: removed by the last install, installing again: {}", missing.join(" ")));
     }
     let still = missing_packages(HOST_PACKAGES);
     if !still.is_empty() {
-        bail!(
-            "after apt-get install these are still missing: {}",
-            still.join(" ")
-        );
+        bail!("after apt-get install these are still missing: {}", still.join(" "));
     }
     Ok(())
 }

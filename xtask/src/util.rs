@@ -7,9 +7,7 @@ use std::process::{Command, Stdio};
 /// Runs a command with inherited stdio; fails naming the command on a non-zero exit.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let desc = describe(cmd);
-    let st = cmd
-        .status()
-        .with_context(|| format!("could not start `{desc}`"))?;
+    let st = cmd.status().with_context(|| format!("could not start `{desc}`"))?;
     if !st.success() {
         bail!("`{desc}` failed ({st})");
     }
@@ -19,10 +17,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 /// Runs a command and returns its stdout (stderr passes through).
 pub fn output(cmd: &mut Command) -> Result<String> {
     let desc = describe(cmd);
-    let out = cmd
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("could not start `{desc}`"))?;
+    let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("could not start `{desc}`"))?;
     if !out.status.success() {
         bail!("`{desc}` failed ({})", out.status);
     }
@@ -31,11 +26,7 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 
 /// Runs a command quietly; true when it exits 0.
 pub fn succeeds(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
 }
 
 pub fn describe(cmd: &Command) -> String {
@@ -49,10 +40,7 @@ pub fn describe(cmd: &Command) -> String {
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask has a parent directory")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent directory").to_path_buf()
 }
 
 /// `cargo` as invoked us (falls back to `cargo` on PATH).

@@ -24,9 +24,7 @@ fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
 }
 
 fn find<'a>(events: &'a [Event], mine: &[usize], names: &[&str], kind: EventKind) -> Option<&'a Event> {
-    mine.iter()
-        .map(|&i| &events[i])
-        .find(|e| names.contains(&e.name.as_str()) && e.kind == kind)
+    mine.iter().map(|&i| &events[i]).find(|e| names.contains(&e.name.as_str()) && e.kind == kind)
 }
 
 const REG_MR: [&str; 2] = ["rxe_reg_mr", "mlx5_reg_mr"];
@@ -52,33 +50,26 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
         }
         StepName::CreateCq => {
             let Some(cq) = &s.cq else { return out };
-            let k = find(events, mine, &CREATE_CQ, EventKind::Entry);
-            out.push(check(
-                "CQ user handle (kernel)",
-                cq.handle,
-                k.and_then(|e| e.field("cq_user_handle")),
-            ));
+            // libibverbs returned the handle the step announces…
+            let user = find(events, mine, &["ibv_create_cq"], EventKind::Return);
+            out.push(check("ibv_create_cq result", cq.handle, user.and_then(|e| e.field("cq"))));
+            // …and the completions the kernel raises on the CQ created here carry it.
+            if let Some(kcq) = find(events, mine, &CREATE_CQ, EventKind::Entry).and_then(|e| e.field("cq"))
+                && let Some(c) =
+                    events.iter().find(|e| e.name == "comp_handler" && e.field("cq") == Some(kcq))
+            {
+                out.push(check("user handle of its completions", cq.handle, c.field("cq_user_handle")));
+            }
         }
         StepName::GetCqEvent => {
             let Some(want) = s.event_cq else { return out };
-            let comp = mine
-                .iter()
-                .map(|&i| &events[i])
-                .find(|e| e.name == "comp_handler");
-            out.push(check(
-                "completion's CQ",
-                want,
-                comp.and_then(|e| e.field("cq_user_handle")),
-            ));
+            let comp = mine.iter().map(|&i| &events[i]).find(|e| e.name == "comp_handler");
+            out.push(check("completion's CQ", want, comp.and_then(|e| e.field("cq_user_handle"))));
         }
         StepName::DeregMr => {
             let Some(mr) = &s.mr else { return out };
             let rel = find(events, mine, &["umem_release"], EventKind::Entry);
-            out.push(check(
-                "unpinned addr",
-                mr.addr,
-                rel.and_then(|e| e.field("umem_address")),
-            ));
+            out.push(check("unpinned addr", mr.addr, rel.and_then(|e| e.field("umem_address"))));
         }
         _ => {}
     }

@@ -69,8 +69,8 @@ fn is_completion(e: &Event) -> bool {
     e.name == "comp_handler" && e.kind == EventKind::Entry
 }
 
-/// Which process owns each CQ: by the user handle (kernel create_cq, ibv_create_cq,
-/// companion steps) and by the kernel `struct ib_cq *`.
+/// Which process owns each CQ: by the user handle (ibv_create_cq, companion steps) and
+/// by the kernel `struct ib_cq *` (the provider's create_cq).
 #[derive(Default)]
 struct CqOwners {
     by_handle: HashMap<u64, u32>,
@@ -82,10 +82,8 @@ impl CqOwners {
         let mut o = CqOwners::default();
         for e in events {
             match (e.name.as_str(), e.kind) {
+                // The user handle is only set after the driver returns: join by the kernel CQ.
                 ("rxe_create_cq" | "mlx5_create_cq", EventKind::Entry) => {
-                    if let Some(h) = e.field("cq_user_handle") {
-                        o.by_handle.insert(h, e.pid);
-                    }
                     if let Some(c) = e.field("cq") {
                         o.by_kernel_cq.insert(c, e.pid);
                     }
@@ -108,9 +106,7 @@ impl CqOwners {
 
     fn owner(&self, e: &Event) -> Option<u32> {
         let by_handle = e.field("cq_user_handle").and_then(|h| self.by_handle.get(&h));
-        by_handle
-            .or_else(|| e.field("cq").and_then(|c| self.by_kernel_cq.get(&c)))
-            .copied()
+        by_handle.or_else(|| e.field("cq").and_then(|c| self.by_kernel_cq.get(&c))).copied()
     }
 }
 
@@ -144,12 +140,10 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
         } else {
             e.pid
         };
-        let ps = story.processes.entry(pid).or_insert_with(|| ProcessStory {
-            pid,
-            ..Default::default()
-        });
-        if ps.comm.is_empty() && e.pid == pid {
-            ps.comm = e.comm.clone();
+        let ps = story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
+        if e.pid == pid && !is_user_call(e) {
+            // The latest name: a forked shell becomes the program it execs.
+            ps.comm.clone_from(&e.comm);
         }
         ps.events.push(i);
         if is_completion(e) {
@@ -159,10 +153,7 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
                 wakeup: None,
                 wakeup_latency_ns: None,
             });
-            pending
-                .entry(pid)
-                .or_default()
-                .push_back(ps.completions.len() - 1);
+            pending.entry(pid).or_default().push_back(ps.completions.len() - 1);
             continue;
         }
         // The wakeup: the channel read returning with an event, or ibv_get_cq_event returning.
@@ -189,9 +180,7 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
                 }
             }
             ("umem_release", EventKind::Entry) => {
-                if let Some(len) = e
-                    .field("umem")
-                    .and_then(|u| live_umems.entry(pid).or_default().remove(&u))
+                if let Some(len) = e.field("umem").and_then(|u| live_umems.entry(pid).or_default().remove(&u))
                 {
                     *pinned.entry(pid).or_default() -= len;
                 }
@@ -202,13 +191,9 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
         if is_user_call(e) {
             let stack = open_calls.entry(e.tid).or_default();
             match e.kind {
-                EventKind::Entry => stack.push(Call {
-                    name: e.name.clone(),
-                    tid: e.tid,
-                    entry: i,
-                    ret: None,
-                    nested: vec![],
-                }),
+                EventKind::Entry => {
+                    stack.push(Call { name: e.name.clone(), tid: e.tid, entry: i, ret: None, nested: vec![] })
+                }
                 EventKind::Return => {
                     if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
                         let mut c = stack.remove(pos);
@@ -229,10 +214,7 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
             story
                 .processes
                 .entry(pid)
-                .or_insert_with(|| ProcessStory {
-                    pid,
-                    ..Default::default()
-                })
+                .or_insert_with(|| ProcessStory { pid, ..Default::default() })
                 .calls
                 .push(c);
         }
@@ -247,24 +229,12 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
 
 /// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
 fn data_phase(events: &[Event], mine: &[usize]) -> BTreeMap<String, u64> {
-    let setup = [
-        "rxe_create_cq",
-        "mlx5_create_cq",
-        "umem_get",
-        "uverbs_mmap",
-        "ibv_create_qp",
-    ];
+    let setup = ["rxe_create_cq", "mlx5_create_cq", "umem_get", "uverbs_mmap", "ibv_create_qp"];
     let teardown = ["umem_release", "mr_dereg", "ibv_dereg_mr"];
-    let start = mine
-        .iter()
-        .filter(|&&i| setup.contains(&events[i].name.as_str()))
-        .map(|&i| events[i].ts_ns)
-        .max();
-    let end = mine
-        .iter()
-        .filter(|&&i| teardown.contains(&events[i].name.as_str()))
-        .map(|&i| events[i].ts_ns)
-        .min();
+    let start =
+        mine.iter().filter(|&&i| setup.contains(&events[i].name.as_str())).map(|&i| events[i].ts_ns).max();
+    let end =
+        mine.iter().filter(|&&i| teardown.contains(&events[i].name.as_str())).map(|&i| events[i].ts_ns).min();
     let (Some(start), end) = (start, end.unwrap_or(u64::MAX)) else {
         return BTreeMap::new();
     };
@@ -308,11 +278,7 @@ fn join_steps(events: &[Event], order: &[usize], steps: &[StepRecord], story: &S
             }
         }
         let checks = checks_for(s, &mine, events);
-        out.push(StepJoin {
-            step: si,
-            events: mine,
-            checks,
-        });
+        out.push(StepJoin { step: si, events: mine, checks });
     }
     out
 }

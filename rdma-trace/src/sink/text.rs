@@ -16,21 +16,13 @@ pub struct Text<W: Write> {
 
 impl<W: Write> Text<W> {
     pub fn new(out: W) -> Self {
-        Self {
-            out,
-            stacks: false,
-            syscalls: true,
-        }
+        Self { out, stacks: false, syscalls: true }
     }
 }
 
 fn render_of(ev: &Event, field: &str) -> Render {
     if let Some(spec) = catalog::by_id(&ev.name) {
-        let fields = if ev.kind == EventKind::Return {
-            spec.ret
-        } else {
-            spec.entry
-        };
+        let fields = if ev.kind == EventKind::Return { spec.ret } else { spec.entry };
         if let Some(f) = fields.iter().find(|f| f.name == field) {
             return f.render;
         }
@@ -44,11 +36,8 @@ fn render_of(ev: &Event, field: &str) -> Render {
 
 /// The event's fields as `name=value` pairs, values in RDMA terms.
 pub fn fields_text(ev: &Event) -> String {
-    let mut parts: Vec<String> = ev
-        .fields
-        .iter()
-        .map(|(k, v)| format!("{k}={}", render::text(render_of(ev, k), *v)))
-        .collect();
+    let mut parts: Vec<String> =
+        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::text(render_of(ev, k), *v))).collect();
     parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
     parts.extend(ev.not_followed.iter().map(|k| format!("{k}=<null/err>")));
     parts.join(" ")
@@ -63,10 +52,8 @@ pub fn line(ev: &Event) -> String {
         EventKind::SyscallEnter => "»",
         EventKind::SyscallExit => "«",
     };
-    let mut s = format!(
-        "{secs:>14.6} {:<10} {arrow} {:<14} {}[{}/{}]",
-        ev.path, ev.name, ev.comm, ev.pid, ev.tid
-    );
+    let mut s =
+        format!("{secs:>14.6} {:<10} {arrow} {:<14} {}[{}/{}]", ev.path, ev.name, ev.comm, ev.pid, ev.tid);
     if let Some(c) = ev.context
         && ev.path == "completion"
     {

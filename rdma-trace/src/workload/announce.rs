@@ -18,10 +18,7 @@ pub const FLUSH_AT: usize = 256 * 1024;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` reads.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into `ts`, which lives on this stack.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     if rc != 0 {
@@ -84,14 +81,7 @@ pub struct Announcer {
 
 impl Announcer {
     pub fn new(dest: Destination) -> Self {
-        Announcer {
-            dest,
-            buf: Vec::with_capacity(FLUSH_AT),
-            run: 0,
-            step: 0,
-            ids: ids(),
-            names: Vec::new(),
-        }
+        Announcer { dest, buf: Vec::with_capacity(FLUSH_AT), run: 0, step: 0, ids: ids(), names: Vec::new() }
     }
 
     pub fn fd(&self) -> i32 {
@@ -186,11 +176,7 @@ mod tests {
         a.emit(&r).unwrap();
         let r = a.next(StepName::OpenDevice, (5, 6));
         a.emit(&r).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "",
-            "nothing before a flush"
-        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "nothing before a flush");
         a.begin_run(2);
         let r = a.next(StepName::GetDeviceList, (7, 8));
         a.emit(&r).unwrap();

@@ -26,11 +26,7 @@ fn parse_meminfo_hugepages(text: &str) -> Option<(u64, u64, u64)> {
         line[name.len()..].split_whitespace().next()?.parse().ok()
     };
     let size_kb = field("Hugepagesize:")?;
-    Some((
-        size_kb * 1024,
-        field("HugePages_Total:")?,
-        field("HugePages_Free:")?,
-    ))
+    Some((size_kb * 1024, field("HugePages_Total:")?, field("HugePages_Free:")?))
 }
 
 impl Buffer {
@@ -79,12 +75,7 @@ impl Buffer {
             }
             return Err(format!("mmap of {mapped} bytes failed: {e}"));
         }
-        Ok(Buffer {
-            addr: addr.cast(),
-            len,
-            mapped,
-            hugepages,
-        })
+        Ok(Buffer { addr: addr.cast(), len, mapped, hugepages })
     }
 
     pub fn addr(&self) -> u64 {
@@ -131,11 +122,7 @@ impl Buffer {
     fn do_unmap(&mut self) -> io::Result<()> {
         // SAFETY: unmaps exactly the mapping this value created, once.
         let rc = unsafe { libc::munmap(self.addr.cast(), self.mapped) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     }
 }
 

@@ -75,10 +75,7 @@ fn summary(run: u32, cfg: &Config, stats: &work::WorkStats, t0: u64, steps: usiz
 /// Sleeps `ms` with everything registered (announced as `hold`), stopping early on Ctrl-C.
 fn hold(ann: &mut Announcer, ms: u64) -> Result<()> {
     ann.flush().context("writing the announce records")?;
-    eprintln!(
-        "rdma-trace-workload: holding {ms} ms with the MRs registered (pid {})",
-        ann.ids().0
-    );
+    eprintln!("rdma-trace-workload: holding {ms} ms with the MRs registered (pid {})", ann.ids().0);
     let ((), t) = timed(|| {
         let end = now_ns() + ms * 1_000_000;
         while !STOP.load(Ordering::SeqCst) && now_ns() < end {

@@ -180,10 +180,7 @@ mod tests {
         let s = expected_steps(&c);
         let count = |n: StepName| s.iter().filter(|x| **x == n).count();
         assert_eq!(count(StepName::GetCqEvent), 3);
-        assert_eq!(
-            count(StepName::GetCqEvent),
-            expected_cq_events(c.mode, 3) as usize
-        );
+        assert_eq!(count(StepName::GetCqEvent), expected_cq_events(c.mode, 3) as usize);
         assert_eq!(count(StepName::AckCqEvents), 3);
         assert_eq!(count(StepName::ReqNotifyCq), 3);
         assert_eq!(count(StepName::PostWrite), 2);

@@ -372,11 +372,8 @@ mod tests {
     #[test]
     fn docs_describe_every_step() {
         let doc = include_str!("../../../docs/workload.md");
-        let missing: Vec<&str> = StepName::ALL
-            .iter()
-            .map(|n| n.as_str())
-            .filter(|n| !doc.contains(&format!("`{n}`")))
-            .collect();
+        let missing: Vec<&str> =
+            StepName::ALL.iter().map(|n| n.as_str()).filter(|n| !doc.contains(&format!("`{n}`"))).collect();
         assert!(missing.is_empty(), "docs/workload.md lacks {missing:?}");
     }
 
@@ -401,21 +398,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
-        assert_eq!(
-            keys,
-            [
-                "mr",
-                "name",
-                "ok",
-                "pid",
-                "run",
-                "step",
-                "t_end_ns",
-                "t_start_ns",
-                "tid",
-                "v"
-            ]
-        );
+        assert_eq!(keys, ["mr", "name", "ok", "pid", "run", "step", "t_end_ns", "t_start_ns", "tid", "v"]);
         assert_eq!(v["v"], 0);
         assert_eq!(v["name"], "reg_mr");
         assert_eq!(v["mr"]["lkey"], 0x1234);

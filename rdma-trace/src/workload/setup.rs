@@ -46,12 +46,7 @@ pub fn cq_info(role: &str, cq: &BasicCompletionQueue, channel: Option<&Arc<Compl
         let p = cq.cq();
         (p.as_ptr() as u64, p.as_ref().cqe)
     };
-    CqInfo {
-        role: role.to_string(),
-        handle,
-        cqe,
-        channel_fd: channel.map(|c| c.as_raw_fd()),
-    }
+    CqInfo { role: role.to_string(), handle, cqe, channel_fd: channel.map(|c| c.as_raw_fd()) }
 }
 
 pub fn qp_info(role: &str, qp: &BasicQueuePair) -> QpInfo {
@@ -122,11 +117,7 @@ fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, M
                 "{NO_RDMA}: libibverbs found none (load rdma_rxe and `rdma link add rxe0 type rxe netdev IF`)"
             )
         } else {
-            anyhow!(
-                "no RDMA device named {} (devices: {})",
-                cfg.device,
-                names.join(", ")
-            )
+            anyhow!("no RDMA device named {} (devices: {})", cfg.device, names.join(", "))
         };
         return Err(fail(ann, rec, e));
     };
@@ -139,12 +130,7 @@ fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, M
         let p = ctx.context();
         (p.as_ptr() as u64, p.as_ref().cmd_fd, p.as_ref().async_fd)
     };
-    rec.device = Some(DeviceInfo {
-        name: cfg.device.clone(),
-        context,
-        cmd_fd,
-        async_fd,
-    });
+    rec.device = Some(DeviceInfo { name: cfg.device.clone(), context, cmd_fd, async_fd });
     ann.emit(&rec)?;
     drop(list);
 
@@ -286,22 +272,8 @@ fn connect(
             .setup_address_vector(&ah);
         attr
     };
-    modify(
-        ann,
-        StepName::ModifyQpRtr,
-        "a",
-        a,
-        &rtr(qpn_b, PSN_B),
-        Some(qpn_b),
-    )?;
-    modify(
-        ann,
-        StepName::ModifyQpRtr,
-        "b",
-        b,
-        &rtr(qpn_a, PSN_A),
-        Some(qpn_a),
-    )?;
+    modify(ann, StepName::ModifyQpRtr, "a", a, &rtr(qpn_b, PSN_B), Some(qpn_b))?;
+    modify(ann, StepName::ModifyQpRtr, "b", b, &rtr(qpn_a, PSN_A), Some(qpn_a))?;
     let rts = |psn: u32| {
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::ReadyToSend)
@@ -357,15 +329,5 @@ pub fn setup(cfg: &Config, ann: &mut Announcer) -> Result<Resources> {
     let mut qp_b = create_qp(ann, &pd, "b", [&send_cq, &recv_cq])?;
     connect(cfg, ann, &mut qp_a, &mut qp_b, &gid, mtu)?;
 
-    Ok(Resources {
-        qp_a,
-        qp_b,
-        send_cq,
-        recv_cq,
-        channel,
-        mrs,
-        buffers,
-        pd,
-        ctx,
-    })
+    Ok(Resources { qp_a, qp_b, send_cq, recv_cq, channel, mrs, buffers, pd, ctx })
 }

@@ -37,8 +37,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     if n == 0 {
         return Err(SizeError::Zero(t.to_string()));
     }
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| SizeError::TooLarge(t.to_string()))
+    n.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(t.to_string()))
 }
 
 /// Parses a comma-separated list (`4K,64K,1M`), keeping the order given.
@@ -84,14 +83,8 @@ mod tests {
         assert_eq!(parse_size("4X"), Err(SizeError::Malformed("4X".into())));
         assert_eq!(parse_size("-4K"), Err(SizeError::Malformed("-4K".into())));
         assert_eq!(parse_size("0M"), Err(SizeError::Zero("0M".into())));
-        assert!(matches!(
-            parse_size("99999999999999G"),
-            Err(SizeError::TooLarge(_))
-        ));
-        assert!(matches!(
-            parse_size("99999999999999999999999"),
-            Err(SizeError::TooLarge(_))
-        ));
+        assert!(matches!(parse_size("99999999999999G"), Err(SizeError::TooLarge(_))));
+        assert!(matches!(parse_size("99999999999999999999999"), Err(SizeError::TooLarge(_))));
     }
 
     #[test]

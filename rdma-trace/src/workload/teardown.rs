@@ -18,14 +18,7 @@ fn sole<T>(ann: &mut Announcer, name: StepName, a: Arc<T>, what: &str) -> Result
     Arc::try_unwrap(a).map_err(|a| {
         let t = now_ns();
         let rec = ann.next(name, (t, t));
-        fail(
-            ann,
-            rec,
-            anyhow!(
-                "{what} is still referenced ({} owners) at teardown",
-                Arc::strong_count(&a)
-            ),
-        )
+        fail(ann, rec, anyhow!("{what} is still referenced ({} owners) at teardown", Arc::strong_count(&a)))
     })
 }
 
@@ -39,17 +32,7 @@ fn destroy<T>(ann: &mut Announcer, name: StepName, obj: T, fill: impl FnOnce(&mu
 }
 
 pub fn teardown(ann: &mut Announcer, r: Resources) -> Result<()> {
-    let Resources {
-        qp_a,
-        qp_b,
-        send_cq,
-        recv_cq,
-        channel,
-        mrs,
-        buffers,
-        pd,
-        ctx,
-    } = r;
+    let Resources { qp_a, qp_b, send_cq, recv_cq, channel, mrs, buffers, pd, ctx } = r;
 
     let info = qp_info("a", &qp_a);
     destroy(ann, StepName::DestroyQp, qp_a, |r| r.qp = Some(info))?;

@@ -61,22 +61,13 @@ mod tests {
         assert_eq!(status_name(ibv_wc_status::IBV_WC_SUCCESS), "SUCCESS");
         assert_eq!(status_name(ibv_wc_status::IBV_WC_WR_FLUSH_ERR), "WR_FLUSH_ERR");
         assert_eq!(status_name(ibv_wc_status::IBV_WC_RETRY_EXC_ERR), "RETRY_EXC_ERR");
-        assert_eq!(
-            status_name(ibv_wc_status::IBV_WC_REM_ACCESS_ERR),
-            "REM_ACCESS_ERR"
-        );
-        assert_eq!(
-            status_name(ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE),
-            "TM_RNDV_INCOMPLETE"
-        );
+        assert_eq!(status_name(ibv_wc_status::IBV_WC_REM_ACCESS_ERR), "REM_ACCESS_ERR");
+        assert_eq!(status_name(ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE), "TM_RNDV_INCOMPLETE");
         assert_eq!(status_name(999), "UNKNOWN");
         assert_eq!(opcode_name(ibv_wc_opcode::IBV_WC_SEND), "SEND");
         assert_eq!(opcode_name(ibv_wc_opcode::IBV_WC_RDMA_WRITE), "RDMA_WRITE");
         assert_eq!(opcode_name(ibv_wc_opcode::IBV_WC_RECV), "RECV");
-        assert_eq!(
-            opcode_name(ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM),
-            "RECV_RDMA_WITH_IMM"
-        );
+        assert_eq!(opcode_name(ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM), "RECV_RDMA_WITH_IMM");
         assert_eq!(opcode_name(ibv_wc_opcode::IBV_WC_ATOMIC_WRITE), "ATOMIC_WRITE");
         assert_eq!(opcode_name(77), "UNKNOWN");
     }

@@ -41,31 +41,20 @@ fn arm(ann: &mut Announcer, r: &Resources) -> Result<()> {
 
 /// ibv_get_cq_event (a blocking read(2) on the channel fd), then ibv_ack_cq_events.
 fn wait_event(ann: &mut Announcer, r: &Resources, stats: &mut WorkStats) -> Result<()> {
-    let ch = r
-        .channel
-        .as_ref()
-        .ok_or_else(|| anyhow!("events mode without a channel"))?;
+    let ch = r.channel.as_ref().ok_or_else(|| anyhow!("events mode without a channel"))?;
     // SAFETY: the channel is alive; only its address is taken.
     let chp = unsafe { ch.comp_channel().as_ptr() };
     let mut ev_cq: *mut ibv_cq = std::ptr::null_mut();
     let mut ev_ctx: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: the out-pointers are valid locals; the call blocks until an event is read.
     let (rc, t) = timed(|| unsafe { ibv_get_cq_event(chp, &mut ev_cq, &mut ev_ctx) });
-    let res = if rc == 0 {
-        Ok(())
-    } else {
-        Err(last_errno("ibv_get_cq_event"))
-    };
+    let res = if rc == 0 { Ok(()) } else { Err(last_errno("ibv_get_cq_event")) };
     let ((), mut rec) = done(ann, StepName::GetCqEvent, t, res)?;
     rec.channel_fd = Some(ch.as_raw_fd());
     rec.event_cq = Some(ev_cq as u64);
     rec.cq = Some(cq_info("send", &r.send_cq, Some(ch)));
     if ev_cq != cq_ptr(&r.send_cq) {
-        return Err(fail(
-            ann,
-            rec,
-            anyhow!("the event names CQ {ev_cq:p}, not the send CQ"),
-        ));
+        return Err(fail(ann, rec, anyhow!("the event names CQ {ev_cq:p}, not the send CQ")));
     }
     ann.emit(&rec)?;
     stats.cq_events += 1;
@@ -130,12 +119,7 @@ fn poll_for(
     let bad = taken.iter().find(|w| w.status != 0).cloned();
     rec.wcs = taken;
     if let Some(w) = bad {
-        let e = anyhow!(
-            "work completion of wr_id {} failed: {} ({})",
-            w.wr_id,
-            w.status_name,
-            w.status
-        );
+        let e = anyhow!("work completion of wr_id {} failed: {} ({})", w.wr_id, w.status_name, w.status);
         return Err(fail(ann, rec, e));
     }
     ann.emit(&rec)?;

@@ -21,10 +21,7 @@ pub fn out_dir(sub: &str) -> PathBuf {
 
 /// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns reads.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime with a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -84,9 +81,7 @@ pub fn spawn_logged(cmd: &str, args: &[&str], log: &Path) -> Child {
 /// The umem pinning function of this kernel.
 pub fn umem_symbol() -> &'static str {
     let k = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
-    if k.lines()
-        .any(|l| l.split_whitespace().nth(2) == Some("ib_umem_get"))
-    {
+    if k.lines().any(|l| l.split_whitespace().nth(2) == Some("ib_umem_get")) {
         "ib_umem_get"
     } else {
         "__ib_umem_get_va"
@@ -94,10 +89,7 @@ pub fn umem_symbol() -> &'static str {
 }
 
 pub fn run_output(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    let o = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -117,11 +109,7 @@ impl Bpftrace {
             ("rxe_mmap", "kprobe:rxe_mmap".into(), "rxe_mmap"),
             ("rxe_create_cq", "kprobe:rxe_create_cq".into(), "create_cq"),
             ("comp_handler", "kprobe:ib_uverbs_comp_handler".into(), "comp"),
-            (
-                "comp_event_read",
-                "kprobe:ib_uverbs_comp_event_read".into(),
-                "comp_read",
-            ),
+            ("comp_event_read", "kprobe:ib_uverbs_comp_event_read".into(), "comp_read"),
             ("umem_release", "kprobe:ib_umem_release".into(), "release"),
         ];
         if Path::new("/sys/kernel/tracing/events/rdma_core/mr_dereg").exists() {
@@ -193,10 +181,9 @@ pub fn compare_counts(events: &[rdma_trace::event::Event], bt: &Bpftrace, bt_out
     let mut report = String::new();
     let mut equal = true;
     for (id, _, _) in &bt.counters {
-        let ours = events
-            .iter()
-            .filter(|e| e.name == *id && e.kind == rdma_trace::event::EventKind::Entry)
-            .count() as u64;
+        let ours =
+            events.iter().filter(|e| e.name == *id && e.kind == rdma_trace::event::EventKind::Entry).count()
+                as u64;
         let t = theirs.get(*id).copied();
         report.push_str(&format!("{id:<16} rdma-trace {ours:>6}  bpftrace {t:>6?}\n"));
         equal &= t == Some(ours);

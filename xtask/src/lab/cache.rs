@@ -32,8 +32,7 @@ pub fn lock() -> Result<Lock> {
             "lab: waiting for the cache lock {} (another run is preparing)",
             path.display()
         ));
-        file.lock()
-            .with_context(|| format!("locking {}", path.display()))?;
+        file.lock().with_context(|| format!("locking {}", path.display()))?;
     }
     Ok(Lock { _file: file })
 }
@@ -83,26 +82,17 @@ pub struct Timer {
 
 impl Timer {
     pub fn start(what: impl Into<String>) -> Self {
-        Timer {
-            what: what.into(),
-            start: Instant::now(),
-        }
+        Timer { what: what.into(), start: Instant::now() }
     }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        crate::util::step(&format!(
-            "lab: {} took {:.1} s",
-            self.what,
-            self.start.elapsed().as_secs_f64()
-        ));
+        crate::util::step(&format!("lab: {} took {:.1} s", self.what, self.start.elapsed().as_secs_f64()));
     }
 }
 
 /// Human-readable size of a file in MB.
 pub fn size_mb(path: &Path) -> String {
-    fs::metadata(path)
-        .map(|m| format!("{:.0} MB", m.len() as f64 / 1e6))
-        .unwrap_or_else(|_| "?".into())
+    fs::metadata(path).map(|m| format!("{:.0} MB", m.len() as f64 / 1e6)).unwrap_or_else(|_| "?".into())
 }

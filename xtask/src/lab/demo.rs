@@ -16,12 +16,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&[series])?;
     let timeout = Duration::from_secs(a.timeout.unwrap_or(900));
-    let mode = Mode::Script {
-        script: DEMO_SH,
-        files: &[],
-        timeout,
-        log: "demo.console.log",
-    };
+    let mode = Mode::Script { script: DEMO_SH, files: &[], timeout, log: "demo.console.log" };
     let rc = super::run_guest(&guests[0], mode)?.unwrap_or(0);
     if rc != 0 {
         bail!("the demo failed in the guest (exit {rc}); see the console above");

@@ -104,11 +104,7 @@ fn sh(script: &str, dir: &Path) -> Result<()> {
 pub fn ensure_rootfs(mirror: &str) -> Result<RootFs> {
     let key = rootfs_key();
     let dir = cache::root().join("rootfs").join(&key);
-    let rootfs = RootFs {
-        key: key.clone(),
-        packages: dir.join("packages.txt"),
-        dir: dir.clone(),
-    };
+    let rootfs = RootFs { key: key.clone(), packages: dir.join("packages.txt"), dir: dir.clone() };
     if cache::is_complete(&dir) {
         step(&format!("lab: guest root {key}: cached in {}", dir.display()));
         return Ok(rootfs);
@@ -164,11 +160,7 @@ pub fn ensure_rootfs(mirror: &str) -> Result<RootFs> {
         ),
         &tree,
     )?;
-    step(&format!(
-        "lab: base cpio {} ({})",
-        out.display(),
-        cache::size_mb(&out)
-    ));
+    step(&format!("lab: base cpio {} ({})", out.display(), cache::size_mb(&out)));
     cache::mark_complete(&dir)?;
     Ok(rootfs)
 }
@@ -176,16 +168,9 @@ pub fn ensure_rootfs(mirror: &str) -> Result<RootFs> {
 /// The initrd of `kernel` on `rootfs`: built once per (root, kernel).
 pub fn ensure_image(rootfs: &RootFs, kernel: &Kernel) -> Result<Image> {
     let kver = &kernel.kver;
-    let ikey = cache::key(&[
-        rootfs.key.as_bytes(),
-        kver.as_bytes(),
-        MODULE_TRIM.join(",").as_bytes(),
-    ]);
+    let ikey = cache::key(&[rootfs.key.as_bytes(), kver.as_bytes(), MODULE_TRIM.join(",").as_bytes()]);
     let dir = cache::root().join("images").join(format!("{kver}-{ikey}"));
-    let img = Image {
-        vmlinuz: dir.join("vmlinuz"),
-        initrd: dir.join("initrd.cpio"),
-    };
+    let img = Image { vmlinuz: dir.join("vmlinuz"), initrd: dir.join("initrd.cpio") };
     if cache::is_complete(&dir) {
         step(&format!(
             "lab: initrd for {kver}: cached ({}, {})",
@@ -229,10 +214,6 @@ pub fn ensure_image(rootfs: &RootFs, kernel: &Kernel) -> Result<Image> {
     cache::remove(&mods_cpio)?;
     fs::copy(kernel.vmlinuz()?, &img.vmlinuz).context("copying vmlinuz")?;
     cache::mark_complete(&dir)?;
-    step(&format!(
-        "lab: initrd {} ({})",
-        img.initrd.display(),
-        cache::size_mb(&img.initrd)
-    ));
+    step(&format!("lab: initrd {} ({})", img.initrd.display(), cache::size_mb(&img.initrd)));
     Ok(img)
 }

@@ -21,22 +21,15 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn vmlinuz(&self) -> Result<PathBuf> {
-        [
-            self.root.join(format!("boot/vmlinuz-{}", self.kver)),
-            self.modules_dir().join("vmlinuz"),
-        ]
-        .into_iter()
-        .find(|p| p.is_file())
-        .with_context(|| format!("no vmlinuz for {} under {}", self.kver, self.root.display()))
+        [self.root.join(format!("boot/vmlinuz-{}", self.kver)), self.modules_dir().join("vmlinuz")]
+            .into_iter()
+            .find(|p| p.is_file())
+            .with_context(|| format!("no vmlinuz for {} under {}", self.kver, self.root.display()))
     }
 
     pub fn modules_dir(&self) -> PathBuf {
         let usr = self.root.join("usr/lib/modules").join(&self.kver);
-        if usr.is_dir() {
-            usr
-        } else {
-            self.root.join("lib/modules").join(&self.kver)
-        }
+        if usr.is_dir() { usr } else { self.root.join("lib/modules").join(&self.kver) }
     }
 }
 
@@ -91,8 +84,7 @@ impl Apt {
     fn cmd(&self, prog: &str) -> Command {
         let mut c = Command::new(prog);
         let d = |s: &str| self.dir.join(s).display().to_string();
-        c.arg("-o")
-            .arg(format!("Dir::Etc::SourceList={}", d("etc/sources.list")));
+        c.arg("-o").arg(format!("Dir::Etc::SourceList={}", d("etc/sources.list")));
         c.args(["-o", "Dir::Etc::SourceParts=/dev/null"]);
         c.arg("-o").arg(format!("Dir::State::Lists={}", d("lists")));
         c.arg("-o").arg(format!("Dir::Cache={}", d("cache")));
@@ -125,22 +117,15 @@ fn candidates(series: Series, names: &[&str]) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
     for n in names {
         let abi = match series {
-            Series::Trixie => n
-                .strip_prefix("linux-image-")
-                .and_then(|r| r.strip_suffix("-amd64-unsigned")),
-            Series::TrixieBackports => n
-                .strip_prefix("linux-binary-")
-                .and_then(|r| r.strip_suffix("-amd64")),
+            Series::Trixie => n.strip_prefix("linux-image-").and_then(|r| r.strip_suffix("-amd64-unsigned")),
+            Series::TrixieBackports => n.strip_prefix("linux-binary-").and_then(|r| r.strip_suffix("-amd64")),
         };
         let Some(abi) = abi.filter(|a| plain(a)) else {
             continue;
         };
         let mut pkgs = vec![n.to_string()];
         if series == Series::TrixieBackports {
-            for extra in [
-                format!("linux-modules-{abi}-amd64"),
-                format!("linux-base-{abi}-amd64"),
-            ] {
+            for extra in [format!("linux-modules-{abi}-amd64"), format!("linux-base-{abi}-amd64")] {
                 if names.contains(&extra.as_str()) {
                     pkgs.push(extra);
                 }
@@ -158,10 +143,7 @@ const LISTS_FRESH: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Refreshes the private package lists; false when the archive cannot be reached.
 fn update(apt: &Apt) -> bool {
     let stamp = apt.dir.join("updated");
-    let age = fs::metadata(&stamp)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok());
+    let age = fs::metadata(&stamp).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
     let forced = std::env::var("RDMA_TRACE_LAB_REFRESH").is_ok_and(|v| v == "1");
     if let Some(age) = age.filter(|a| *a < LISTS_FRESH && !forced) {
         step(&format!(
@@ -186,9 +168,7 @@ fn update(apt: &Apt) -> bool {
             true
         }
         Err(e) => {
-            step(&format!(
-                "lab: the archive cannot be reached ({e:#}); using cached kernels"
-            ));
+            step(&format!("lab: the archive cannot be reached ({e:#}); using cached kernels"));
             false
         }
     }
@@ -220,9 +200,7 @@ fn newest_in_archive(apt: &Apt, series: Series) -> Result<(String, Vec<String>)>
         })
     });
     cands.sort_by_key(|(abi, _)| version_key(abi));
-    cands
-        .pop()
-        .with_context(|| format!("no {} kernel in the suites {:?}", series.name(), series.suites()))
+    cands.pop().with_context(|| format!("no {} kernel in the suites {:?}", series.name(), series.suites()))
 }
 
 fn kernel_dir(kver: &str) -> PathBuf {
@@ -233,11 +211,7 @@ fn kernel_dir(kver: &str) -> PathBuf {
 fn newest_cached(series: Series) -> Result<Kernel> {
     let dir = cache::root().join("kernels");
     let mut found: Vec<String> = fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     found.retain(|k| {
         let d = kernel_dir(k);
@@ -252,28 +226,16 @@ fn newest_cached(series: Series) -> Result<Kernel> {
             dir.display()
         )
     })?;
-    Ok(Kernel {
-        series,
-        root: kernel_dir(&kver).join("root"),
-        kver,
-    })
+    Ok(Kernel { series, root: kernel_dir(&kver).join("root"), kver })
 }
 
 /// Downloads (once) and unpacks the packages of one kernel.
 fn fetch(apt: &Apt, series: Series, kver: &str, pkgs: &[String]) -> Result<Kernel> {
     let dir = kernel_dir(kver);
     let root = dir.join("root");
-    let kernel = Kernel {
-        series,
-        kver: kver.to_string(),
-        root: root.clone(),
-    };
+    let kernel = Kernel { series, kver: kver.to_string(), root: root.clone() };
     if cache::is_complete(&dir) {
-        step(&format!(
-            "lab: kernel {kver} ({}): cached in {}",
-            series.name(),
-            dir.display()
-        ));
+        step(&format!("lab: kernel {kver} ({}): cached in {}", series.name(), dir.display()));
         return Ok(kernel);
     }
     let debs = dir.join("debs");
@@ -305,10 +267,7 @@ fn fetch(apt: &Apt, series: Series, kver: &str, pkgs: &[String]) -> Result<Kerne
         let p = e.path();
         if p.extension().is_some_and(|x| x == "deb") {
             util::run(Command::new("dpkg-deb").arg("-x").arg(&p).arg(&root))?;
-            versions.push_str(&format!(
-                "{}\n",
-                p.file_name().unwrap_or_default().to_string_lossy()
-            ));
+            versions.push_str(&format!("{}\n", p.file_name().unwrap_or_default().to_string_lossy()));
         }
     }
     kernel.vmlinuz()?;
@@ -330,19 +289,11 @@ pub fn resolve(series: &[Series]) -> Result<Vec<Kernel>> {
     for &s in series {
         let k = if online {
             let (abi, pkgs) = newest_in_archive(&apt, s)?;
-            step(&format!(
-                "lab: newest {} kernel in the archive: {abi} ({})",
-                s.name(),
-                pkgs.join(", ")
-            ));
+            step(&format!("lab: newest {} kernel in the archive: {abi} ({})", s.name(), pkgs.join(", ")));
             fetch(&apt, s, &format!("{abi}-amd64"), &pkgs)?
         } else {
             let k = newest_cached(s)?;
-            step(&format!(
-                "lab: offline: using the cached {} kernel {}",
-                s.name(),
-                k.kver
-            ));
+            step(&format!("lab: offline: using the cached {} kernel {}", s.name(), k.kver));
             k
         };
         out.push(k);

@@ -106,16 +106,9 @@ pub fn prepare(series: &[Series]) -> Result<Vec<Guest>> {
     let mut out = Vec::new();
     for k in kernels {
         let image = image::ensure_image(&rootfs, &k)?;
-        out.push(Guest {
-            series: k.series,
-            kver: k.kver.clone(),
-            image,
-        });
+        out.push(Guest { series: k.series, kver: k.kver.clone(), image });
     }
-    step(&format!(
-        "lab: guest package versions: {}",
-        rootfs.packages.display()
-    ));
+    step(&format!("lab: guest package versions: {}", rootfs.packages.display()));
     Ok(out)
 }
 
@@ -143,12 +136,7 @@ pub enum Mode<'a> {
     /// A shell on the console (the terminal).
     Shell,
     /// Run this script (contents), with extra files placed beside it in the run dir.
-    Script {
-        script: &'a str,
-        files: &'a [(&'a str, String)],
-        timeout: Duration,
-        log: &'a str,
-    },
+    Script { script: &'a str, files: &'a [(&'a str, String)], timeout: Duration, log: &'a str },
 }
 
 /// Boots `g` once. Returns the script's exit code (None for the shell).
@@ -160,31 +148,17 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
     fs::create_dir_all(&run)?;
     fs::create_dir_all(out_dir(g.series))?;
     let guest_run = format!("/mnt/host/run/{id}");
-    let mut env = format!(
-        "LAB_SERIES='{}'\nLAB_OUT='/mnt/host/out/{}'\n",
-        g.series.name(),
-        g.series.name()
-    );
+    let mut env = format!("LAB_SERIES='{}'\nLAB_OUT='/mnt/host/out/{}'\n", g.series.name(), g.series.name());
     fs::write(run.join("entry.sh"), ENTRY_SH)?;
     let (interactive, timeout, log) = match &mode {
         Mode::Shell => {
             let (rows, cols) = terminal_size().unwrap_or((24, 80));
             let term = std::env::var("TERM").unwrap_or_else(|_| "vt100".into());
-            let term: String = term
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            env.push_str(&format!(
-                "LAB_MODE=shell\nLAB_ROWS={rows}\nLAB_COLS={cols}\nLAB_TERM='{term}'\n"
-            ));
+            let term: String = term.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            env.push_str(&format!("LAB_MODE=shell\nLAB_ROWS={rows}\nLAB_COLS={cols}\nLAB_TERM='{term}'\n"));
             (true, Duration::MAX, None)
         }
-        Mode::Script {
-            script,
-            files,
-            timeout,
-            log,
-        } => {
+        Mode::Script { script, files, timeout, log } => {
             fs::write(run.join("script"), script)?;
             for (name, text) in files.iter() {
                 fs::write(run.join(name), text)?;
@@ -209,9 +183,7 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
         && let Some(early) = e.downcast_ref::<qemu::EarlyFailure>()
     {
         let first = early.0.lines().next().unwrap_or_default();
-        step(&format!(
-            "lab: the guest failed before its userspace started ({first}); booting once more"
-        ));
+        step(&format!("lab: the guest failed before its userspace started ({first}); booting once more"));
         res = qemu::boot(&boot);
     }
     let rc = fs::read_to_string(run.join("rc")).ok();
@@ -222,8 +194,7 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
         g.series.name(),
         g.kver,
         outcome.elapsed.as_secs_f64(),
-        log.map(|l| format!("; console saved to {}", l.display()))
-            .unwrap_or_default()
+        log.map(|l| format!("; console saved to {}", l.display())).unwrap_or_default()
     ));
     for o in &outcome.oopses {
         step(&format!("lab: WARNING: the guest kernel reported: {o}"));
@@ -236,27 +207,16 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
         Some("setup-failed") => {
             bail!("the guest's RDMA set-up (modules, rxe0) failed; see the console above")
         }
-        Some(s) => {
-            Ok(Some(s.parse().with_context(|| {
-                format!("bad exit code from the guest: {s:?}")
-            })?))
-        }
+        Some(s) => Ok(Some(s.parse().with_context(|| format!("bad exit code from the guest: {s:?}"))?)),
     }
 }
 
 /// The host terminal's size (the guest cannot ask for it over a serial line).
 fn terminal_size() -> Option<(u16, u16)> {
     let tty = fs::File::open("/dev/tty").ok()?;
-    let out = std::process::Command::new("stty")
-        .arg("size")
-        .stdin(tty)
-        .output()
-        .ok()?;
+    let out = std::process::Command::new("stty").arg("size").stdin(tty).output().ok()?;
     let s = String::from_utf8_lossy(&out.stdout);
-    let mut it = s
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .filter(|n: &u16| *n > 0);
+    let mut it = s.split_whitespace().filter_map(|w| w.parse().ok()).filter(|n: &u16| *n > 0);
     Some((it.next()?, it.next()?))
 }
 
@@ -283,16 +243,8 @@ pub fn lab(a: LabArgs) -> Result<()> {
         return Ok(());
     };
     let timeout = Duration::from_secs(a.timeout.unwrap_or(1200));
-    let rc = run_guest(
-        g,
-        Mode::Script {
-            script: &script,
-            files: &[],
-            timeout,
-            log: "lab-run.console.log",
-        },
-    )?
-    .unwrap_or(0);
+    let rc = run_guest(g, Mode::Script { script: &script, files: &[], timeout, log: "lab-run.console.log" })?
+        .unwrap_or(0);
     step(&format!("lab: the script exited with {rc}"));
     if rc != 0 {
         std::process::exit(rc);

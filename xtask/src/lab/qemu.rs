@@ -77,26 +77,12 @@ fn accel() -> (&'static str, Vec<&'static str>) {
 fn command(b: &Boot) -> (Command, &'static str) {
     let (name, accel) = accel();
     let mut c = Command::new("qemu-system-x86_64");
-    c.args(["-machine", "q35"])
-        .args(accel)
-        .args(["-smp", "2", "-m", "4G"]);
-    c.args([
-        "-nographic",
-        "-no-reboot",
-        "-display",
-        "none",
-        "-serial",
-        "mon:stdio",
-        "-nic",
-        "none",
-    ]);
+    c.args(["-machine", "q35"]).args(accel).args(["-smp", "2", "-m", "4G"]);
+    c.args(["-nographic", "-no-reboot", "-display", "none", "-serial", "mon:stdio", "-nic", "none"]);
     c.arg("-kernel").arg(b.vmlinuz).arg("-initrd").arg(b.initrd);
-    c.arg("-append")
-        .arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
-    c.arg("-virtfs").arg(format!(
-        "local,path={},mount_tag=host0,security_model=none,id=host0",
-        b.share.display()
-    ));
+    c.arg("-append").arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
+    c.arg("-virtfs")
+        .arg(format!("local,path={},mount_tag=host0,security_model=none,id=host0", b.share.display()));
     (c, name)
 }
 
@@ -112,20 +98,14 @@ fn is_oops(l: &str) -> bool {
 /// guest after an oops, or a QEMU error.
 pub fn boot(b: &Boot) -> Result<Outcome> {
     let (mut cmd, accel) = command(b);
-    step(&format!(
-        "lab: booting {} ({accel}, 2 vCPUs, 4 GiB)",
-        b.vmlinuz.display()
-    ));
+    step(&format!("lab: booting {} ({accel}, 2 vCPUs, 4 GiB)", b.vmlinuz.display()));
     let start = Instant::now();
     if b.interactive {
         let st = cmd.status().context("could not start qemu-system-x86_64")?;
         if !st.success() {
             bail!("QEMU failed ({st})");
         }
-        return Ok(Outcome {
-            elapsed: start.elapsed(),
-            oopses: vec![],
-        });
+        return Ok(Outcome { elapsed: start.elapsed(), oopses: vec![] });
     }
     let mut child = cmd
         .stdin(Stdio::null())
@@ -230,8 +210,5 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     if !st.success() {
         bail!("QEMU exited with {st}");
     }
-    Ok(Outcome {
-        elapsed: start.elapsed(),
-        oopses,
-    })
+    Ok(Outcome { elapsed: start.elapsed(), oopses })
 }

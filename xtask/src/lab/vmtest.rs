@@ -67,11 +67,7 @@ fn build_tests() -> Result<Vec<TestExe>> {
             .filter(|n| n.contains("lab_"))
             .map(str::to_string)
             .collect();
-        let name = path
-            .file_name()
-            .context("test executable name")?
-            .to_string_lossy()
-            .into_owned();
+        let name = path.file_name().context("test executable name")?.to_string_lossy().into_owned();
         exes.push(TestExe { path, name, tests });
     }
     if exes.is_empty() {
@@ -81,10 +77,7 @@ fn build_tests() -> Result<Vec<TestExe>> {
 }
 
 fn hardware_only(test: &str) -> Option<&'static str> {
-    HARDWARE_ONLY
-        .iter()
-        .find(|(n, _)| test.contains(n))
-        .map(|(_, why)| *why)
+    HARDWARE_ONLY.iter().find(|(n, _)| test.contains(n)).map(|(_, why)| *why)
 }
 
 #[derive(Default)]
@@ -100,12 +93,7 @@ fn parse(log: &str) -> BTreeMap<String, String> {
     log.lines()
         .filter_map(|l| l.trim_end_matches('\r').strip_prefix("test "))
         .filter_map(|l| l.split_once(" ... "))
-        .map(|(n, r)| {
-            (
-                n.to_string(),
-                r.split([',', ' ']).next().unwrap_or("").to_string(),
-            )
-        })
+        .map(|(n, r)| (n.to_string(), r.split([',', ' ']).next().unwrap_or("").to_string()))
         .collect()
 }
 
@@ -119,12 +107,7 @@ fn run_series(g: &super::Guest, exes: &[TestExe], timeout: Duration) -> Result<T
         list.push_str(&format!("{}\t{}\n", e.name, skips.join(" ")));
     }
     let files = [("tests.txt", list)];
-    let mode = Mode::Script {
-        script: VMTEST_SH,
-        files: &files,
-        timeout,
-        log: "vm-test.console.log",
-    };
+    let mode = Mode::Script { script: VMTEST_SH, files: &files, timeout, log: "vm-test.console.log" };
     super::run_guest(g, mode)?;
     let mut t = Tally::default();
     let (mut expected, mut ran) = (0, 0);
@@ -133,10 +116,7 @@ fn run_series(g: &super::Guest, exes: &[TestExe], timeout: Duration) -> Result<T
         let results = parse(&log);
         for name in &e.tests {
             if let Some(why) = hardware_only(name) {
-                step(&format!(
-                    "lab: {}: skipped {name}: hardware only: {why}",
-                    g.series.name()
-                ));
+                step(&format!("lab: {}: skipped {name}: hardware only: {why}", g.series.name()));
                 t.skipped += 1;
                 continue;
             }
@@ -144,16 +124,11 @@ fn run_series(g: &super::Guest, exes: &[TestExe], timeout: Duration) -> Result<T
             match results.get(name).map(String::as_str) {
                 Some("ok") => t.passed += 1,
                 Some("FAILED") => t.failed.push(name.clone()),
-                Some("") => t
-                    .failed
-                    .push(format!("{name} (started, never finished: the test binary died)")),
+                Some("") => t.failed.push(format!("{name} (started, never finished: the test binary died)")),
                 Some(other) => t.failed.push(format!("{name} ({other})")),
                 None => t.failed.push(format!("{name} (did not run)")),
             }
-            ran += usize::from(matches!(
-                results.get(name).map(String::as_str),
-                Some("ok" | "FAILED")
-            ));
+            ran += usize::from(matches!(results.get(name).map(String::as_str), Some("ok" | "FAILED")));
         }
     }
     if ran < expected {
@@ -166,20 +141,13 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
     let start = Instant::now();
     let overall = Duration::from_secs(a.timeout.unwrap_or(3600));
     let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(1800));
-    let mut series = if a.kernel.is_empty() {
-        Series::ALL.to_vec()
-    } else {
-        a.kernel.clone()
-    };
+    let mut series = if a.kernel.is_empty() { Series::ALL.to_vec() } else { a.kernel.clone() };
     series.dedup();
     // Everything the guest runs is built here, before the first boot.
     let bin = build()?;
     let exes = build_tests()?;
     let total: usize = exes.iter().map(|e| e.tests.len()).sum();
-    step(&format!(
-        "lab: {total} lab tests in {} test executables",
-        exes.len()
-    ));
+    step(&format!("lab: {total} lab tests in {} test executables", exes.len()));
     super::cache::remove(&super::share_dir().join("bin/tests"))?;
     for e in &exes {
         if !e.tests.is_empty() {
@@ -195,10 +163,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         let left = overall.saturating_sub(start.elapsed());
         let boot_start = Instant::now();
         let res = if left.is_zero() {
-            Err(anyhow::anyhow!(
-                "the overall timeout of {} s is spent",
-                overall.as_secs()
-            ))
+            Err(anyhow::anyhow!("the overall timeout of {} s is spent", overall.as_secs()))
         } else {
             run_series(g, &exes, per_boot.min(left))
         };
@@ -231,17 +196,11 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         println!("vm-test: {line}");
         lines.push(line);
     }
-    println!(
-        "\nvm-test summary (outputs in {}):",
-        super::share_dir().join("out").display()
-    );
+    println!("\nvm-test summary (outputs in {}):", super::share_dir().join("out").display());
     for l in &lines {
         println!("  {l}");
     }
-    println!(
-        "vm-test: {passed} passed, {failed} failed ({} s)",
-        start.elapsed().as_secs()
-    );
+    println!("vm-test: {passed} passed, {failed} failed ({} s)", start.elapsed().as_secs());
     if failed > 0 {
         bail!("vm-test failed");
     }
