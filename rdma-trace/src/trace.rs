@@ -139,7 +139,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             Err(_) => undecodable += 1,
         };
         let mut code = 0;
-        let mut stop: String;
+        let stop: String;
         loop {
             let sleep = async {
                 match deadline {
