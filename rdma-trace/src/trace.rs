@@ -157,7 +157,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
                         && let Some(st) = c.try_wait()?
                     {
                         code = st.code().unwrap_or(1);
-                        stop = format!("the command exited ({st})");
+                        stop = format!("the command exited (pid {}, {st})", c.id());
                         // Give in-flight completions (kworkers) a moment, then stop.
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         break;
