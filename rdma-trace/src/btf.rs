@@ -25,7 +25,8 @@ pub enum BtfError {
 }
 
 /// How vmlinux BTF is read. Lazy (`Mmap`) is the default: planning reads a few dozen
-/// types of ~100k, and `benches/plan.rs` measured it 6-9x faster than parsing all.
+/// types of ~100k, and `benches/plan.rs` measured it 6-9x faster than parsing all. Where
+/// the kernel refuses to mmap /sys/kernel/btf/vmlinux (before 6.16), it is read whole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
     Cache,
@@ -62,7 +63,10 @@ impl BtfSource {
         let p = dir.join("vmlinux");
         let vmlinux = match backend {
             Backend::Cache => Btf::from_file(&p),
-            Backend::Mmap => Btf::from_file_with_backend(&p, btf_rs::Backend::Mmap),
+            // sysfs BTF can be mmapped only since Linux 6.16 (6.12 says ENODEV): read it then.
+            Backend::Mmap => {
+                Btf::from_file_with_backend(&p, btf_rs::Backend::Mmap).or_else(|_| Btf::from_file(&p))
+            }
         }
         .map_err(|e| BtfError::Read { path: p.clone(), msg: e.to_string() })?;
         Ok(Self { dir: dir.to_path_buf(), vmlinux, modules: HashMap::new() })
