@@ -14,11 +14,14 @@ pub struct Check {
     pub ok: bool,
 }
 
+/// Addresses, keys and handles read best in hex; sizes and page counts in decimal.
 fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
+    let decimal = what.contains("size") || what.contains("pages");
+    let show = |v: u64| if decimal { v.to_string() } else { format!("{v:#x}") };
     Check {
         what: what.into(),
-        step: format!("{step:#x}"),
-        kernel: kernel.map(|k| format!("{k:#x}")).unwrap_or_else(|| "-".into()),
+        step: show(step),
+        kernel: kernel.map(show).unwrap_or_else(|| "-".into()),
         ok: kernel == Some(step),
     }
 }

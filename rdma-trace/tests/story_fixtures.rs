@@ -1,0 +1,111 @@
+//! The correlation engine on runs recorded in the lab (both kernels): the companion
+//! workload with its step records, and perftest + rping traced by command.
+
+use rdma_trace::correlate::story::{self, Story};
+use rdma_trace::event::{Event, parse_jsonl};
+use rdma_trace::workload::record::StepName;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
+}
+
+fn events(name: &str) -> Vec<Event> {
+    let text = if name.ends_with(".zst") {
+        let out = std::process::Command::new("zstd").arg("-dc").arg(fixture(name)).output().expect("zstd");
+        String::from_utf8(out.stdout).unwrap()
+    } else {
+        std::fs::read_to_string(fixture(name)).unwrap()
+    };
+    parse_jsonl(&text).unwrap()
+}
+
+#[test]
+fn companion_steps_all_join_with_equal_values() {
+    for k in ["6.12", "7.3"] {
+        let evs = events(&format!("companion-{k}.jsonl"));
+        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let st = story::build(&evs, &steps);
+        assert!(st.unjoined.is_empty(), "{k}");
+        let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();
+        assert!(checks.len() >= 27, "{k}: {} checks", checks.len());
+        let failed: Vec<_> = checks.iter().filter(|c| !c.ok).collect();
+        assert!(failed.is_empty(), "{k}: {failed:?}");
+        // Each reg_mr step holds its pin: rxe_reg_user_mr and the umem pin, entry and return.
+        for j in st.steps.iter().filter(|j| steps[j.step].name == StepName::RegMr) {
+            let pins = j.events.iter().filter(|&&i| evs[i].path == "pin").count();
+            assert_eq!(pins, 4, "{k}: step {}", steps[j.step].step);
+        }
+        let ps = &st.processes[&steps[0].pid];
+        assert_eq!(ps.completions.len(), 6, "{k}");
+        assert!(ps.completions.iter().all(|c| c.wakeup_latency_ns.is_some_and(|l| l > 0)), "{k}");
+        // 1 + 16 + 256 pages pinned at the peak (4K, 64K, 1M MRs).
+        assert_eq!(ps.pinned_peak_bytes, (1 + 16 + 256) * 4096, "{k}");
+        // rxe's doorbell: one write(2) on the uverbs fd per posted work request.
+        assert_eq!(
+            ps.data_phase_syscalls.get("write[uverbs]"),
+            Some(&6),
+            "{k}: {:?}",
+            ps.data_phase_syscalls
+        );
+        assert_eq!(ps.data_phase_syscalls.get("read[comp_channel]"), Some(&6), "{k}");
+    }
+}
+
+fn perftest_rping(k: &str) -> (Vec<Event>, Story) {
+    let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
+    let st = story::build(&evs, &[]);
+    (evs, st)
+}
+
+#[test]
+fn perftest_and_rping_every_completion_joins_its_process() {
+    for k in ["6.12", "7.3"] {
+        let (evs, st) = perftest_rping(k);
+        assert!(st.unjoined.is_empty(), "{k}");
+        let workloads: Vec<_> =
+            st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping").collect();
+        assert_eq!(workloads.len(), 4, "{k}");
+        let comps: usize = workloads.iter().map(|p| p.completions.len()).sum();
+        let kernel_comps = evs
+            .iter()
+            .filter(|e| e.name == "comp_handler" && e.kind == rdma_trace::event::EventKind::Entry)
+            .count();
+        assert_eq!(comps, kernel_comps, "{k}: every completion belongs to a workload");
+        for p in workloads {
+            assert!(p.completions.iter().all(|c| evs[c.event].comm.starts_with("kworker")), "{k}");
+            let woke = p.completions.iter().filter(|c| c.wakeup.is_some()).count();
+            assert_eq!(woke, p.completions.len(), "{k} {} {}: every event was read", p.comm, p.pid);
+        }
+        // The counts bpftrace saw on the same run.
+        let counts = std::fs::read_to_string(fixture(&format!("perftest-rping-{k}.counts.txt"))).unwrap();
+        let bt_comp: usize = counts
+            .lines()
+            .find(|l| l.starts_with("comp_handler "))
+            .and_then(|l| l.split("Some(").nth(1))
+            .and_then(|v| v.trim_end_matches(')').trim().parse().ok())
+            .unwrap();
+        assert_eq!(kernel_comps, bt_comp, "{k}");
+    }
+}
+
+/// The story report of the companion run, byte for byte.
+#[test]
+fn companion_story_report_golden() {
+    let evs = events("companion-7.3.jsonl");
+    let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
+    let text = rdma_trace::report::text(&story::build(&evs, &steps), &evs, &steps);
+    let golden = fixture("companion-7.3.story.txt");
+    if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
+        std::fs::write(&golden, &text).unwrap();
+    }
+    assert_eq!(text, std::fs::read_to_string(&golden).unwrap_or_default(), "RDMA_TRACE_BLESS=1 to accept");
+}
+
+#[test]
+fn corrupt_step_file_names_the_line() {
+    let good = std::fs::read_to_string(fixture("companion-7.3.steps.jsonl")).unwrap();
+    let bad: String = good.lines().take(3).chain(["{\"v\":0,\"run\":1"]).collect::<Vec<_>>().join("\n");
+    let err = story::parse_steps(&bad).unwrap_err();
+    assert!(err.starts_with("line 4:"), "{err}");
+}
