@@ -7,6 +7,9 @@ use crate::event::{Event, EventKind};
 use crate::workload::record::StepRecord;
 use std::fmt::Write;
 
+/// The fd kinds worth naming in a step (see `fds.rs`).
+const RDMA_FDS: [&str; 3] = ["uverbs", "comp_channel", "rdma_cm"];
+
 fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
@@ -93,9 +96,19 @@ pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
                 .iter()
                 .filter(|&&i| events[i].path != "syscall" && events[i].path != "verbs")
                 .count();
+            // The step's syscalls on RDMA fds (rxe's doorbell is a write on the uverbs fd).
+            let sys: Vec<String> = j
+                .events
+                .iter()
+                .map(|&i| &events[i])
+                .filter(|e| e.kind == EventKind::SyscallEnter)
+                .filter_map(|e| e.fd_kind.as_ref().filter(|k| RDMA_FDS.contains(&k.as_str())).map(|k| (e, k)))
+                .map(|(e, k)| format!("{}[{k}]", e.name))
+                .collect();
+            let sys = if sys.is_empty() { String::new() } else { format!("  syscalls: {}", sys.join(" ")) };
             let _ = writeln!(
                 out,
-                "  step {:>3} {:<16} {:>3} kernel events  {}",
+                "  step {:>3} {:<18} {:>3} kernel events  {}{sys}",
                 s.step,
                 format!("{:?}", s.name),
                 kernel,

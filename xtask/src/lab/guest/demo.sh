@@ -53,4 +53,19 @@ wait "$tp"
 trc=$?
 tail -n +$((${#shown[@]} + 1)) "$ERR"
 echo "[demo] rdma-trace exited with $trc; $failures workload(s) failed"
-[ "$failures" = 0 ] && { [ "$trc" = 0 ] || [ "$trc" = 130 ]; }
+
+# Part 2: the companion workload under the tracer, joined into its story: each announced
+# step with the kernel events it caused and the values both sides saw.
+W=${TRACER%/*}/rdma-trace-workload
+story_rc=0
+if [ -x "$W" ]; then
+  echo "[demo] ----- the story of a verbs program: $TRACER trace --story -- rdma-trace-workload"
+  "$TRACER" trace -q --story --steps /tmp/steps.jsonl -- \
+    "$W" --announce /tmp/steps.jsonl --mr-sizes 4K,64K,1M --iterations 4 2>/tmp/story.stderr
+  story_rc=$?
+  grep -E '^rdma-trace: (tracing|stopped|[0-9]+ events)' /tmp/story.stderr
+  echo "[demo] story run exited with $story_rc"
+else
+  echo "[demo] $W is missing: skipping the story part"
+fi
+[ "$failures" = 0 ] && { [ "$trc" = 0 ] || [ "$trc" = 130 ]; } && [ "$story_rc" = 0 ]
