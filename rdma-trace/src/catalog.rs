@@ -338,11 +338,7 @@ pub static CATALOG: &[ProbeSpec] = &[
             f("length", UserArg(2), "", Dec),
             f("access", UserArg(3), "", Access),
         ],
-        ret: &[
-            f("mr", UserRet, "", Hex),
-            f("lkey", UserRet, "ibv_mr.lkey", Hex),
-            f("rkey", UserRet, "ibv_mr.rkey", Hex),
-        ],
+        ret: &IBV_MR_RET,
         stack: false,
         hardware_only: false,
         about: "the application registers memory (libibverbs ibv_reg_mr)",
@@ -358,11 +354,7 @@ pub static CATALOG: &[ProbeSpec] = &[
             f("iova", UserArg(3), "", Hex),
             f("access", UserArg(4), "", Access),
         ],
-        ret: &[
-            f("mr", UserRet, "", Hex),
-            f("lkey", UserRet, "ibv_mr.lkey", Hex),
-            f("rkey", UserRet, "ibv_mr.rkey", Hex),
-        ],
+        ret: &IBV_MR_RET,
         stack: false,
         hardware_only: false,
         about: "memory registration with an explicit IO virtual address (ibv_reg_mr calls it too)",
@@ -451,6 +443,11 @@ pub fn user_abi(path: &str) -> Option<(u32, u8)> {
 
 const IBV: Kind = Kind::Uprobe { library: "libibverbs.so.1" };
 const LIBIBVERBS: &str = "libibverbs.so.1";
+const IBV_MR_RET: [Field; 3] = [
+    f("mr", UserRet, "", Hex),
+    f("lkey", UserRet, "ibv_mr.lkey", Hex),
+    f("rkey", UserRet, "ibv_mr.rkey", Hex),
+];
 
 pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
     CATALOG.iter().find(|p| p.id == id)

@@ -87,22 +87,29 @@ impl Event {
     }
 }
 
-/// Parses a JSON Lines capture; an error names the line.
-pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+/// Parses JSON Lines of `T`, checking each record's format version; an error names the line.
+pub fn parse_lines<T: serde::de::DeserializeOwned>(
+    text: &str,
+    version: impl Fn(&T) -> u32,
+    want: u32,
+    what: &str,
+) -> Result<Vec<T>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let ev: Event = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        if ev.v != FORMAT_VERSION {
-            return Err(format!(
-                "line {}: event format version {} (this build reads {FORMAT_VERSION})",
-                i + 1,
-                ev.v
-            ));
+        let rec: T = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let v = version(&rec);
+        if v != want {
+            return Err(format!("line {}: {what} format version {v} (this build reads {want})", i + 1));
         }
-        out.push(ev);
+        out.push(rec);
     }
     Ok(out)
+}
+
+/// Parses a JSON Lines capture; an error names the line.
+pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+    parse_lines(text, |e: &Event| e.v, FORMAT_VERSION, "event")
 }

@@ -11,28 +11,27 @@ pub struct Symbols {
     map: HashMap<String, String>,
 }
 
+/// The text (function) symbols of a /proc/kallsyms dump: (address, name, module), the
+/// module `None` for built-in code. The one reader of that format.
+pub fn kallsyms_text(kallsyms: &str) -> impl Iterator<Item = (u64, &str, Option<&str>)> {
+    kallsyms.lines().filter_map(|line| {
+        let mut it = line.split_ascii_whitespace();
+        let (addr, ty, name) = (it.next()?, it.next()?, it.next()?);
+        if !matches!(ty, "t" | "T" | "w" | "W") {
+            return None;
+        }
+        let module = it.next().map(|m| m.trim_start_matches('[').trim_end_matches(']'));
+        Some((u64::from_str_radix(addr, 16).unwrap_or(0), name, module))
+    })
+}
+
 impl Symbols {
     pub fn parse(kallsyms: &str) -> Self {
         let mut map = HashMap::new();
-        for line in kallsyms.lines() {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(_addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            if !matches!(ty, "t" | "T" | "w" | "W") {
-                continue;
-            }
-            let module = it
-                .next()
-                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string())
-                .unwrap_or_else(|| "vmlinux".to_string());
-            map.entry(name.to_string()).or_insert(module);
+        for (_, name, module) in kallsyms_text(kallsyms) {
+            map.entry(name.to_string()).or_insert_with(|| module.unwrap_or("vmlinux").to_string());
         }
         Self { map }
-    }
-
-    pub fn system() -> std::io::Result<Self> {
-        Ok(Self::parse(&std::fs::read_to_string("/proc/kallsyms")?))
     }
 
     pub fn module_of(&self, name: &str) -> Option<&str> {

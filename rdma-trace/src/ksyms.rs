@@ -7,30 +7,13 @@ pub struct Ksyms {
 
 impl Ksyms {
     pub fn parse(kallsyms: &str) -> Self {
-        let mut syms = Vec::new();
-        for line in kallsyms.lines() {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            if !matches!(ty, "t" | "T" | "w" | "W") {
-                continue;
-            }
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
-                continue;
-            };
-            if addr == 0 {
-                continue;
-            }
-            let module = it.next().map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
-            syms.push((addr, name.to_string(), module));
-        }
+        // Addresses read as 0 without root (kptr_restrict): nothing to symbolize then.
+        let mut syms: Vec<_> = crate::kernel::kallsyms_text(kallsyms)
+            .filter(|(addr, _, _)| *addr != 0)
+            .map(|(addr, name, module)| (addr, name.to_string(), module.map(str::to_string)))
+            .collect();
         syms.sort_by_key(|s| s.0);
         Self { syms }
-    }
-
-    pub fn system() -> Self {
-        Self::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
     }
 
     /// `name+0xoff` (with ` [module]` for module code); the raw address when unknown.

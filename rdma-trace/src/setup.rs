@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 pub struct Planning {
     pub symbols: Symbols,
+    /// /proc/kallsyms as read once for planning (the stack symbolizer reuses it).
+    pub kallsyms: String,
     pub plan: Plan,
     /// Why no plan could be made at all (no RDMA stack, no BTF).
     pub blocked: Option<String>,
@@ -21,10 +23,12 @@ pub struct Planning {
 /// /proc/kallsyms and /sys/kernel/btf).
 pub fn plan_here(wanted: &[&str]) -> Planning {
     let t0 = Instant::now();
-    let symbols = Symbols::system().unwrap_or_default();
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let symbols = Symbols::parse(&kallsyms);
     if !symbols.has_rdma() {
         return Planning {
             symbols,
+            kallsyms,
             plan: Plan::default(),
             blocked: Some(
                 "this kernel has no RDMA stack loaded (no ib_core in /proc/kallsyms): nothing to trace here; \
@@ -40,6 +44,7 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         Err(e) => {
             return Planning {
                 symbols,
+                kallsyms,
                 plan: Plan::default(),
                 blocked: Some(format!("{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")),
                 took: t0.elapsed(),
@@ -52,7 +57,7 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         &mut KernelView { symbols: &symbols, btf: &mut btf, tracepoint: &tp, libraries: &libraries },
         wanted,
     );
-    Planning { symbols, plan, blocked: None, took: t0.elapsed() }
+    Planning { symbols, kallsyms, plan, blocked: None, took: t0.elapsed() }
 }
 
 /// The user-space libraries the catalog probes, each parsed once.

@@ -96,7 +96,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         child = Some((c, release));
     }
     let ring = Ring::new(loaded.take_ring()?);
-    let ksyms = Ksyms::system();
+    let ksyms = Ksyms::parse(&planning.kallsyms);
     let mut enricher = Enricher { plan: &planning.plan, ksyms: &ksyms, fds: FdCache::default() };
     let mut correlator = Correlator::default();
     eprintln!(

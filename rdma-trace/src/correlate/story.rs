@@ -291,16 +291,5 @@ pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, String> {
 
 /// Parses the companion's step records (JSON Lines); an error names the line.
 pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let s: StepRecord = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        if s.v != crate::workload::record::VERSION {
-            return Err(format!("line {}: step record version {}", i + 1, s.v));
-        }
-        out.push(s);
-    }
-    Ok(out)
+    crate::event::parse_lines(text, |s: &StepRecord| s.v, crate::workload::record::VERSION, "step record")
 }
