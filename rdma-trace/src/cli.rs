@@ -27,12 +27,14 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Stream RDMA kernel events (and a traced program's verbs-related syscalls) as text or JSON Lines.
-    #[command(long_about = "Attach every probe this kernel supports and print one line per event: MR \
-registrations with their pinned range, pages and lkey/rkey; uverbs mmaps with the VMA, its flags and \
-cache mode; completion events with their CQ's user handle and the context they ran in (kworker on \
-soft-RoCE, softirq on hardware). With `--pid` or `-- CMD`, that program's ioctl/mmap/read/write/poll \
-syscalls are shown too, with the uverbs and completion-channel fds recognised. Ctrl-C stops and prints \
-per-probe hit and loss counters; nothing captured is dropped at exit.")]
+    #[command(long_about = "Attach every probe this kernel supports and print one line per event: \
+MR registrations with their pinned range, pages, latency and lkey/rkey; uverbs mmaps with the VMA, its \
+flags and cache mode; completion events with their CQ's user handle and the context they ran in (kworker \
+on soft-RoCE, softirq on hardware); the libibverbs calls (uprobes) that set them off. With `--pid` or \
+`-- CMD`, that program's ioctl/mmap/read/write/poll syscalls are shown too (and its children's), with \
+the uverbs and completion-channel fds recognised. `--story` ends with the joined story (see `story`). \
+Ctrl-C stops; every captured event is kept, and events lost to a full ring buffer are counted per probe \
+and shown.")]
     Trace(TraceArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
     #[command(long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
