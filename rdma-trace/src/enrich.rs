@@ -15,6 +15,7 @@ pub struct Enricher<'a> {
     pub plan: &'a Plan,
     pub ksyms: &'a Ksyms,
     pub fds: FdCache,
+    pub memlock: crate::limits::MemlockCache,
 }
 
 fn comm(c: &[u8; 16]) -> String {
@@ -88,6 +89,13 @@ impl Enricher<'_> {
                     ev.fields.insert(f.name.to_string(), v);
                 }
                 ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
+                // What the pin is charged against (read while the process lives).
+                if p.spec.id == "umem_get"
+                    && !*is_return
+                    && let Some(limit) = self.memlock.of(h.tgid)
+                {
+                    ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));
+                }
                 if !*is_return {
                     ev.context = Some(classify(&ev.comm, &ev.stack));
                 }

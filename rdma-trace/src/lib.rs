@@ -13,6 +13,7 @@ pub mod event;
 pub mod fds;
 pub mod kernel;
 pub mod ksyms;
+pub mod limits;
 pub mod privilege;
 pub mod probes_cmd;
 pub mod render;

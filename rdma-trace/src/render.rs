@@ -145,6 +145,7 @@ pub fn text(render: Render, v: Value) -> String {
     let u = v.as_u64();
     match render {
         Render::Hex => format!("{u:#x}"),
+        Render::Dec if u == u64::MAX => "unlimited".into(),
         Render::Dec => u.to_string(),
         Render::Errno => {
             let s = u as i64;

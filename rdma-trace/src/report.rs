@@ -64,6 +64,21 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         }
         writeln!(out, "{line}")?;
     }
+    match ps.memlock_limit {
+        Some(u64::MAX) => writeln!(out, "  RLIMIT_MEMLOCK: unlimited")?,
+        Some(l) => writeln!(
+            out,
+            "  RLIMIT_MEMLOCK: {} — peak pinned {} ({:.0}%; root/CAP_IPC_LOCK are not held to it)",
+            size(l),
+            size(ps.pinned_peak_bytes),
+            ps.pinned_peak_bytes as f64 * 100.0 / l.max(1) as f64
+        )?,
+        None => {}
+    }
+    for &i in &ps.failed_pins {
+        let e = &events[i];
+        writeln!(out, "  pin REFUSED by the umem function: {}", crate::sink::text::fields_text(e))?;
+    }
     if !ps.data_phase_syscalls.is_empty() {
         let s: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, v)| format!("{k} {v}")).collect();
         writeln!(out, "  data-phase syscalls: {}", s.join(", "))?;

@@ -97,7 +97,12 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     }
     let ring = Ring::new(loaded.take_ring()?);
     let ksyms = Ksyms::parse(&planning.kallsyms);
-    let mut enricher = Enricher { plan: &planning.plan, ksyms: &ksyms, fds: FdCache::default() };
+    let mut enricher = Enricher {
+        plan: &planning.plan,
+        ksyms: &ksyms,
+        fds: FdCache::default(),
+        memlock: Default::default(),
+    };
     let mut correlator = Correlator::default();
     eprintln!(
         "rdma-trace: tracing ({attached} probes attached, {failed} skipped; planned in {} ms){}",

@@ -187,3 +187,45 @@ fn lab_story_perftest_and_rping_traced_by_command() {
         }
     }
 }
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_story_pinning_over_memlock_is_refused_and_explained() {
+    // Root is never held to RLIMIT_MEMLOCK (CAP_IPC_LOCK): register 1 MiB as nobody with a
+    // 64 KiB limit. The kernel's umem pin returns -ENOMEM and libibverbs reports errno 12.
+    let dir = out_dir("story");
+    let steps_file = dir.join("memlock-steps.jsonl");
+    let _ = std::fs::remove_file(&steps_file);
+    let inner = format!(
+        "ulimit -l 64; exec {} --announce /tmp/memlock-steps.jsonl --mr-sizes 1M --iterations 1",
+        workload_bin().display()
+    );
+    let capture = dir.join("memlock.jsonl");
+    let err = dir.join("memlock.rdma-trace.stderr");
+    let mut c = Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(&capture)
+        .args(["--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c"])
+        .arg(&inner)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    let st = wait_timeout(&mut c, 300);
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(st.code(), Some(1), "the workload fails its reg_mr:\n{stderr}");
+    std::fs::copy("/tmp/memlock-steps.jsonl", &steps_file).expect("steps written");
+    let events = parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).unwrap();
+    let steps = story::read_steps(&steps_file).unwrap();
+    let st = story::build(&events, &steps);
+    report(&dir, "memlock", &st, &events, &steps);
+    let reg = steps.iter().find(|s| s.name == StepName::RegMr).expect("a reg_mr step");
+    assert!(!reg.ok && reg.errno == Some(12), "{reg:?}");
+    let ps = &st.processes[&reg.pid];
+    assert_eq!(ps.memlock_limit, Some(64 * 1024));
+    assert_eq!(ps.failed_pins.len(), 1);
+    assert_eq!(ps.pinned_peak_bytes, 0);
+    let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();
+    let errno = checks.iter().find(|c| c.what == "pin errno").expect("a pin errno check");
+    assert!(errno.ok, "{errno:?}");
+}

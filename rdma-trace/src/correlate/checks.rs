@@ -16,7 +16,7 @@ pub struct Check {
 
 /// Addresses, keys and handles read best in hex; sizes and page counts in decimal.
 fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
-    let decimal = what.contains("size") || what.contains("pages");
+    let decimal = what.contains("size") || what.contains("pages") || what.contains("errno");
     let show = |v: u64| if decimal { v.to_string() } else { format!("{v:#x}") };
     Check {
         what: what.into(),
@@ -36,6 +36,14 @@ const CREATE_CQ: [&str; 2] = ["rxe_create_cq", "mlx5_create_cq"];
 pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check> {
     let mut out = Vec::new();
     match s.name {
+        StepName::RegMr if !s.ok => {
+            // A refused registration: the errno libibverbs reported is the pin's error.
+            let Some(errno) = s.errno else { return out };
+            let pin = find(events, mine, &["umem_get"], EventKind::Return);
+            let kernel =
+                pin.and_then(|e| e.field("umem")).and_then(crate::render::err_ptr).map(|e| (-e) as u64);
+            out.push(check("pin errno", errno as u64, kernel));
+        }
         StepName::RegMr => {
             let Some(mr) = &s.mr else { return out };
             let pin = find(events, mine, &["umem_get"], EventKind::Entry);

@@ -40,6 +40,11 @@ pub struct ProcessStory {
     pub completions: Vec<Completion>,
     /// Largest sum of pinned bytes (whole pages of live umems) over the run.
     pub pinned_peak_bytes: u64,
+    /// RLIMIT_MEMLOCK the pins are charged against (`u64::MAX`: unlimited), when known.
+    pub memlock_limit: Option<u64>,
+    /// Pins the kernel refused (the umem function returned an error, e.g. -ENOMEM over
+    /// the memlock limit).
+    pub failed_pins: Vec<usize>,
     /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
     /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
     pub data_phase_syscalls: BTreeMap<String, u64>,
@@ -165,8 +170,14 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
             c.wakeup = Some(i);
             c.wakeup_latency_ns = Some(e.ts_ns.saturating_sub(events[c.event].ts_ns));
         }
+        if let Some(l) = e.field("memlock_limit") {
+            ps.memlock_limit = Some(l);
+        }
         // Pinned bytes over time.
         match (e.name.as_str(), e.kind) {
+            ("umem_get", EventKind::Return) if e.field("umem").and_then(crate::render::err_ptr).is_some() => {
+                ps.failed_pins.push(i);
+            }
             ("umem_get", EventKind::Return) => {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
