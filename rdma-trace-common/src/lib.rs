@@ -100,8 +100,12 @@ pub struct SyscallEvent {
     pub hdr: EventHeader,
     pub nr: u64,
     pub args: [u64; 6],
+    /// open/openat entry: the path opened (NUL-terminated, truncated); zeros otherwise.
+    /// With the returned fd it tells which fd is the uverbs device, exactly, at the time.
+    pub path: [u8; PATH_LEN],
 }
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 40 + 8 + 48);
+pub const PATH_LEN: usize = 64;
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 40 + 8 + 48 + PATH_LEN);
 
 /// One value to read: start at `src`, follow `hops` pointers (offsets added before each
 /// read; all but the last read 8 bytes), the last read is `size` bytes.
@@ -147,6 +151,9 @@ pub struct SyscallLayout {
     /// watched process are watched too).
     pub fork_parent: u32,
     pub fork_child: u32,
+    /// This architecture's open and openat numbers (their path argument is read).
+    pub nr_open: u32,
+    pub nr_openat: u32,
 }
 
 #[cfg(feature = "user")]

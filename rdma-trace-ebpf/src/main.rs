@@ -17,7 +17,7 @@ use aya_ebpf::{
     EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
         generated::{bpf_get_attach_cookie, bpf_get_stack},
     },
     macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
@@ -332,6 +332,7 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
         (*ev).hdr = header(kind, 0);
         (*ev).nr = nr as u64;
         (*ev).args = [0; 6];
+        (*ev).path = [0; PATH_LEN];
         if kind == KIND_SYS_ENTER {
             match ctx.read_at::<[u64; 6]>(layout.enter_args as usize) {
                 Ok(a) => (*ev).args = a,
@@ -339,6 +340,19 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
                     (*ev).hdr.fail_mask = 1;
                     count(site, CNT_READ_FAILED);
                 }
+            }
+            let path_arg = if nr as u32 == layout.nr_openat {
+                Some((*ev).args[1])
+            } else if nr as u32 == layout.nr_open {
+                Some((*ev).args[0])
+            } else {
+                None
+            };
+            if let Some(p) = path_arg
+                && bpf_probe_read_user_str_bytes(p as *const u8, &mut (*ev).path).is_err()
+            {
+                (*ev).hdr.fail_mask |= 2;
+                count(site, CNT_READ_FAILED);
             }
         } else {
             match ctx.read_at::<u64>(layout.exit_ret as usize) {

@@ -31,6 +31,8 @@ pub enum Raw {
         is_exit: bool,
         nr: u64,
         args: [u64; 6],
+        /// open/openat: the path opened.
+        path: Option<String>,
     },
 }
 
@@ -70,7 +72,9 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
         }
         KIND_SYS_ENTER | KIND_SYS_EXIT => {
             let e: SyscallEvent = read(b, hdr.kind)?;
-            Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args })
+            let n = e.path.iter().position(|&b| b == 0).unwrap_or(e.path.len());
+            let path = (n > 0).then(|| String::from_utf8_lossy(&e.path[..n]).into_owned());
+            Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args, path })
         }
         k => Err(DecodeError::Kind(k)),
     }
@@ -118,16 +122,31 @@ mod tests {
     fn short_and_unknown_records_are_errors() {
         assert_eq!(decode(&[0u8; 7]), Err(DecodeError::Short(7)));
         let h = bytes(&hdr(KIND_SYS_ENTER));
-        assert_eq!(decode(&h), Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: 96, got: 40 }));
+        assert_eq!(
+            decode(&h),
+            Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: size_of::<SyscallEvent>(), got: 40 })
+        );
         assert_eq!(decode(&bytes(&hdr(99))), Err(DecodeError::Kind(99)));
     }
 
     #[test]
     fn unaligned_input_decodes() {
-        let e = SyscallEvent { hdr: hdr(KIND_SYS_EXIT), nr: 9, args: [0xfffffffffffffff4, 0, 0, 0, 0, 0] };
+        let mut e = SyscallEvent {
+            hdr: hdr(KIND_SYS_EXIT),
+            nr: 9,
+            args: [0xfffffffffffffff4, 0, 0, 0, 0, 0],
+            path: [0; rdma_trace_common::PATH_LEN],
+        };
         let mut b = vec![0u8];
         b.extend(bytes(&e));
         let r = decode(&b[1..]).unwrap();
-        assert_eq!(r, Raw::Syscall { hdr: hdr(KIND_SYS_EXIT), is_exit: true, nr: 9, args: e.args });
+        assert_eq!(
+            r,
+            Raw::Syscall { hdr: hdr(KIND_SYS_EXIT), is_exit: true, nr: 9, args: e.args, path: None }
+        );
+        e.path[..22].copy_from_slice(b"/dev/infiniband/uverbs");
+        let r = decode(&bytes(&e)).unwrap();
+        let Raw::Syscall { path, .. } = r else { panic!() };
+        assert_eq!(path.as_deref(), Some("/dev/infiniband/uverbs"));
     }
 }

@@ -100,14 +100,22 @@ impl Enricher<'_> {
                     ev.context = Some(classify(&ev.comm, &ev.stack));
                 }
             }
-            Raw::Syscall { is_exit, nr, args, .. } => {
+            Raw::Syscall { is_exit, nr, args, path, .. } => {
                 let spec = syscalls::by_nr(*nr)?;
                 ev.kind = if *is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
                 ev.name = spec.name.to_string();
                 ev.path = "syscall".into();
+                let opens = spec.name == "open" || spec.name == "openat";
                 if *is_exit {
                     ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
+                    if opens {
+                        self.fds.opened(h.tgid, h.tid, args[0] as i64);
+                    }
                 } else {
+                    if let (true, Some(p)) = (opens, path) {
+                        self.fds.opening(h.tid, p);
+                        ev.fd_kind = Some(crate::fds::classify_target(p));
+                    }
                     for (i, a) in spec.args.iter().enumerate() {
                         ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));
                     }

@@ -18,9 +18,15 @@ pub fn classify_target(target: &str) -> String {
     }
 }
 
+/// What each (pid, fd) is. An fd opened while traced is bound from the path its
+/// open/openat carried (exact even when the fd number is reused later); other fds (opened
+/// before tracing, or made by an ioctl like the completion channel) are looked up in
+/// /proc/<pid>/fd once and cached until closed.
 #[derive(Default)]
 pub struct FdCache {
     known: HashMap<(u32, u64), String>,
+    /// open/openat in flight, per thread: the path.
+    opening: HashMap<u32, String>,
 }
 
 impl FdCache {
@@ -37,7 +43,21 @@ impl FdCache {
         Some(k)
     }
 
-    /// An fd was closed or reused: forget what it was.
+    /// An open/openat of `path` started on thread `tid`.
+    pub fn opening(&mut self, tid: u32, path: &str) {
+        self.opening.insert(tid, path.to_string());
+    }
+
+    /// The open/openat on `tid` returned `ret` (an fd, or -errno).
+    pub fn opened(&mut self, pid: u32, tid: u32, ret: i64) {
+        if let Some(path) = self.opening.remove(&tid)
+            && ret >= 0
+        {
+            self.known.insert((pid, ret as u64), classify_target(&path));
+        }
+    }
+
+    /// An fd was closed: forget what it was.
     pub fn forget(&mut self, pid: u32, fd: u64) {
         self.known.remove(&(pid, fd));
     }
@@ -46,6 +66,23 @@ impl FdCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reused_fd_numbers_follow_their_opens() {
+        let mut c = FdCache::default();
+        // fd 3: a provider library, closed, then the uverbs device.
+        c.opening(7, "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so");
+        c.opened(7, 7, 3);
+        assert_eq!(c.kind(7, 3).as_deref(), Some("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"));
+        c.forget(7, 3);
+        c.opening(7, "/dev/infiniband/uverbs0");
+        c.opened(7, 7, 3);
+        assert_eq!(c.kind(7, 3).as_deref(), Some("uverbs"));
+        // A failed open binds nothing.
+        c.opening(7, "/dev/infiniband/uverbs9");
+        c.opened(7, 7, -2);
+        assert_eq!(c.known.get(&(7, 4)), None);
+    }
 
     #[test]
     fn rdma_fds() {

@@ -26,6 +26,8 @@ const fn sc(
 pub static WATCHED: &[SyscallSpec] = &[
     sc(libc::SYS_read, "read", &["fd", "buf", "count"], Some(0)),
     sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
+    sc(libc::SYS_open, "open", &["pathname", "flags", "mode"], None),
+    sc(libc::SYS_openat, "openat", &["dirfd", "pathname", "flags", "mode"], None),
     sc(libc::SYS_close, "close", &["fd"], Some(0)),
     sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
     sc(libc::SYS_mmap, "mmap", &["addr", "len", "prot", "flags", "fd", "off"], Some(4)),
@@ -76,6 +78,8 @@ pub fn layout_from(
         exit_ret: field(exit, "ret")?.offset,
         fork_parent: field(fork, "parent_pid")?.offset,
         fork_child: field(fork, "child_pid")?.offset,
+        nr_open: libc::SYS_open as u32,
+        nr_openat: libc::SYS_openat as u32,
     })
 }
 

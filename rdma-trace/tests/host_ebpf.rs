@@ -78,6 +78,8 @@ fn syscall_tracepoints_see_this_threads_calls() {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 1];
         libc::epoll_wait(epfd, evs.as_mut_ptr(), 1, 0);
         libc::munmap(addr, len);
+        let f = libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY);
+        libc::close(f);
         loaded.unwatch(tid).expect("unwatch");
         (addr as u64, pipe[0] as u64, pipe[1] as u64, epfd as u64)
     };
@@ -85,7 +87,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
     let enters: Vec<(&str, [u64; 6])> = recs
         .iter()
         .filter_map(|r| match r {
-            Raw::Syscall { hdr, is_exit: false, nr, args } => {
+            Raw::Syscall { hdr, is_exit: false, nr, args, .. } => {
                 assert_eq!((hdr.tgid, hdr.tid), (pid, tid), "only this thread is watched");
                 Some((syscalls::by_nr(*nr).expect("a watched syscall").name, *args))
             }
@@ -108,6 +110,16 @@ fn syscall_tracepoints_see_this_threads_calls() {
     assert_eq!(find("ioctl")[..2], [rfd, libc::FIONREAD]);
     assert_eq!((find("poll")[1], find("poll")[2]), (1, 0));
     assert_eq!((find("epoll_wait")[0], find("epoll_wait")[2]), (epfd, 1));
+    // open/openat carry the path they opened.
+    let opened = recs.iter().find_map(|r| match r {
+        Raw::Syscall { is_exit: false, nr, path, .. }
+            if [libc::SYS_open as u64, libc::SYS_openat as u64].contains(nr) =>
+        {
+            path.clone()
+        }
+        _ => None,
+    });
+    assert_eq!(opened.as_deref(), Some("/proc/self/status"));
     // Exit records carry return values: the mmap's is the address the call returned.
     let mmap_ret = recs.iter().find_map(|r| match r {
         Raw::Syscall { is_exit: true, nr, args, .. } if *nr == libc::SYS_mmap as u64 => Some(args[0]),
@@ -188,7 +200,7 @@ fn children_of_a_watched_thread_are_watched() {
     let dd: Vec<(&str, u64)> = recs
         .iter()
         .filter_map(|r| match r {
-            Raw::Syscall { hdr, is_exit: false, nr, args } if hdr.tgid != std::process::id() => {
+            Raw::Syscall { hdr, is_exit: false, nr, args, .. } if hdr.tgid != std::process::id() => {
                 Some((syscalls::by_nr(*nr)?.name, args[2]))
             }
             _ => None,

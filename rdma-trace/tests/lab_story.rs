@@ -117,6 +117,20 @@ fn lab_story_companion_steps_join_their_kernel_events() {
             _ => {}
         }
     }
+    // Which fd is the device is known from the open that made it: library loading in
+    // get_device_list reuses fd numbers, none of those syscalls is on the uverbs fd.
+    for j in st.steps.iter().filter(|j| step(j).name == StepName::GetDeviceList) {
+        let on_uverbs: Vec<&Event> =
+            j.events.iter().map(|&i| &events[i]).filter(|e| e.fd_kind.as_deref() == Some("uverbs")).collect();
+        assert!(on_uverbs.is_empty(), "get_device_list touched no uverbs fd: {on_uverbs:?}");
+    }
+    let open = st.steps.iter().find(|j| step(j).name == StepName::OpenDevice).unwrap();
+    assert!(
+        open.events
+            .iter()
+            .any(|&i| events[i].name.starts_with("open") && events[i].fd_kind.as_deref() == Some("uverbs")),
+        "open_device opens /dev/infiniband/uverbsN"
+    );
     // Every RDMA kernel event of the workload happened inside one of its steps.
     let in_steps: std::collections::HashSet<usize> =
         st.steps.iter().flat_map(|j| j.events.iter().copied()).collect();
