@@ -424,3 +424,37 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
         assert!(ours.contains(&c.field("cq_user_handle").unwrap()), "{c:?}");
     }
 }
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_probes_uprobes_fire_on_binaries_served_over_9p() {
+    // The companion's step marker, in the binary as the host share (9p) serves it: one hit
+    // per announced step.
+    let dir = out_dir("session");
+    let w = tracer_bin().with_file_name("rdma-trace-workload");
+    let script = format!(
+        "uprobe:{}:rdma_trace_step {{ @steps = count(); }} BEGIN {{ printf(\"ready\\n\"); }}",
+        w.display()
+    );
+    let out = dir.join("uprobe-9p.bpftrace.out");
+    let mut bt = spawn_logged("bpftrace", &["-e", &script], &out);
+    wait_for(&out, "ready", &mut bt, 120).expect("bpftrace attaches to the 9p binary");
+    let steps = dir.join("uprobe-9p.steps.jsonl");
+    let st = std::process::Command::new(&w)
+        .args(["--mr-sizes", "4K", "--iterations", "2", "--announce"])
+        .arg(&steps)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    interrupt(&bt);
+    wait_timeout(&mut bt, 60);
+    let announced = std::fs::read_to_string(&steps).unwrap().lines().count() as u64;
+    let text = std::fs::read_to_string(&out).unwrap();
+    let hits: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("@steps: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert_eq!(hits, announced, "{text}");
+}
