@@ -1,8 +1,9 @@
 //! rdma-trace's eBPF programs.
 //!
-//! * `kp_N` / `kr_N`: one kprobe and one kretprobe per probe slot. Userspace attaches
-//!   each slot to one kernel function and writes the slot's fetch plan (which arguments,
-//!   which fields behind them, at offsets resolved from BTF at load time) into `PLANS`.
+//! * `kprobe_entry` / `kprobe_return`: one kprobe and one kretprobe program, attached to
+//!   every probed kernel function; the function's address picks its slot (`FUNC_SLOTS`),
+//!   whose fetch plan (which arguments, which fields behind them, at offsets resolved from
+//!   BTF at load time) userspace wrote into `PLANS`.
 //! * `sys_enter` / `sys_exit`: the `raw_syscalls` tracepoints, filtered to the watched
 //!   processes (`TARGETS`, by tgid or tid) and syscalls (`SYSCALLS`).
 //! * `tp_14` / `tp_15`: kernel tracepoints (e.g. `rdma_core:mr_dereg`), fields read from
@@ -18,7 +19,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
-        generated::{bpf_get_attach_cookie, bpf_get_stack},
+        generated::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -231,27 +232,36 @@ fn on_return(ctx: &RetProbeContext, slot: usize) {
     });
 }
 
-macro_rules! slots {
-    ($($n:literal $kp:ident $kr:ident),* $(,)?) => {$(
-        #[kprobe]
-        pub fn $kp(ctx: ProbeContext) -> u32 {
-            on_entry(&ctx, $n);
-            0
-        }
-        #[kretprobe]
-        pub fn $kr(ctx: RetProbeContext) -> u32 {
-            on_return(&ctx, $n);
-            0
-        }
-    )*};
+/// Kernel function address (and address + 4, past an ENDBR) → kprobe slot.
+#[map]
+static FUNC_SLOTS: HashMap<u64, u32> = HashMap::with_max_entries(64, 0);
+
+#[inline(always)]
+fn kernel_slot(ctx: &impl EbpfContext) -> Option<usize> {
+    // SAFETY: bpf_get_func_ip reads the probed function's address from the kprobe context;
+    // the map lookup returns a reference valid for this run.
+    unsafe {
+        let ip = bpf_get_func_ip(ctx.as_ptr());
+        FUNC_SLOTS.get(ip).map(|s| *s as usize).filter(|s| *s < MAX_SLOTS)
+    }
 }
 
-// Kernel slots 0..14 are kprobes; 14 and 15 are the tracepoint slots below.
-slots!(
-    0 kp_0 kr_0, 1 kp_1 kr_1, 2 kp_2 kr_2, 3 kp_3 kr_3, 4 kp_4 kr_4, 5 kp_5 kr_5,
-    6 kp_6 kr_6, 7 kp_7 kr_7, 8 kp_8 kr_8, 9 kp_9 kr_9, 10 kp_10 kr_10, 11 kp_11 kr_11,
-    12 kp_12 kr_12, 13 kp_13 kr_13,
-);
+#[kprobe]
+pub fn kprobe_entry(ctx: ProbeContext) -> u32 {
+    if let Some(slot) = kernel_slot(&ctx) {
+        on_entry(&ctx, slot);
+    }
+    0
+}
+
+#[kretprobe]
+pub fn kprobe_return(ctx: RetProbeContext) -> u32 {
+    if let Some(slot) = kernel_slot(&ctx) {
+        on_return(&ctx, slot);
+    }
+    0
+}
+
 const _: () = assert!(MAX_SLOTS == 16);
 
 /// All user-space probes share these two programs; the attach cookie is the slot id.

@@ -131,6 +131,27 @@ impl Loaded {
             .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
+    /// Tells the shared kprobe programs which slot this function is: its kallsyms address,
+    /// and that + 4 (a kprobe placed past an ENDBR instruction reports that address).
+    fn route_function(&mut self, p: &Planned) -> Result<(), AttachError> {
+        let addr = p.address.filter(|a| *a != 0).ok_or_else(|| {
+            AttachError::Map(
+                "FUNC_SLOTS",
+                format!("no address for {} in /proc/kallsyms (not root?)", p.symbol),
+            )
+        })?;
+        let mut m: HashMap<&mut MapData, u64, u32> = HashMap::try_from(
+            self.ebpf
+                .map_mut("FUNC_SLOTS")
+                .ok_or_else(|| AttachError::Map("FUNC_SLOTS", "missing".into()))?,
+        )
+        .map_err(map_err("FUNC_SLOTS"))?;
+        for a in [addr, addr + 4] {
+            m.insert(a, p.slot as u32, 0).map_err(map_err("FUNC_SLOTS"))?;
+        }
+        Ok(())
+    }
+
     fn attach_one(&mut self, p: &Planned) -> Result<(), AttachError> {
         self.set_plan(p.slot, &p.entry)?;
         if let Some(ret) = &p.ret {
@@ -138,6 +159,7 @@ impl Loaded {
         }
         match p.spec.kind {
             crate::catalog::Kind::Kprobe => {
+                self.route_function(p)?;
                 self.attach_kprobe(&p.entry_program(), p.symbol)?;
                 if let Some(rp) = p.return_program() {
                     self.attach_kprobe(&rp, p.symbol)?;

@@ -8,7 +8,7 @@ use std::path::Path;
 /// built-in code). The first definition of a name wins.
 #[derive(Debug, Default, Clone)]
 pub struct Symbols {
-    map: HashMap<String, String>,
+    map: HashMap<String, (String, u64)>,
 }
 
 /// The text (function) symbols of a /proc/kallsyms dump: (address, name, module), the
@@ -28,14 +28,19 @@ pub fn kallsyms_text(kallsyms: &str) -> impl Iterator<Item = (u64, &str, Option<
 impl Symbols {
     pub fn parse(kallsyms: &str) -> Self {
         let mut map = HashMap::new();
-        for (_, name, module) in kallsyms_text(kallsyms) {
-            map.entry(name.to_string()).or_insert_with(|| module.unwrap_or("vmlinux").to_string());
+        for (addr, name, module) in kallsyms_text(kallsyms) {
+            map.entry(name.to_string()).or_insert_with(|| (module.unwrap_or("vmlinux").to_string(), addr));
         }
         Self { map }
     }
 
     pub fn module_of(&self, name: &str) -> Option<&str> {
-        self.map.get(name).map(String::as_str)
+        self.map.get(name).map(|(m, _)| m.as_str())
+    }
+
+    /// The function's address (0 when kallsyms hides addresses from non-root).
+    pub fn address_of(&self, name: &str) -> Option<u64> {
+        self.map.get(name).map(|(_, a)| *a)
     }
 
     pub fn is_empty(&self) -> bool {

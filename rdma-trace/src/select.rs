@@ -25,12 +25,14 @@ pub struct Planned {
     pub ret: Option<SlotPlan>,
     /// uprobes: the library file and the function's file offset.
     pub target: Option<(PathBuf, u64)>,
+    /// kprobes: the function's address (kallsyms), which picks the slot in the programs.
+    pub address: Option<u64>,
 }
 
 impl Planned {
     pub fn entry_program(&self) -> String {
         match self.spec.kind {
-            Kind::Kprobe => format!("kp_{}", self.slot),
+            Kind::Kprobe => "kprobe_entry".into(),
             Kind::Tracepoint { .. } => format!("tp_{}", self.slot),
             Kind::Uprobe { .. } => "uprobe_entry".into(),
         }
@@ -38,7 +40,7 @@ impl Planned {
     pub fn return_program(&self) -> Option<String> {
         match self.spec.kind {
             Kind::Uprobe { .. } => self.ret.map(|_| "uprobe_return".into()),
-            _ => self.ret.map(|_| format!("kr_{}", self.slot)),
+            _ => self.ret.map(|_| "kprobe_return".into()),
         }
     }
 }
@@ -144,7 +146,8 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
     })?;
     let mut entry = entry;
     entry.stack = spec.stack as u8;
-    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: Some(ret), target: None })
+    let address = k.symbols.address_of(sym.name);
+    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: Some(ret), target: None, address })
 }
 
 fn plan_uprobe(
@@ -189,6 +192,7 @@ fn plan_uprobe(
         entry,
         ret: Some(ret),
         target: Some((lib.path.clone(), off)),
+        address: None,
     })
 }
 
@@ -214,7 +218,7 @@ fn plan_tracepoint(
     })?;
     entry.stack = spec.stack as u8;
     let module = k.symbols.module_of(sym.name).unwrap_or(sym.module).to_string();
-    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: None, target: None })
+    Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: None, target: None, address: None })
 }
 
 fn fetch(src: u8, offsets: &[u32], size: u8) -> Fetch {
