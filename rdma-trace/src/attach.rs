@@ -43,6 +43,26 @@ pub struct Outcome {
     pub took: Duration,
 }
 
+/// The per-site counters of a detached object (see `Loaded::detach_keep_counters`).
+pub struct Counters {
+    map: PerCpuArray<MapData, u64>,
+}
+
+impl Counters {
+    pub fn read(&self) -> Result<Vec<u64>, AttachError> {
+        sum_counters(&self.map)
+    }
+}
+
+fn sum_counters<T: std::borrow::Borrow<MapData>>(m: &PerCpuArray<T, u64>) -> Result<Vec<u64>, AttachError> {
+    let mut out = vec![0u64; COUNTER_ENTRIES];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = m.get(&(i as u32), 0).map_err(map_err("STATS"))?.iter().sum();
+    }
+    debug_assert_eq!(out.len() % COUNTERS, 0);
+    Ok(out)
+}
+
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> AttachError {
     move |e| AttachError::Map(name, e.to_string())
 }
@@ -251,12 +271,16 @@ impl Loaded {
             self.ebpf.map("STATS").ok_or_else(|| AttachError::Map("STATS", "missing".into()))?,
         )
         .map_err(map_err("STATS"))?;
-        let mut out = vec![0u64; COUNTER_ENTRIES];
-        for (i, slot) in out.iter_mut().enumerate() {
-            *slot = m.get(&(i as u32), 0).map_err(map_err("STATS"))?.iter().sum();
-        }
-        debug_assert_eq!(out.len() % COUNTERS, 0);
-        Ok(out)
+        sum_counters(&m)
+    }
+
+    /// Detaches every program and closes the object, keeping only the counters: after this
+    /// nothing new is produced, so the ring can be drained to the last committed record.
+    pub fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
+        let m =
+            self.ebpf.take_map("STATS").ok_or_else(|| AttachError::Map("STATS", "already taken".into()))?;
+        drop(self.ebpf);
+        Ok(Counters { map: PerCpuArray::try_from(m).map_err(map_err("STATS"))? })
     }
 
     /// Takes the event ring buffer (once).

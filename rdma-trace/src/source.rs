@@ -48,13 +48,35 @@ impl AsyncRing {
     /// Waits for data, then drains it into `f`.
     pub async fn next_batch(&mut self, f: impl FnMut(&[u8])) -> std::io::Result<usize> {
         let mut guard = self.fd.readable_mut().await?;
-        let n = guard.get_inner_mut().drain(f);
+        // Clear first, then drain: a record committed after the clear wakes us again. (The
+        // other order loses that wakeup, and the kernel only notifies a consumer that has
+        // caught up, so the stream would stall.)
         guard.clear_ready();
-        Ok(n)
+        Ok(guard.get_inner_mut().drain(f))
     }
 
-    /// Drains whatever is left without waiting (at shutdown: nothing captured is lost).
+    /// Drains whatever is committed now, without waiting.
     pub fn drain_now(&mut self, f: impl FnMut(&[u8])) -> usize {
         self.fd.get_mut().drain(f)
+    }
+
+    /// At shutdown, with the producers detached: drains until `read()` reaches `expected`
+    /// records (a record a preempted producer is still writing stops a drain), or
+    /// `patience` runs out.
+    pub async fn drain_all(
+        &mut self,
+        mut f: impl FnMut(&[u8]),
+        read: impl Fn() -> u64,
+        expected: u64,
+        patience: std::time::Duration,
+    ) {
+        let t0 = std::time::Instant::now();
+        loop {
+            self.drain_now(&mut f);
+            if read() >= expected || t0.elapsed() > patience {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 }

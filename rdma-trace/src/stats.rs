@@ -35,6 +35,12 @@ fn site(name: String, c: &[u64], site: usize) -> SiteStats {
     }
 }
 
+/// Records the programs committed to the ring: every hit that found room (each hit emits
+/// one record; the fork follower counts nothing).
+pub fn committed(counters: &[u64]) -> u64 {
+    counters.chunks(COUNTERS).map(|c| c[CNT_HITS].saturating_sub(c[CNT_RINGBUF_FULL])).sum()
+}
+
 /// Counters per attached probe (entry and return) and for the syscall tracepoints.
 pub fn per_site(plan: &Plan, counters: &[u64]) -> Vec<SiteStats> {
     let mut out = Vec::new();

@@ -113,6 +113,9 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut delivered = 0u64;
     let mut undecodable = 0u64;
+    // Records read from the ring (decodable or not): at shutdown, compared with what the
+    // programs committed.
+    let records = std::cell::Cell::new(0u64);
     let mut sink_err: Option<std::io::Error> = None;
     let mut kept: Vec<crate::event::Event> = Vec::new();
     let keep = opts.story.is_some();
@@ -126,22 +129,25 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             let _ = release.write_all(b"\n"); // lets the child run
             c
         });
-        let mut handle = |b: &[u8]| match decode::decode(b) {
-            Ok(raw) => {
-                if let Some(ev) = enricher.event(&raw) {
-                    let ev = correlator.feed(ev);
-                    delivered += 1;
-                    for s in opts.sinks.iter_mut() {
-                        if let Err(e) = s.event(&ev) {
-                            sink_err.get_or_insert(e);
+        let mut handle = |b: &[u8]| {
+            records.set(records.get() + 1);
+            match decode::decode(b) {
+                Ok(raw) => {
+                    if let Some(ev) = enricher.event(&raw) {
+                        let ev = correlator.feed(ev);
+                        delivered += 1;
+                        for s in opts.sinks.iter_mut() {
+                            if let Err(e) = s.event(&ev) {
+                                sink_err.get_or_insert(e);
+                            }
+                        }
+                        if keep {
+                            kept.push(ev);
                         }
                     }
-                    if keep {
-                        kept.push(ev);
-                    }
                 }
+                Err(_) => undecodable += 1,
             }
-            Err(_) => undecodable += 1,
         };
         let mut code = 0;
         let stop: String;
@@ -170,18 +176,28 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
                 }
             }
         }
-        ring.drain_now(&mut handle);
         let still = child_handle.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
         match still {
             Some(pid) => eprintln!("rdma-trace: stopped on {stop}; the command (pid {pid}) is still running"),
             None => eprintln!("rdma-trace: stopped on {stop}"),
         }
-        Ok::<i32, anyhow::Error>(code)
+        // Detach, let programs in flight finish, then read to the last committed record.
+        let counters = loaded.detach_keep_counters()?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let final_counts = counters.read()?;
+        let expected = stats::committed(&final_counts);
+        ring.drain_all(&mut handle, || records.get(), expected, Duration::from_secs(3)).await;
+        let missing = expected.saturating_sub(records.get());
+        if missing > 0 {
+            eprintln!("rdma-trace: {missing} events committed by the kernel never reached the reader (still being written at exit)");
+        }
+        Ok::<(i32, Vec<u64>), anyhow::Error>((code, final_counts))
     })?;
+    let (exit_code, final_counts) = exit_code;
     for s in opts.sinks.iter_mut() {
         s.flush()?;
     }
-    let st = stats::per_site(&planning.plan, &loaded.counters()?);
+    let st = stats::per_site(&planning.plan, &final_counts);
     eprint!("{}", stats::summary(&st, delivered, undecodable));
     std::io::stderr().flush().ok();
     if let Some(e) = sink_err {
