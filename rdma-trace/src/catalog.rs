@@ -120,13 +120,12 @@ const VMA_FIELDS: [Field; 5] = [
     f("vm_flags", Param("vma"), "vm_flags", VmFlags),
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
 ];
-const MLX5_VMA_FIELDS: [Field; 5] = [
-    f("vm_start", Param("vma"), "vm_start", Hex),
-    f("vm_end", Param("vma"), "vm_end", Hex),
-    f("vm_pgoff", Param("vma"), "vm_pgoff", Mlx5Pgoff),
-    f("vm_flags", Param("vma"), "vm_flags", VmFlags),
-    f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
-];
+/// The same VMA, with vm_pgoff decoded the way mlx5 encodes it.
+const MLX5_VMA_FIELDS: [Field; 5] = {
+    let mut v = VMA_FIELDS;
+    v[2].render = Mlx5Pgoff;
+    v
+};
 // The kernel CQ's user handle is filled in only after the driver's create_cq returns
 // (seen in the lab: 0 at entry), so completions are joined to it by the kernel CQ pointer.
 const CREATE_CQ_ENTRY: [Field; 3] = [

@@ -77,6 +77,7 @@ mod tests {
         assert_eq!(pages_spanned(0x1000, 4096), 1);
         assert_eq!(pages_spanned(0x1800, 4096), 2);
         assert_eq!(pages_spanned(0x1000, 64 << 20), 16384);
+        assert_eq!(pages_spanned(0x1fff, 2), 2);
         assert_eq!(pages_spanned(0x1000, 0), 0);
     }
 }

@@ -18,8 +18,12 @@ fn workload_bin() -> std::path::PathBuf {
     tracer_bin().with_file_name("rdma-trace-workload")
 }
 
-/// `rdma-trace trace -q -o CAPTURE -- cmd…`; returns the events.
-fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
+/// `rdma-trace trace -q -o CAPTURE -- cmd…`: its exit status, stderr and events.
+fn trace_command_status(
+    dir: &Path,
+    name: &str,
+    cmd: &[&str],
+) -> (std::process::ExitStatus, String, Vec<Event>) {
     let capture = dir.join(format!("{name}.jsonl"));
     let err = dir.join(format!("{name}.rdma-trace.stderr"));
     let mut c = Command::new(tracer_bin())
@@ -33,11 +37,15 @@ fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
         .expect("start rdma-trace");
     let st = wait_timeout(&mut c, 300);
     let stderr = std::fs::read_to_string(&err).unwrap();
-    let ps = run_output("ps", &["-eo", "pid,ppid,stat,etimes,args"]);
-    std::fs::write(dir.join(format!("{name}.ps-after.txt")), ps).unwrap();
-    assert!(st.success(), "rdma-trace -- {cmd:?}: {st}\n{stderr}");
     assert!(stderr.contains(" 0 lost (ring buffer full)"), "{stderr}");
-    parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses")
+    (st, stderr, parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses"))
+}
+
+/// As `trace_command_status`, for a command that must succeed.
+fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
+    let (st, stderr, events) = trace_command_status(dir, name, cmd);
+    assert!(st.success(), "rdma-trace -- {cmd:?}: {st}\n{stderr}");
+    events
 }
 
 fn report(dir: &Path, name: &str, story: &Story, events: &[Event], steps: &[StepRecord]) {
@@ -220,22 +228,10 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
         "ulimit -l 64; exec {} --announce /tmp/memlock-steps.jsonl --mr-sizes 1M --iterations 1",
         workload_bin().display()
     );
-    let capture = dir.join("memlock.jsonl");
-    let err = dir.join("memlock.rdma-trace.stderr");
-    let mut c = Command::new(tracer_bin())
-        .args(["trace", "-q", "-o"])
-        .arg(&capture)
-        .args(["--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c"])
-        .arg(&inner)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("start rdma-trace");
-    let st = wait_timeout(&mut c, 300);
-    let stderr = std::fs::read_to_string(&err).unwrap();
+    let cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c", &inner];
+    let (st, stderr, events) = trace_command_status(&dir, "memlock", &cmd);
     assert_eq!(st.code(), Some(1), "the workload fails its reg_mr:\n{stderr}");
     std::fs::copy("/tmp/memlock-steps.jsonl", &steps_file).expect("steps written");
-    let events = parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).unwrap();
     let steps = story::read_steps(&steps_file).unwrap();
     let st = story::build(&events, &steps);
     report(&dir, "memlock", &st, &events, &steps);

@@ -155,15 +155,6 @@ mod tests {
     }
 
     #[test]
-    fn pages_count_the_span_not_the_length() {
-        assert_eq!(pages_4k(0x1000, 4096), 1);
-        assert_eq!(pages_4k(0x1800, 4096), 2);
-        assert_eq!(pages_4k(0x1000, 64 << 20), 16384);
-        assert_eq!(pages_4k(0x1fff, 2), 2);
-        assert_eq!(pages_4k(0x1000, 0), 0);
-    }
-
-    #[test]
     fn validate_names_the_offending_option() {
         assert!(validate(&config(Mode::Events, 4, &[4096, 1 << 20])).is_ok());
         let e = validate(&config(Mode::Events, 4, &[1024])).unwrap_err();
