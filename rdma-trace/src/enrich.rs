@@ -88,6 +88,14 @@ impl Enricher<'_> {
                     let v = render::store(f.render, vals[i], plan.fetches[i].size);
                     ev.fields.insert(f.name.to_string(), v);
                 }
+                // The completion channel is made by an ioctl, not an open: its fd is what
+                // libibverbs returns.
+                if *is_return
+                    && p.spec.id == "ibv_create_comp_channel"
+                    && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
+                {
+                    self.fds.bind(h.tgid, *fd, "comp_channel");
+                }
                 ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
                 // What the pin is charged against (read while the process lives).
                 if p.spec.id == "umem_get"

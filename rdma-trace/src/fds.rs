@@ -19,9 +19,10 @@ pub fn classify_target(target: &str) -> String {
 }
 
 /// What each (pid, fd) is. An fd opened while traced is bound from the path its
-/// open/openat carried (exact even when the fd number is reused later); other fds (opened
-/// before tracing, or made by an ioctl like the completion channel) are looked up in
-/// /proc/<pid>/fd once and cached until closed.
+/// open/openat carried (exact even when the fd number is reused later); a completion
+/// channel from the fd ibv_create_comp_channel returned; other fds (opened before tracing)
+/// are looked up in /proc/<pid>/fd once and cached until closed — a lookup that fails once
+/// the process is gone, since events are processed after the fact.
 #[derive(Default)]
 pub struct FdCache {
     known: HashMap<(u32, u64), String>,
@@ -55,6 +56,11 @@ impl FdCache {
         {
             self.known.insert((pid, ret as u64), classify_target(&path));
         }
+    }
+
+    /// Something else told us what this fd is (e.g. ibv_create_comp_channel's result).
+    pub fn bind(&mut self, pid: u32, fd: u64, kind: &str) {
+        self.known.insert((pid, fd), kind.to_string());
     }
 
     /// An fd was closed: forget what it was.
