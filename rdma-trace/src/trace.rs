@@ -95,7 +95,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         loaded.watch(c.id())?;
         child = Some((c, release));
     }
-    let ring = Ring::new(loaded.take_ring()?);
+    let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
     let ksyms = Ksyms::parse(&planning.kallsyms);
     let mut enricher = Enricher {
         plan: &planning.plan,
@@ -160,6 +160,8 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             };
             tokio::select! {
                 r = ring.next_batch(&mut handle) => { r?; }
+                // Watchdog: a record whose producer never commits it sends no wakeup.
+                _ = tokio::time::sleep(Duration::from_millis(250)) => { ring.drain_now(&mut handle); }
                 _ = sigint.recv() => { stop = "SIGINT".into(); break }
                 _ = sigterm.recv() => { stop = "SIGTERM".into(); break }
                 _ = sleep => { stop = "the duration elapsed".into(); break }
@@ -187,7 +189,25 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         let final_counts = counters.read()?;
         let expected = stats::committed(&final_counts);
         ring.drain_all(&mut handle, || records.get(), expected, Duration::from_secs(3)).await;
-        let missing = expected.saturating_sub(records.get());
+        let stuck = ring.stuck().clone();
+        if stuck.skipped > 0 {
+            let what = stuck
+                .first
+                .as_deref()
+                .and_then(|b| decode::decode(b).ok())
+                .map(|r| {
+                    let h = r.header();
+                    let slot = planning.plan.by_slot(h.slot as usize).map(|p| p.spec.id).unwrap_or("?");
+                    format!("first: kind {} slot {} ({slot}) pid {} tid {}", h.kind, h.slot, h.tgid, h.tid)
+                })
+                .unwrap_or_else(|| "first: header not yet written".into());
+            eprintln!(
+                "rdma-trace: {} records stayed uncommitted in the ring for over {} ms and were skipped ({what})",
+                stuck.skipped,
+                crate::source::STUCK_AFTER.as_millis()
+            );
+        }
+        let missing = expected.saturating_sub(records.get() + stuck.skipped);
         if missing > 0 {
             eprintln!("rdma-trace: {missing} events committed by the kernel never reached the reader (still being written at exit)");
         }

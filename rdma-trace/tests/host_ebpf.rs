@@ -18,8 +18,9 @@ fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-fn ring_records(loaded: &mut Loaded) -> Vec<Raw> {
-    let mut ring = rdma_trace::source::Ring::new(loaded.take_ring().expect("ring"));
+fn ring_records(loaded: &mut Loaded, ring_bytes: usize) -> Vec<Raw> {
+    let mut ring =
+        rdma_trace::source::Ring::new(loaded.take_ring().expect("ring"), ring_bytes).expect("map ring");
     let mut out = Vec::new();
     ring.drain(|b| out.push(decode(b).expect("every record decodes")));
     out
@@ -83,7 +84,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
         loaded.unwatch(tid).expect("unwatch");
         (addr as u64, pipe[0] as u64, pipe[1] as u64, epfd as u64)
     };
-    let recs = ring_records(&mut loaded);
+    let recs = ring_records(&mut loaded, 1 << 20);
     let enters: Vec<(&str, [u64; 6])> = recs
         .iter()
         .filter_map(|r| match r {
@@ -169,7 +170,7 @@ fn forced_ring_loss_is_counted_exactly() {
     let hits = c[SITE_SYS_ENTER * COUNTERS + CNT_HITS] + c[SITE_SYS_EXIT * COUNTERS + CNT_HITS];
     let lost =
         c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
-    let delivered = ring_records(&mut loaded).len() as u64;
+    let delivered = ring_records(&mut loaded, 4096).len() as u64;
     assert_eq!(hits, produced, "every call was seen");
     assert!(
         lost > 0 && delivered > 0,
@@ -195,7 +196,7 @@ fn children_of_a_watched_thread_are_watched() {
         .expect("dd runs");
     assert!(child.success());
     loaded.unwatch(tid).expect("unwatch");
-    let recs = ring_records(&mut loaded);
+    let recs = ring_records(&mut loaded, 1 << 20);
     // dd's own reads and writes of 513 bytes, seen although only this thread was watched.
     let dd: Vec<(&str, u64)> = recs
         .iter()
