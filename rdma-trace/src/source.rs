@@ -4,7 +4,8 @@
 //! The reader is ours rather than aya's for one reason: a record whose producer never
 //! commits it (its "busy" bit stays set) blocks every record behind it. Seen in the lab
 //! (intermittently, on a libibverbs uretprobe record): such a record is skipped after
-//! `STUCK_AFTER`, counted, and described, instead of silently stopping the stream.
+//! `STUCK_AFTER`, counted, and described, instead of silently stopping the stream. (If
+//! its producer was only slow and commits later, that record is lost — and counted.)
 
 use aya::maps::{MapData, RingBuf};
 use std::os::fd::AsRawFd;
@@ -16,7 +17,7 @@ const BUSY_BIT: u32 = 1 << 31;
 const DISCARD_BIT: u32 = 1 << 30;
 const HDR_SZ: u64 = 8;
 /// A record still busy after this long, with committed records behind it, is skipped.
-pub const STUCK_AFTER: Duration = Duration::from_millis(500);
+pub const STUCK_AFTER: Duration = Duration::from_secs(1);
 
 struct Mapping {
     ptr: *mut libc::c_void,
