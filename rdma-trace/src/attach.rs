@@ -99,31 +99,36 @@ impl Loaded {
         }
     }
 
+    /// A map of the object by name.
+    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, AttachError> {
+        self.ebpf.map_mut(name).ok_or_else(|| AttachError::Map(name, "missing".into()))
+    }
+
+    /// Loads (verifies) a program and returns it as its type.
+    fn typed_program<P>(&mut self, name: &str) -> Result<&mut P, AttachError>
+    where
+        for<'p> &'p mut P: TryFrom<&'p mut Program>,
+    {
+        self.load_program(name)?;
+        self.ebpf
+            .program_mut(name)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| AttachError::NoProgram(name.into()))
+    }
+
     fn set_plan(&mut self, site: usize, plan: &SlotPlan) -> Result<(), AttachError> {
-        let mut plans: Array<&mut MapData, SlotPlan> = Array::try_from(
-            self.ebpf.map_mut("PLANS").ok_or_else(|| AttachError::Map("PLANS", "missing".into()))?,
-        )
-        .map_err(map_err("PLANS"))?;
+        let mut plans: Array<&mut MapData, SlotPlan> =
+            Array::try_from(self.map_mut("PLANS")?).map_err(map_err("PLANS"))?;
         plans.set(site as u32, plan, 0).map_err(map_err("PLANS"))
     }
 
     fn attach_kprobe(&mut self, prog: &str, symbol: &str) -> Result<(), AttachError> {
-        self.load_program(prog)?;
-        let p: &mut KProbe = self
-            .ebpf
-            .program_mut(prog)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        let p: &mut KProbe = self.typed_program(prog)?;
         p.attach(symbol, 0).map(|_| ()).map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
-        self.load_program(prog)?;
-        let p: &mut TracePoint = self
-            .ebpf
-            .program_mut(prog)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        let p: &mut TracePoint = self.typed_program(prog)?;
         p.attach(category, name)
             .map(|_| ())
             .map_err(|source| AttachError::Program { name: prog.into(), source })
@@ -136,12 +141,7 @@ impl Loaded {
         offset: u64,
         slot: usize,
     ) -> Result<(), AttachError> {
-        self.load_program(prog)?;
-        let p: &mut UProbe = self
-            .ebpf
-            .program_mut(prog)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| AttachError::NoProgram(prog.into()))?;
+        let p: &mut UProbe = self.typed_program(prog)?;
         let point = UProbeAttachPoint {
             location: UProbeAttachLocation::AbsoluteOffset(offset),
             cookie: Some(slot as u64),
@@ -160,12 +160,8 @@ impl Loaded {
                 format!("no address for {} in /proc/kallsyms (not root?)", p.symbol),
             )
         })?;
-        let mut m: HashMap<&mut MapData, u64, u32> = HashMap::try_from(
-            self.ebpf
-                .map_mut("FUNC_SLOTS")
-                .ok_or_else(|| AttachError::Map("FUNC_SLOTS", "missing".into()))?,
-        )
-        .map_err(map_err("FUNC_SLOTS"))?;
+        let mut m: HashMap<&mut MapData, u64, u32> =
+            HashMap::try_from(self.map_mut("FUNC_SLOTS")?).map_err(map_err("FUNC_SLOTS"))?;
         for a in [addr, addr + 4] {
             m.insert(a, p.slot as u32, 0).map_err(map_err("FUNC_SLOTS"))?;
         }
@@ -225,21 +221,13 @@ impl Loaded {
     /// Attaches the raw_syscalls tracepoints for `nrs`, with the record layout given.
     pub fn attach_syscalls(&mut self, layout: SyscallLayout, nrs: &[u32]) -> Result<(), AttachError> {
         {
-            let mut l: Array<&mut MapData, SyscallLayout> = Array::try_from(
-                self.ebpf
-                    .map_mut("SYSCALL_LAYOUT")
-                    .ok_or_else(|| AttachError::Map("SYSCALL_LAYOUT", "missing".into()))?,
-            )
-            .map_err(map_err("SYSCALL_LAYOUT"))?;
+            let mut l: Array<&mut MapData, SyscallLayout> =
+                Array::try_from(self.map_mut("SYSCALL_LAYOUT")?).map_err(map_err("SYSCALL_LAYOUT"))?;
             l.set(0, layout, 0).map_err(map_err("SYSCALL_LAYOUT"))?;
         }
         {
-            let mut m: HashMap<&mut MapData, u32, u8> = HashMap::try_from(
-                self.ebpf
-                    .map_mut("SYSCALLS")
-                    .ok_or_else(|| AttachError::Map("SYSCALLS", "missing".into()))?,
-            )
-            .map_err(map_err("SYSCALLS"))?;
+            let mut m: HashMap<&mut MapData, u32, u8> =
+                HashMap::try_from(self.map_mut("SYSCALLS")?).map_err(map_err("SYSCALLS"))?;
             for nr in nrs {
                 m.insert(nr, 1, 0).map_err(map_err("SYSCALLS"))?;
             }
@@ -250,10 +238,7 @@ impl Loaded {
     }
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {
-        HashMap::try_from(
-            self.ebpf.map_mut("TARGETS").ok_or_else(|| AttachError::Map("TARGETS", "missing".into()))?,
-        )
-        .map_err(map_err("TARGETS"))
+        HashMap::try_from(self.map_mut("TARGETS")?).map_err(map_err("TARGETS"))
     }
 
     /// Watches the syscalls of a process (tgid) or a single thread (tid).

@@ -43,10 +43,6 @@ impl Symbols {
         self.map.get(name).map(|(_, a)| *a)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Any RDMA core code at all (built-in or loaded as a module)?
     pub fn has_rdma(&self) -> bool {
         self.map.contains_key("ib_register_device")

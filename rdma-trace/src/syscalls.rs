@@ -56,10 +56,6 @@ pub fn by_nr(nr: u64) -> Option<&'static SyscallSpec> {
     WATCHED.iter().find(|s| u64::from(s.nr) == nr)
 }
 
-pub fn by_name(name: &str) -> Option<&'static SyscallSpec> {
-    WATCHED.iter().find(|s| s.name == name)
-}
-
 pub fn all_nrs() -> Vec<u32> {
     WATCHED.iter().map(|s| s.nr).collect()
 }
