@@ -29,12 +29,16 @@ pub const SITES: usize = 2 * TOTAL_SLOTS;
 pub const fn return_site(slot: usize) -> usize {
     TOTAL_SLOTS + slot
 }
-/// Counter sites after the probe sites: the syscall tracepoints.
+/// Counter sites after the probe sites: the syscall tracepoints, and the fork follower
+/// (its hits are forks of watched processes; `CNT_NO_SCRATCH` there counts children that
+/// could not be watched because the watch table was full).
 pub const SITE_SYS_ENTER: usize = SITES;
 pub const SITE_SYS_EXIT: usize = SITES + 1;
-pub const COUNTER_SITES: usize = SITES + 2;
+pub const SITE_FORK: usize = SITES + 2;
+pub const COUNTER_SITES: usize = SITES + 3;
 
-/// Per-site counters (index `site * COUNTERS + reason`), per CPU.
+/// Per-site counters (index `site * COUNTERS + reason`), per CPU, bumped atomically
+/// (uprobe programs are preemptible: two runs on one CPU may interleave).
 pub const CNT_HITS: usize = 0;
 /// The ring buffer was full: the event is lost.
 pub const CNT_RINGBUF_FULL: usize = 1;
@@ -42,8 +46,18 @@ pub const CNT_RINGBUF_FULL: usize = 1;
 pub const CNT_READ_FAILED: usize = 2;
 /// The kernel stack could not be captured (the event is kept without it).
 pub const CNT_STACK_FAILED: usize = 3;
-pub const COUNTERS: usize = 4;
+/// No scratch record could be had (uprobe scratch table full): the event is lost.
+pub const CNT_NO_SCRATCH: usize = 4;
+/// Nanoseconds spent building records (reads, stack) before they were written to the
+/// ring: the sum, the largest one, and how many took over `SLOW_BUILD_NS`. Records are
+/// built outside the ring, so this time never holds the ring; it is what a design that
+/// reserved first would have held a reservation for.
+pub const CNT_BUILD_NS_SUM: usize = 5;
+pub const CNT_BUILD_NS_MAX: usize = 6;
+pub const CNT_BUILD_SLOW: usize = 7;
+pub const COUNTERS: usize = 8;
 pub const COUNTER_ENTRIES: usize = COUNTER_SITES * COUNTERS;
+pub const SLOW_BUILD_NS: u64 = 1_000_000;
 
 /// Event kinds (first byte after the header's fixed part tells the layout).
 pub const KIND_PROBE_ENTRY: u8 = 1;
@@ -93,6 +107,9 @@ pub struct ProbeEvent {
     pub stack: [u64; MAX_STACK],
 }
 const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 40 + 64 + 8 + 256);
+/// A probe record is written without the unused part of its stack: this fixed part plus
+/// `stack_len` bytes.
+pub const PROBE_FIXED_LEN: usize = 40 + 64 + 8;
 
 /// A syscall of a watched process: enter carries the arguments, exit the return value
 /// in `args[0]`.

@@ -9,10 +9,22 @@
 //! * `tp_14` / `tp_15`: kernel tracepoints (e.g. `rdma_core:mr_dereg`), fields read from
 //!   the record at offsets taken from its tracefs `format`.
 //!
-//! Every hit and every loss is counted per slot in `COUNTERS` (per CPU): ring-buffer
-//! reservation failures, failed field reads, failed stack captures.
+//! Every hit and every loss is counted per slot in `STATS` (per CPU, atomic adds):
+//! ring-buffer failures, scratch shortage, failed field reads, failed stack captures,
+//! and the time spent building records.
+//!
+//! No program holds a ring-buffer reservation while it works. A record is built in a
+//! scratch buffer (per CPU for kernel-context programs, which run with preemption off and
+//! never nest; per thread for uprobe programs, which the kernel may preempt: two of them
+//! can interleave on one CPU) and written with one `bpf_ringbuf_output`. A reservation
+//! held across reads and a stack walk made every record behind it wait while its
+//! producer was preempted (seen on 7.x full-preemption kernels).
 #![no_std]
 #![no_main]
+// Atomic adds: the BPF target has no `AtomicU64::fetch_add`; the intrinsic lowers to the
+// BPF atomic add instruction.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 use aya_ebpf::{
     EbpfContext,
@@ -37,9 +49,26 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_ENTRIES a
 #[map]
 static PLANS: Array<SlotPlan> = Array::with_max_entries(SITES as u32, 0);
 
-/// Watched processes: a tgid or a tid.
+/// Watched processes: a tgid or a tid. Entries leave when their task exits
+/// (`sched_exit`); a child that finds the table full is counted (`SITE_FORK`).
 #[map]
-static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// Scratch records of kernel-context programs (kprobes, tracepoints): preemption is off
+/// while they run and the kernel never nests them on one CPU, so one per CPU suffices.
+#[map]
+static KSCRATCH: PerCpuArray<ProbeEvent> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static SSCRATCH: PerCpuArray<SyscallEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// Scratch records of uprobe programs, one per running thread (key: pid_tgid). Uprobe
+/// programs run preemptible, so per-CPU scratch would be shared between two of them.
+#[map]
+static USCRATCH: HashMap<u64, ProbeEvent> = HashMap::with_max_entries(4096, 0);
+
+/// A zeroed record, the initial value of a thread's scratch entry (never written).
+#[map]
+static ZERO: Array<ProbeEvent> = Array::with_max_entries(1, 0);
 
 /// Watched syscall numbers.
 #[map]
@@ -50,12 +79,79 @@ static SYSCALLS: HashMap<u32, u8> = HashMap::with_max_entries(64, 0);
 static SYSCALL_LAYOUT: Array<SyscallLayout> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
-fn count(site: usize, what: usize) {
+fn add(site: usize, what: usize, v: u64) {
     let idx = (site * COUNTERS + what) as u32;
     if let Some(p) = STATS.get_ptr_mut(idx) {
-        // SAFETY: per-CPU slot owned by this CPU while the program runs.
-        unsafe { *p += 1 };
+        // SAFETY: a valid, aligned per-CPU u64 of the map; the add is atomic against another
+        // (preempted) program run on this CPU.
+        unsafe { atomic_add(p, v) };
     }
+}
+
+/// # Safety
+/// `p` is a valid, aligned u64.
+#[cfg(target_arch = "bpf")]
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    use core::intrinsics::AtomicOrdering;
+    // SAFETY: the caller's contract.
+    unsafe { core::intrinsics::atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+/// The host build (clippy only; the programs never run there).
+/// # Safety
+/// `p` is a valid, aligned u64.
+#[cfg(not(target_arch = "bpf"))]
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract.
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(p) }.fetch_add(v, core::sync::atomic::Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn count(site: usize, what: usize) {
+    add(site, what, 1);
+}
+
+/// Records how long a record took to build (see `CNT_BUILD_NS_*`). The maximum is a
+/// plain compare-and-store: a race between two runs on one CPU may keep the smaller one.
+#[inline(always)]
+fn count_build(site: usize, ns: u64) {
+    add(site, CNT_BUILD_NS_SUM, ns);
+    if ns > SLOW_BUILD_NS {
+        count(site, CNT_BUILD_SLOW);
+    }
+    if let Some(p) = STATS.get_ptr_mut((site * COUNTERS + CNT_BUILD_NS_MAX) as u32) {
+        // SAFETY: as in `add`; plain (volatile) load and store.
+        unsafe {
+            if core::ptr::read_volatile(p) < ns {
+                core::ptr::write_volatile(p, ns);
+            }
+        }
+    }
+}
+
+/// Writes the first `len` bytes of a built record to the ring in one helper call.
+#[inline(always)]
+fn emit<T>(site: usize, rec: *const T, len: usize) {
+    let len = if len > size_of::<T>() { size_of::<T>() } else { len };
+    // SAFETY: `rec` points at a scratch record (a map value) of `size_of::<T>()` bytes;
+    // `len` is bounded by that size.
+    let bytes = unsafe { core::slice::from_raw_parts(rec.cast::<u8>(), len) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        count(site, CNT_RINGBUF_FULL);
+    }
+}
+
+/// This program run's scratch record: per CPU for kernel context, per thread for uprobes.
+#[inline(always)]
+fn probe_scratch(user: bool, pid_tgid: u64) -> Option<*mut ProbeEvent> {
+    if !user {
+        return KSCRATCH.get_ptr_mut(0);
+    }
+    let zero = ZERO.get(0)?;
+    USCRATCH.insert(pid_tgid, zero, 0).ok()?;
+    USCRATCH.get_ptr_mut(pid_tgid)
 }
 
 #[inline(always)]
@@ -154,30 +250,24 @@ fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
     Fetched::Value(addr)
 }
 
+/// Fills `ev` from the slot's fetch plan (and the kernel stack); returns true if a read failed.
+///
+/// # Safety
+/// `ev` points at a scratch record owned by this program run.
 #[inline(always)]
-fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> Result<u64, i32>) {
-    let site = if kind == KIND_PROBE_RETURN { return_site(slot) } else { slot };
-    let Some(plan) = PLANS.get(site as u32) else {
-        return;
-    };
-    if plan.active == 0 {
-        return;
-    }
-    count(site, CNT_HITS);
-    let Some(mut entry) = EVENTS.reserve::<ProbeEvent>(0) else {
-        count(site, CNT_RINGBUF_FULL);
-        return;
-    };
-    let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` points at a reserved, exclusively owned ring-buffer record of the
-    // right size; every field is written before submit.
+unsafe fn fill(
+    ev: *mut ProbeEvent,
+    plan: &SlotPlan,
+    ctx: &impl EbpfContext,
+    src: impl Fn(u8) -> Result<u64, i32>,
+) -> bool {
+    let mut failed = false;
+    // SAFETY: the caller's contract; every field is written (the stack up to `stack_len`).
     unsafe {
-        (*ev).hdr = header(kind, slot as u8);
         (*ev).vals = [0; MAX_FETCH];
         (*ev)._pad = 0;
         (*ev).stack_len = 0;
         let n = plan.n as usize;
-        let mut failed = false;
         for i in 0..MAX_FETCH {
             if i >= n {
                 break;
@@ -203,19 +293,49 @@ fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> 
                 }
             }
         }
-        if failed {
-            count(site, CNT_READ_FAILED);
-        }
         if plan.stack != 0 {
             let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
                 (*ev).stack_len = r as u32;
-            } else {
-                count(site, CNT_STACK_FAILED);
             }
         }
     }
-    entry.submit(0);
+    failed
+}
+
+#[inline(always)]
+fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> Result<u64, i32>) {
+    let site = if kind == KIND_PROBE_RETURN { return_site(slot) } else { slot };
+    let Some(plan) = PLANS.get(site as u32) else {
+        return;
+    };
+    if plan.active == 0 {
+        return;
+    }
+    count(site, CNT_HITS);
+    let user = plan.user != 0;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(ev) = probe_scratch(user, pid_tgid) else {
+        count(site, CNT_NO_SCRATCH);
+        return;
+    };
+    // SAFETY: `ev` is this run's scratch record (per CPU with preemption off, or this
+    // thread's own entry); nothing else writes it until this run ends.
+    let stack_len = unsafe {
+        (*ev).hdr = header(kind, slot as u8);
+        if fill(ev, plan, ctx, src) {
+            count(site, CNT_READ_FAILED);
+        }
+        if plan.stack != 0 && (*ev).stack_len == 0 {
+            count(site, CNT_STACK_FAILED);
+        }
+        count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
+        (*ev).stack_len as usize
+    };
+    emit(site, ev, PROBE_FIXED_LEN + stack_len);
+    if user {
+        let _ = USCRATCH.remove(pid_tgid);
+    }
 }
 
 fn on_entry(ctx: &ProbeContext, slot: usize) {
@@ -332,12 +452,12 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
         return;
     }
     count(site, CNT_HITS);
-    let Some(mut entry) = EVENTS.reserve::<SyscallEvent>(0) else {
-        count(site, CNT_RINGBUF_FULL);
+    let Some(ev) = SSCRATCH.get_ptr_mut(0) else {
+        count(site, CNT_NO_SCRATCH);
         return;
     };
-    let ev = entry.as_mut_ptr();
-    // SAFETY: exclusively owned reserved record; all fields written before submit.
+    // SAFETY: this CPU's scratch record (tracepoint programs run with preemption off and
+    // never nest); all fields written before it is emitted.
     unsafe {
         (*ev).hdr = header(kind, 0);
         (*ev).nr = nr as u64;
@@ -373,8 +493,9 @@ fn on_syscall(ctx: &TracePointContext, kind: u8, site: usize) {
                 }
             }
         }
+        count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
     }
-    entry.submit(0);
+    emit(site, ev, size_of::<SyscallEvent>());
 }
 
 #[tracepoint]
@@ -397,7 +518,22 @@ pub fn sched_fork(ctx: TracePointContext) -> u32 {
     };
     // SAFETY: map lookup/insert from program context.
     if unsafe { TARGETS.get(parent) }.is_some() {
-        let _ = TARGETS.insert(child, 1, 0);
+        count(SITE_FORK, CNT_HITS);
+        if TARGETS.insert(child, 1, 0).is_err() {
+            count(SITE_FORK, CNT_NO_SCRATCH);
+        }
+    }
+    0
+}
+
+/// A task exited: it is no longer watched (its id may be reused by an unrelated task,
+/// and the table must not fill up with the dead).
+#[tracepoint]
+pub fn sched_exit(_ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: map lookup from program context.
+    if unsafe { TARGETS.get(tid) }.is_some() {
+        let _ = TARGETS.remove(tid);
     }
     0
 }
@@ -414,6 +550,8 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// Dual-licensed: the project's MIT, plus GPL so the kernel offers the GPL-only helpers
+/// (`bpf_probe_read_*`, `bpf_get_stack`); the kernel accepts "Dual MIT/GPL" as GPL-compatible.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -201,11 +201,15 @@ impl Loaded {
         let mut out = Vec::new();
         for p in &plan.probes {
             let t0 = Instant::now();
-            let res = self.attach_one(p).map_err(|e| format!("{e:#}"));
-            if res.is_err() {
+            let mut res = self.attach_one(p).map_err(|e| format!("{e:#}"));
+            if let Err(why) = &mut res {
+                // Disable the slot: a half-attached probe (entry without return) emits nothing.
                 let off = SlotPlan::default();
-                let _ = self.set_plan(p.slot, &off);
-                let _ = self.set_plan(return_site(p.slot), &off);
+                if let Err(e) =
+                    self.set_plan(p.slot, &off).and_then(|()| self.set_plan(return_site(p.slot), &off))
+                {
+                    why.push_str(&format!("; disabling it also failed: {e}"));
+                }
             }
             out.push(Outcome {
                 id: p.spec.id,
@@ -234,7 +238,8 @@ impl Loaded {
         }
         self.attach_tracepoint("sys_enter", "raw_syscalls", "sys_enter")?;
         self.attach_tracepoint("sys_exit", "raw_syscalls", "sys_exit")?;
-        self.attach_tracepoint("sched_fork", "sched", "sched_process_fork")
+        self.attach_tracepoint("sched_fork", "sched", "sched_process_fork")?;
+        self.attach_tracepoint("sched_exit", "sched", "sched_process_exit")
     }
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {

@@ -2,8 +2,8 @@
 //! Every record is length-checked and read with `read_unaligned`.
 
 use rdma_trace_common::{
-    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH, ProbeEvent,
-    SyscallEvent,
+    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH,
+    PROBE_FIXED_LEN, ProbeEvent, SyscallEvent,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -54,6 +54,27 @@ fn read<T: Copy>(b: &[u8], kind: u8) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }
 
+/// The header of a record, if it is long enough to have one.
+pub fn header(b: &[u8]) -> Option<EventHeader> {
+    read(b, 0).ok()
+}
+
+/// A probe record: the fixed part, then only the `stack_len` bytes of stack used.
+fn probe(b: &[u8], kind: u8) -> Result<ProbeEvent, DecodeError> {
+    if b.len() < PROBE_FIXED_LEN {
+        return Err(DecodeError::Size { kind, need: PROBE_FIXED_LEN, got: b.len() });
+    }
+    let mut full = vec![0u8; size_of::<ProbeEvent>()];
+    let n = b.len().min(full.len());
+    full[..n].copy_from_slice(&b[..n]);
+    let e: ProbeEvent = read(&full, kind)?;
+    let need = PROBE_FIXED_LEN + e.stack_len as usize;
+    if !e.stack_len.is_multiple_of(8) || need > size_of::<ProbeEvent>() || b.len() < need {
+        return Err(DecodeError::Size { kind, need, got: b.len() });
+    }
+    Ok(e)
+}
+
 pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
     if b.len() < size_of::<EventHeader>() {
         return Err(DecodeError::Short(b.len()));
@@ -61,7 +82,7 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
     let hdr: EventHeader = read(b, 0)?;
     match hdr.kind {
         KIND_PROBE_ENTRY | KIND_PROBE_RETURN => {
-            let e: ProbeEvent = read(b, hdr.kind)?;
+            let e = probe(b, hdr.kind)?;
             let n = (e.stack_len as usize / 8).min(e.stack.len());
             Ok(Raw::Probe {
                 hdr,
@@ -116,6 +137,32 @@ mod tests {
         assert_eq!(hdr.slot, 3);
         assert_eq!(vals[0], 0x7f00_0000_1000);
         assert_eq!(stack, vec![0xffff_ffff_c000_0010, 0xffff_ffff_c000_0020]);
+    }
+
+    #[test]
+    fn probe_records_carry_only_the_stack_used() {
+        let mut e =
+            ProbeEvent { hdr: hdr(KIND_PROBE_RETURN), vals: [7; 8], stack_len: 8, _pad: 0, stack: [0; 32] };
+        e.stack[0] = 0xffff_ffff_c000_0010;
+        let b = bytes(&e);
+        let r = decode(&b[..PROBE_FIXED_LEN + 8]).unwrap();
+        let Raw::Probe { is_return, vals, stack, .. } = r else { panic!("not a probe: {r:?}") };
+        assert!(is_return);
+        assert_eq!((vals, stack), ([7; 8], vec![0xffff_ffff_c000_0010]));
+        assert_eq!(
+            decode(&b[..PROBE_FIXED_LEN + 4]),
+            Err(DecodeError::Size {
+                kind: KIND_PROBE_RETURN,
+                need: PROBE_FIXED_LEN + 8,
+                got: PROBE_FIXED_LEN + 4
+            })
+        );
+        e.stack_len = 0;
+        assert!(
+            matches!(decode(&bytes(&e)[..PROBE_FIXED_LEN]), Ok(Raw::Probe { ref stack, .. }) if stack.is_empty())
+        );
+        assert_eq!(header(&b).map(|h| h.slot), Some(3));
+        assert_eq!(header(&b[..39]), None);
     }
 
     #[test]

@@ -1,23 +1,172 @@
 //! Event sources: the live ring buffer (the kernel's BPF ring, read through our own
 //! mapping of it) or a capture file. Both feed the same decode → correlate → sink pipeline.
 //!
-//! The reader is ours rather than aya's for one reason: a record whose producer never
-//! commits it (its "busy" bit stays set) blocks every record behind it. Seen in the lab
-//! (intermittently, on a libibverbs uretprobe record): such a record is skipped after
-//! `STUCK_AFTER`, counted, and described, instead of silently stopping the stream. (If
-//! its producer was only slow and commits later, that record is lost — and counted.)
+//! The reader is ours rather than aya's: it reads in bounded batches (a run loop must be
+//! able to stop at any event rate), reports how long it waited on records still being
+//! written, and at shutdown tells exactly what was still in the ring. It never skips a
+//! record that is still being written: that record will be committed, and the records
+//! behind it only wait. (The eBPF side never holds a reservation while it works, so such
+//! waits are as short as one copy.)
 
 use aya::maps::{MapData, RingBuf};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 
 const BUSY_BIT: u32 = 1 << 31;
 const DISCARD_BIT: u32 = 1 << 30;
 const HDR_SZ: u64 = 8;
-/// A record still busy after this long, with committed records behind it, is skipped.
-pub const STUCK_AFTER: Duration = Duration::from_secs(1);
+
+/// How one drain ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records handed over (discarded records are not counted).
+    pub records: usize,
+    /// The batch limit was reached: more records are committed and waiting.
+    pub more: bool,
+    /// Stopped at a record still being written.
+    pub busy: bool,
+}
+
+/// Waits on records still being written when the reader reached them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waits {
+    /// Records the reader found still being written (and waited for).
+    pub records: u64,
+    /// The longest such wait, from first sight to commit.
+    pub longest: Duration,
+}
+
+/// What was left in the ring when the reader gave up at shutdown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leftover {
+    /// Records reserved but never committed by the deadline.
+    pub uncommitted: u64,
+    /// Committed records behind them that could not be read.
+    pub blocked: u64,
+}
+
+/// The reader's view of a ring: the two positions and the data area, mapped twice in a
+/// row (so a record that wraps is contiguous), as the kernel lays it out.
+pub struct RingView {
+    consumer: *const AtomicU64,
+    producer: *const AtomicU64,
+    data: *const u8,
+    mask: u64,
+    waiting: Option<(u64, Instant)>,
+    pub waits: Waits,
+}
+
+// SAFETY: the pointers are only dereferenced through &mut self.
+unsafe impl Send for RingView {}
+
+impl RingView {
+    /// # Safety
+    /// `consumer` and `producer` point at the ring's 8-byte positions, `data` at
+    /// `2 * (mask + 1)` readable bytes holding the data area twice; all stay valid and
+    /// writable (consumer) for the view's life.
+    pub unsafe fn new(
+        consumer: *const AtomicU64,
+        producer: *const AtomicU64,
+        data: *const u8,
+        size: usize,
+    ) -> Self {
+        assert!(size.is_power_of_two());
+        Self { consumer, producer, data, mask: size as u64 - 1, waiting: None, waits: Waits::default() }
+    }
+
+    fn consumer_pos(&self) -> &AtomicU64 {
+        // SAFETY: see `new`.
+        unsafe { &*self.consumer }
+    }
+
+    fn producer_pos(&self) -> u64 {
+        // SAFETY: see `new`.
+        unsafe { &*self.producer }.load(Ordering::Acquire)
+    }
+
+    fn data(&self, off: u64, len: usize) -> &[u8] {
+        // SAFETY: the data area is mapped twice in a row, so `off & mask` plus a record's
+        // length (at most the ring's size) stays inside it.
+        unsafe { std::slice::from_raw_parts(self.data.add((off & self.mask) as usize), len) }
+    }
+
+    /// The record header at `pos`: (length, busy, discarded).
+    fn header(&self, pos: u64) -> (u64, bool, bool) {
+        // SAFETY: the 4-byte, 8-aligned length word of the record header at `pos`.
+        let w = unsafe { &*(self.data(pos, 4).as_ptr() as *const AtomicU32) }.load(Ordering::Acquire);
+        ((w & !(BUSY_BIT | DISCARD_BIT)) as u64, w & BUSY_BIT != 0, w & DISCARD_BIT != 0)
+    }
+
+    /// The producer position, with a full fence before it: the consumer position stored
+    /// last must be visible to a producer before we conclude there is nothing new, or a
+    /// producer that committed meanwhile may skip the wakeup (it wakes only a consumer
+    /// that has caught up with it) and the stream stalls.
+    fn producer_after_store(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        self.producer_pos()
+    }
+
+    /// Hands up to `limit` committed records, in order, to `f`. Stops at a record still
+    /// being written (it is never skipped).
+    pub fn drain(&mut self, limit: usize, mut f: impl FnMut(&[u8])) -> Drained {
+        let mut out = Drained::default();
+        let mut cons = self.consumer_pos().load(Ordering::Relaxed);
+        let mut handled = 0usize;
+        loop {
+            let mut prod = self.producer_pos();
+            if cons == prod {
+                prod = self.producer_after_store();
+                if cons == prod {
+                    return out;
+                }
+            }
+            if handled >= limit {
+                out.more = true;
+                return out;
+            }
+            let (len, busy, discarded) = self.header(cons);
+            if busy {
+                if !matches!(self.waiting, Some((at, _)) if at == cons) {
+                    self.waiting = Some((cons, Instant::now()));
+                }
+                out.busy = true;
+                return out;
+            }
+            if let Some((at, since)) = self.waiting.take()
+                && at == cons
+            {
+                self.waits.records += 1;
+                self.waits.longest = self.waits.longest.max(since.elapsed());
+            }
+            if !discarded {
+                f(self.data(cons + HDR_SZ, len as usize));
+                out.records += 1;
+            }
+            handled += 1;
+            cons += (len + HDR_SZ).next_multiple_of(8);
+            self.consumer_pos().store(cons, Ordering::Release);
+        }
+    }
+
+    /// Walks what is left between the consumer and the producer (after a final drain).
+    pub fn leftover(&self) -> Leftover {
+        let mut left = Leftover::default();
+        let mut pos = self.consumer_pos().load(Ordering::Relaxed);
+        let prod = self.producer_after_store();
+        while pos < prod {
+            let (len, busy, discarded) = self.header(pos);
+            if busy {
+                left.uncommitted += 1;
+            } else if !discarded {
+                left.blocked += 1;
+            }
+            pos += (len + HDR_SZ).next_multiple_of(8);
+        }
+        left
+    }
+}
 
 struct Mapping {
     ptr: *mut libc::c_void,
@@ -43,29 +192,14 @@ impl Drop for Mapping {
     }
 }
 
-/// A record skipped because its producer never committed it.
-#[derive(Clone, Debug, Default)]
-pub struct Stuck {
-    pub skipped: u64,
-    /// The first skipped record's bytes as far as they were written (often enough to
-    /// decode its header: kind, slot, pid/tid).
-    pub first: Option<Vec<u8>>,
-}
-
 /// The kernel → user ring buffer.
 pub struct Ring {
     /// Keeps the map (and its fd) alive.
     map: RingBuf<MapData>,
-    consumer: Mapping,
-    producer: Mapping,
-    mask: u64,
-    page: usize,
-    busy_since: Option<(u64, Instant)>,
-    pub stuck: Stuck,
+    _consumer: Mapping,
+    _producer: Mapping,
+    view: RingView,
 }
-
-// SAFETY: the mappings are only touched through &mut self.
-unsafe impl Send for Ring {}
 
 impl Ring {
     /// `byte_size`: the ring's size (a power-of-two multiple of the page size).
@@ -75,77 +209,35 @@ impl Ring {
         let fd = map.as_raw_fd();
         let consumer = Mapping::new(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
         let producer = Mapping::new(fd, page + 2 * byte_size, libc::PROT_READ, page)?;
-        Ok(Self {
-            map,
-            consumer,
-            producer,
-            mask: byte_size as u64 - 1,
-            page,
-            busy_since: None,
-            stuck: Stuck::default(),
-        })
+        // SAFETY: the kernel's layout: the consumer page starts with the consumer position,
+        // the producer page with the producer position, the data (twice) one page after it.
+        // The mappings live as long as the view (both are owned by `Ring`).
+        let view = unsafe {
+            RingView::new(
+                consumer.ptr as *const AtomicU64,
+                producer.ptr as *const AtomicU64,
+                (producer.ptr as *const u8).add(page),
+                byte_size,
+            )
+        };
+        Ok(Self { map, _consumer: consumer, _producer: producer, view })
     }
 
-    fn consumer_pos(&self) -> &AtomicU64 {
-        // SAFETY: the consumer page starts with the 8-byte consumer position.
-        unsafe { &*(self.consumer.ptr as *const AtomicU64) }
-    }
-
-    fn producer_pos(&self) -> u64 {
-        // SAFETY: the producer page starts with the 8-byte producer position.
-        unsafe { &*(self.producer.ptr as *const AtomicU64) }.load(Ordering::Acquire)
-    }
-
-    fn data(&self, off: u64, len: usize) -> &[u8] {
-        // SAFETY: data starts one page into the producer mapping and is mapped twice in a
-        // row, so `off & mask` plus a record's length stays inside the mapping.
-        unsafe {
-            let base = (self.producer.ptr as *const u8).add(self.page + (off & self.mask) as usize);
-            std::slice::from_raw_parts(base, len)
-        }
-    }
-
-    /// Hands every record available now to `f`; returns how many.
+    /// Reads every record committed now (synchronously); returns how many.
     pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
         let mut n = 0;
-        let mut cons = self.consumer_pos().load(Ordering::Relaxed);
         loop {
-            let prod = self.producer_pos();
-            if cons == prod {
-                break;
+            let d = self.view.drain(BATCH, &mut f);
+            n += d.records;
+            if !d.more {
+                return n;
             }
-            // SAFETY: the 4-byte length word of the record header at `cons`.
-            let hdr = unsafe { &*(self.data(cons, 4).as_ptr() as *const AtomicU32) }.load(Ordering::Acquire);
-            let len = (hdr & !(BUSY_BIT | DISCARD_BIT)) as u64;
-            let total = (len + HDR_SZ).next_multiple_of(8);
-            if hdr & BUSY_BIT != 0 {
-                match self.busy_since {
-                    Some((at, since))
-                        if at == cons && since.elapsed() > STUCK_AFTER && cons + total < prod =>
-                    {
-                        self.stuck.skipped += 1;
-                        if self.stuck.first.is_none() {
-                            self.stuck.first = Some(self.data(cons + HDR_SZ, len as usize).to_vec());
-                        }
-                        self.busy_since = None;
-                    }
-                    Some((at, _)) if at == cons => break,
-                    _ => {
-                        self.busy_since = Some((cons, Instant::now()));
-                        break;
-                    }
-                }
-            } else {
-                self.busy_since = None;
-                if hdr & DISCARD_BIT == 0 {
-                    f(self.data(cons + HDR_SZ, len as usize));
-                    n += 1;
-                }
-            }
-            cons += total;
-            self.consumer_pos().store(cons, Ordering::Release);
         }
-        n
+    }
+
+    /// What is left in the ring (records being written, records behind them).
+    pub fn leftover(&self) -> Leftover {
+        self.view.leftover()
     }
 
     /// For async use: wait until the kernel signals data.
@@ -153,7 +245,7 @@ impl Ring {
         // SAFETY: the ring buffer's fd stays open for as long as the AsyncFd owns `self`,
         // and is deregistered (AsyncFd drop) before the map is closed.
         let fd = unsafe { AsyncFd::register(self) }.map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(AsyncRing { fd })
+        Ok(AsyncRing { fd, last: Drained::default() })
     }
 }
 
@@ -163,47 +255,61 @@ impl AsRawFd for Ring {
     }
 }
 
+/// Records handed over per batch: between batches the run loop checks its stop signals.
+pub const BATCH: usize = 4096;
+
 pub struct AsyncRing {
     fd: AsyncFd<Ring>,
+    last: Drained,
 }
 
 impl AsyncRing {
-    /// Waits for data, then drains it into `f`.
-    pub async fn next_batch(&mut self, f: impl FnMut(&[u8])) -> std::io::Result<usize> {
+    /// Waits for data (unless the last batch stopped at its limit), then reads one batch.
+    pub async fn next_batch(&mut self, f: impl FnMut(&[u8])) -> std::io::Result<Drained> {
+        if self.last.more {
+            tokio::task::yield_now().await;
+            self.last = self.fd.get_mut().view.drain(BATCH, f);
+            return Ok(self.last);
+        }
         let mut guard = self.fd.readable_mut().await?;
-        // Clear first, then drain: a record committed after the clear wakes us again. (The
-        // other order loses that wakeup, and the kernel only notifies a consumer that has
-        // caught up, so the stream would stall.)
+        // Clear first, then drain: a record committed after the clear wakes us again.
         guard.clear_ready();
-        Ok(guard.get_inner_mut().drain(f))
+        self.last = guard.get_inner_mut().view.drain(BATCH, f);
+        Ok(self.last)
     }
 
-    /// Drains whatever is committed now, without waiting (also the stuck-record watchdog:
-    /// a stuck record sends no wakeup).
-    pub fn drain_now(&mut self, f: impl FnMut(&[u8])) -> usize {
-        self.fd.get_mut().drain(f)
+    /// Reads one batch now, without waiting (the watchdog tick: a wakeup can be missed
+    /// while the reader waits on a record being written).
+    pub fn drain_now(&mut self, f: impl FnMut(&[u8])) -> Drained {
+        self.last = self.fd.get_mut().view.drain(BATCH, f);
+        self.last
     }
 
-    pub fn stuck(&self) -> &Stuck {
-        &self.fd.get_ref().stuck
+    pub fn waits(&self) -> &Waits {
+        &self.fd.get_ref().view.waits
     }
 
-    /// At shutdown, with the producers detached: drains until `read()` reaches `expected`
-    /// records, or `patience` runs out.
-    pub async fn drain_all(
+    /// At shutdown, with the programs detached: reads until `pending()` (records the
+    /// programs committed and the reader has not read) is zero and the ring is empty, or
+    /// `deadline` passes; then says what was left.
+    pub async fn finish(
         &mut self,
         mut f: impl FnMut(&[u8]),
-        read: impl Fn() -> u64,
-        expected: u64,
-        patience: std::time::Duration,
-    ) {
-        let t0 = std::time::Instant::now();
+        pending: impl Fn() -> u64,
+        deadline: Duration,
+    ) -> Leftover {
+        let t0 = Instant::now();
         loop {
-            self.drain_now(&mut f);
-            if read() + self.stuck().skipped >= expected || t0.elapsed() > patience {
-                return;
+            while self.drain_now(&mut f).more {}
+            let left = self.fd.get_ref().view.leftover();
+            let done = left == Leftover::default() && pending() == 0;
+            if done || t0.elapsed() > deadline {
+                return left;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,75 +1,352 @@
-//! Per-probe hit and loss counters, as the user sees them.
+//! Per-probe accounting, as the user sees it: every hit a program counted is either
+//! delivered or lost for a named reason, so `hits = delivered + lost` per probe.
 
 use crate::select::Plan;
 use rdma_trace_common::{
-    CNT_HITS, CNT_READ_FAILED, CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTERS, SITE_SYS_ENTER, SITE_SYS_EXIT,
-    return_site,
+    CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
+    CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS, EventHeader, KIND_PROBE_ENTRY,
+    KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK, SITE_SYS_ENTER, SITE_SYS_EXIT, return_site,
 };
 
+/// What userspace did with the records it read, per counter site.
+#[derive(Clone, Debug)]
+pub struct Tally {
+    /// Records read from the ring (decodable or not), per site.
+    pub read: Vec<u64>,
+    /// Events that reached the outputs.
+    pub delivered: Vec<u64>,
+    /// Records the enricher could not attribute to a planned probe.
+    pub enrich_dropped: Vec<u64>,
+    /// Records whose body did not decode (their header did).
+    pub undecodable: Vec<u64>,
+    /// Records too short to carry a header: no site to charge them to.
+    pub headerless: u64,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self {
+            read: vec![0; COUNTER_SITES],
+            delivered: vec![0; COUNTER_SITES],
+            enrich_dropped: vec![0; COUNTER_SITES],
+            undecodable: vec![0; COUNTER_SITES],
+            headerless: 0,
+        }
+    }
+}
+
+/// The counter site a record was produced at, from its header.
+pub fn site_of(h: &EventHeader) -> Option<usize> {
+    let slot = h.slot as usize;
+    let site = match h.kind {
+        KIND_PROBE_ENTRY => slot,
+        KIND_PROBE_RETURN => return_site(slot),
+        KIND_SYS_ENTER => SITE_SYS_ENTER,
+        KIND_SYS_EXIT => SITE_SYS_EXIT,
+        _ => return None,
+    };
+    (site < COUNTER_SITES).then_some(site)
+}
+
+impl Tally {
+    fn bump(v: &mut [u64], h: Option<&EventHeader>) -> bool {
+        match h.and_then(site_of) {
+            Some(s) => {
+                v[s] += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A record was read; `h` is its header if it has one.
+    pub fn read(&mut self, h: Option<&EventHeader>) {
+        if !Self::bump(&mut self.read, h) {
+            self.headerless += 1;
+        }
+    }
+    pub fn delivered(&mut self, h: &EventHeader) {
+        Self::bump(&mut self.delivered, Some(h));
+    }
+    pub fn enrich_dropped(&mut self, h: &EventHeader) {
+        Self::bump(&mut self.enrich_dropped, Some(h));
+    }
+    pub fn undecodable(&mut self, h: Option<&EventHeader>) {
+        Self::bump(&mut self.undecodable, h);
+    }
+
+    /// Records the programs committed that the reader has not read yet.
+    pub fn pending(&self, counters: &[u64]) -> u64 {
+        (0..COUNTER_SITES)
+            .map(|s| {
+                let at = |w: usize| counters.get(s * COUNTERS + w).copied().unwrap_or(0);
+                let committed = at(CNT_HITS).saturating_sub(at(CNT_RINGBUF_FULL) + at(CNT_NO_SCRATCH));
+                committed.saturating_sub(self.read[s])
+            })
+            .sum()
+    }
+}
+
+/// One probe's (or tracepoint's) account.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SiteStats {
     pub site: String,
     pub hits: u64,
-    /// Events lost: the ring buffer was full.
+    pub delivered: u64,
+    /// Lost: the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Events kept with a field missing: a kernel read failed.
+    /// Lost: no scratch record (uprobe scratch table full).
+    pub no_scratch: u64,
+    /// Lost: counted by the program but never read (still being written when the reader
+    /// gave up at shutdown). Negative would mean more records than hits: a counting bug.
+    pub held: i64,
+    /// Lost: the enricher could not attribute the record to a planned probe.
+    pub enrich_dropped: u64,
+    /// Lost: the record did not decode.
+    pub undecodable: u64,
+    /// Kept with a field missing: a kernel read failed.
     pub read_failed: u64,
-    /// Events kept without their kernel stack.
+    /// Kept without their kernel stack.
     pub stack_failed: u64,
+    /// Time spent building records before writing them (ns): largest, total, over 1 ms.
+    pub build_ns_max: u64,
+    pub build_ns_sum: u64,
+    pub build_slow: u64,
 }
 
 impl SiteStats {
     pub fn lost(&self) -> u64 {
-        self.ringbuf_full
+        self.ringbuf_full + self.no_scratch + self.held.max(0) as u64 + self.enrich_dropped + self.undecodable
+    }
+
+    /// The loss reasons with their counts, the non-zero ones.
+    pub fn loss_reasons(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("ring full", self.ringbuf_full),
+            ("no scratch", self.no_scratch),
+            ("held past shutdown", self.held.max(0) as u64),
+            ("dropped by the enricher", self.enrich_dropped),
+            ("undecodable", self.undecodable),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
     }
 }
 
-fn site(name: String, c: &[u64], site: usize) -> SiteStats {
+fn site(name: String, c: &[u64], t: &Tally, site: usize) -> SiteStats {
     let at = |what: usize| c.get(site * COUNTERS + what).copied().unwrap_or(0);
+    let (hits, ringbuf_full, no_scratch) = (at(CNT_HITS), at(CNT_RINGBUF_FULL), at(CNT_NO_SCRATCH));
+    let read = t.read.get(site).copied().unwrap_or(0);
     SiteStats {
         site: name,
-        hits: at(CNT_HITS),
-        ringbuf_full: at(CNT_RINGBUF_FULL),
+        hits,
+        delivered: t.delivered.get(site).copied().unwrap_or(0),
+        ringbuf_full,
+        no_scratch,
+        held: hits as i64 - ringbuf_full as i64 - no_scratch as i64 - read as i64,
+        enrich_dropped: t.enrich_dropped.get(site).copied().unwrap_or(0),
+        undecodable: t.undecodable.get(site).copied().unwrap_or(0),
         read_failed: at(CNT_READ_FAILED),
         stack_failed: at(CNT_STACK_FAILED),
+        build_ns_max: at(CNT_BUILD_NS_MAX),
+        build_ns_sum: at(CNT_BUILD_NS_SUM),
+        build_slow: at(CNT_BUILD_SLOW),
     }
 }
 
-/// Records the programs committed to the ring: every hit that found room (each hit emits
-/// one record; the fork follower counts nothing).
-pub fn committed(counters: &[u64]) -> u64 {
-    counters.chunks(COUNTERS).map(|c| c[CNT_HITS].saturating_sub(c[CNT_RINGBUF_FULL])).sum()
-}
-
-/// Counters per attached probe (entry and return) and for the syscall tracepoints.
-pub fn per_site(plan: &Plan, counters: &[u64]) -> Vec<SiteStats> {
+/// Accounts per attached probe (entry and return) and for the syscall tracepoints.
+pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally) -> Vec<SiteStats> {
     let mut out = Vec::new();
     for p in &plan.probes {
-        out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, p.slot));
+        out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, tally, p.slot));
         if p.ret.is_some() {
-            out.push(site(format!("{} return", p.spec.id), counters, return_site(p.slot)));
+            out.push(site(format!("{} return", p.spec.id), counters, tally, return_site(p.slot)));
         }
     }
-    out.push(site("syscalls enter".into(), counters, SITE_SYS_ENTER));
-    out.push(site("syscalls exit".into(), counters, SITE_SYS_EXIT));
+    out.push(site("syscalls enter".into(), counters, tally, SITE_SYS_ENTER));
+    out.push(site("syscalls exit".into(), counters, tally, SITE_SYS_EXIT));
     out
 }
 
-/// The summary printed at the end of a run (and by the TUI's loss line).
-pub fn summary(stats: &[SiteStats], delivered: u64, undecodable: u64) -> String {
-    let lost: u64 = stats.iter().map(SiteStats::lost).sum();
-    let mut s = format!(
-        "rdma-trace: {delivered} events delivered, {lost} lost (ring buffer full), {undecodable} undecodable\n"
-    );
-    s.push_str(&format!(
-        "  {:<34} {:>9} {:>9} {:>9} {:>9}\n",
-        "probe", "hits", "lost", "read-fail", "no-stack"
-    ));
-    for st in stats.iter().filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0) {
-        s.push_str(&format!(
-            "  {:<34} {:>9} {:>9} {:>9} {:>9}\n",
-            st.site, st.hits, st.ringbuf_full, st.read_failed, st.stack_failed
-        ));
+/// Forks of watched processes, and children that could not be watched (table full).
+pub fn forks(counters: &[u64]) -> (u64, u64) {
+    let at = |w: usize| counters.get(SITE_FORK * COUNTERS + w).copied().unwrap_or(0);
+    (at(CNT_HITS), at(CNT_NO_SCRATCH))
+}
+
+/// The account of a whole run, printed at its end.
+#[derive(Clone, Debug, Default)]
+pub struct RunAccount {
+    pub sites: Vec<SiteStats>,
+    pub headerless: u64,
+    /// Records the reader found still being written, and its longest wait (ns).
+    pub reader_waits: u64,
+    pub reader_longest_wait_ns: u64,
+    /// Records reserved but never committed at shutdown, and records blocked behind them.
+    pub uncommitted_at_exit: u64,
+    pub blocked_at_exit: u64,
+    pub forks: u64,
+    pub forks_unwatched: u64,
+}
+
+impl RunAccount {
+    pub fn delivered(&self) -> u64 {
+        self.sites.iter().map(|s| s.delivered).sum()
     }
-    s
+
+    pub fn lost(&self) -> u64 {
+        self.sites.iter().map(SiteStats::lost).sum::<u64>() + self.headerless
+    }
+
+    /// The summary: totals, the loss by reason, then one row per probe that saw anything.
+    pub fn summary(&self) -> String {
+        let mut s = format!("rdma-trace: {} events delivered, {} lost", self.delivered(), self.lost());
+        let mut reasons: Vec<(&str, u64)> = Vec::new();
+        for st in &self.sites {
+            for (r, n) in st.loss_reasons() {
+                match reasons.iter_mut().find(|(x, _)| *x == r) {
+                    Some((_, m)) => *m += n,
+                    None => reasons.push((r, n)),
+                }
+            }
+        }
+        if self.headerless > 0 {
+            reasons.push(("without a header", self.headerless));
+        }
+        if !reasons.is_empty() {
+            let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            s.push_str(&format!(" ({})", r.join(", ")));
+        }
+        s.push('\n');
+        s.push_str(&format!(
+            "  {:<34} {:>9} {:>9} {:>7} {:>9} {:>8} {:>11}\n",
+            "probe", "hits", "delivered", "lost", "read-fail", "no-stack", "build max"
+        ));
+        for st in self.sites.iter().filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0) {
+            s.push_str(&format!(
+                "  {:<34} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9}µs\n",
+                st.site,
+                st.hits,
+                st.delivered,
+                st.lost(),
+                st.read_failed,
+                st.stack_failed,
+                st.build_ns_max / 1000
+            ));
+            let reasons = st.loss_reasons();
+            if !reasons.is_empty() {
+                let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+                s.push_str(&format!("  {:<34} lost: {}\n", "", r.join(", ")));
+            }
+            if st.held < 0 {
+                s.push_str(&format!(
+                    "  {:<34} {} more records read than the program counted (counter error)\n",
+                    "", -st.held
+                ));
+            }
+        }
+        if self.reader_waits > 0 {
+            s.push_str(&format!(
+                "  the reader waited on {} records still being written (longest {} µs)\n",
+                self.reader_waits,
+                self.reader_longest_wait_ns / 1000
+            ));
+        }
+        if self.uncommitted_at_exit > 0 {
+            s.push_str(&format!(
+                "  at exit {} records were still being written, {} committed records behind them\n",
+                self.uncommitted_at_exit, self.blocked_at_exit
+            ));
+        }
+        if self.forks_unwatched > 0 {
+            s.push_str(&format!(
+                "  {} of {} forked children could not be watched (watch table full): their syscalls are not seen\n",
+                self.forks_unwatched, self.forks
+            ));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u8, slot: u8) -> EventHeader {
+        EventHeader {
+            ts_ns: 0,
+            tgid: 1,
+            tid: 1,
+            comm: [0; 16],
+            cpu: 0,
+            kind,
+            slot,
+            fail_mask: 0,
+            skip_mask: 0,
+        }
+    }
+
+    #[test]
+    fn every_hit_is_delivered_or_lost_for_a_reason() {
+        let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
+        // Slot 2 entry: 10 hits, 2 ring full, 1 without scratch; 7 read, of which one
+        // the enricher dropped and one did not decode; 5 delivered.
+        c[2 * COUNTERS + CNT_HITS] = 10;
+        c[2 * COUNTERS + CNT_RINGBUF_FULL] = 2;
+        c[2 * COUNTERS + CNT_NO_SCRATCH] = 1;
+        let mut t = Tally::default();
+        let h = hdr(KIND_PROBE_ENTRY, 2);
+        for _ in 0..6 {
+            t.read(Some(&h));
+        }
+        for _ in 0..4 {
+            t.delivered(&h);
+        }
+        t.enrich_dropped(&h);
+        t.undecodable(Some(&h));
+        assert_eq!(t.pending(&c), 1, "one committed record not read yet");
+        let st = site("x".into(), &c, &t, 2);
+        assert_eq!(st.held, 1);
+        assert_eq!(st.hits, st.delivered + st.lost());
+        t.read(Some(&h));
+        t.delivered(&h);
+        assert_eq!(t.pending(&c), 0);
+        let st = site("x".into(), &c, &t, 2);
+        assert_eq!((st.held, st.lost(), st.delivered), (0, 5, 5));
+        let acct = RunAccount { sites: vec![st], ..Default::default() };
+        let text = acct.summary();
+        assert!(
+            text.starts_with(
+                "rdma-trace: 5 events delivered, 5 lost (2 ring full, 1 no scratch, 1 dropped by the enricher, 1 undecodable)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("lost: ring full 2, no scratch 1, dropped by the enricher 1, undecodable 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn zero_lost_only_when_nothing_was_lost() {
+        let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
+        c[SITE_SYS_EXIT * COUNTERS + CNT_HITS] = 3;
+        let mut t = Tally::default();
+        let h = hdr(KIND_SYS_EXIT, 0);
+        for _ in 0..3 {
+            t.read(Some(&h));
+            t.delivered(&h);
+        }
+        let acct = RunAccount { sites: vec![site("s".into(), &c, &t, SITE_SYS_EXIT)], ..Default::default() };
+        assert!(acct.summary().starts_with("rdma-trace: 3 events delivered, 0 lost\n"));
+        // One record still held at exit: no longer "0 lost".
+        c[SITE_SYS_EXIT * COUNTERS + CNT_HITS] = 4;
+        let acct = RunAccount { sites: vec![site("s".into(), &c, &t, SITE_SYS_EXIT)], ..Default::default() };
+        assert!(
+            acct.summary().starts_with("rdma-trace: 3 events delivered, 1 lost (1 held past shutdown)\n")
+        );
+        t.read(None);
+        assert_eq!(t.headerless, 1);
+    }
 }

@@ -1,18 +1,22 @@
 //! `rdma-trace trace`: attach, stream events through decode → enrich → correlate → sinks
 //! until Ctrl-C, SIGTERM, the duration, or the traced command's exit. Nothing captured
-//! is lost at shutdown: the ring is drained after detaching the signal wait.
+//! is lost at shutdown: the programs are detached, then the ring is read until every
+//! record they committed has arrived (or a deadline passes, and what was missing is
+//! counted under its probe).
 
 use crate::correlate::Correlator;
 use crate::enrich::Enricher;
 use crate::fds::FdCache;
 use crate::ksyms::Ksyms;
 use crate::sink::Sink;
-use crate::source::Ring;
+use crate::source::{AsyncRing, Leftover, Ring};
+use crate::stats::Tally;
 use crate::{decode, kernel, setup, stats, syscalls};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::MissedTickBehavior;
 
 pub struct TraceOptions {
     pub probes: Vec<String>,
@@ -55,6 +59,70 @@ fn spawn_held(cmd: &[String]) -> Result<(std::process::Child, std::fs::File)> {
     drop(r);
     Ok((child, w))
 }
+
+/// Why the run stopped, and the traced command's exit code.
+struct Stopped {
+    why: String,
+    code: i32,
+}
+
+/// The event loop: reads the ring in bounded batches and checks, between batches, the
+/// signals, the duration and the command's exit, so a stop is honoured at any event rate.
+async fn event_loop(
+    ring: &mut AsyncRing,
+    handle: &mut impl FnMut(&[u8]),
+    duration: Option<Duration>,
+    child: &mut Option<std::process::Child>,
+) -> Result<Stopped> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
+    tokio::pin!(deadline);
+    let mut watchdog = tokio::time::interval(Duration::from_millis(250));
+    watchdog.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut child_check = tokio::time::interval(Duration::from_millis(100));
+    child_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => return Ok(Stopped { why: "SIGINT".into(), code: 0 }),
+            _ = sigterm.recv() => return Ok(Stopped { why: "SIGTERM".into(), code: 0 }),
+            _ = &mut deadline, if duration.is_some() => {
+                return Ok(Stopped { why: "the duration elapsed".into(), code: 0 });
+            }
+            _ = child_check.tick(), if child.is_some() => {
+                if let Some(c) = child.as_mut()
+                    && let Some(st) = c.try_wait()?
+                {
+                    // Give in-flight completions (kworkers) a moment, then stop.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let why = format!("the command exited (pid {}, {st})", c.id());
+                    return Ok(Stopped { why, code: st.code().unwrap_or(1) });
+                }
+            }
+            // A wakeup can be missed while the reader waits on a record being written.
+            _ = watchdog.tick() => { ring.drain_now(&mut *handle); }
+            r = ring.next_batch(&mut *handle) => { r?; }
+        }
+    }
+}
+
+/// Detaches the programs, then reads the ring until every record they committed is read
+/// (or a deadline passes); returns the final counters and what was left in the ring.
+async fn shutdown(
+    loaded: crate::attach::Loaded,
+    ring: &mut AsyncRing,
+    handle: &mut impl FnMut(&[u8]),
+    tally: &std::cell::RefCell<Tally>,
+) -> Result<(Vec<u64>, Leftover)> {
+    let counters = loaded.detach_keep_counters()?;
+    let pending = || counters.read().map(|c| tally.borrow().pending(&c)).unwrap_or(0);
+    let left = ring.finish(&mut *handle, pending, HELD_DEADLINE).await;
+    Ok((counters.read()?, left))
+}
+
+/// How long shutdown waits for records still being written after the programs detach.
+const HELD_DEADLINE: Duration = Duration::from_secs(1);
 
 pub fn run(mut opts: TraceOptions) -> Result<i32> {
     if let Err(msg) = crate::privilege::check() {
@@ -111,114 +179,66 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     );
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut delivered = 0u64;
-    let mut undecodable = 0u64;
-    // Records read from the ring (decodable or not): at shutdown, compared with what the
-    // programs committed.
-    let records = std::cell::Cell::new(0u64);
+    let tally = std::cell::RefCell::new(Tally::default());
     let mut sink_err: Option<std::io::Error> = None;
     let mut kept: Vec<crate::event::Event> = Vec::new();
     let keep = opts.story.is_some();
-    let exit_code = rt.block_on(async {
+    let (stopped, final_counts, left, waits) = rt.block_on(async {
         let mut ring = ring.into_async()?;
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
-        let deadline = opts.duration.map(|d| tokio::time::Instant::now() + d);
-        let mut child_handle = child.map(|(c, release)| {
-            let mut release = release;
+        let mut child_handle = child.map(|(c, mut release)| {
             let _ = release.write_all(b"\n"); // lets the child run
             c
         });
         let mut handle = |b: &[u8]| {
-            records.set(records.get() + 1);
-            match decode::decode(b) {
-                Ok(raw) => {
-                    if let Some(ev) = enricher.event(&raw) {
-                        let ev = correlator.feed(ev);
-                        delivered += 1;
-                        for s in opts.sinks.iter_mut() {
-                            if let Err(e) = s.event(&ev) {
-                                sink_err.get_or_insert(e);
-                            }
-                        }
-                        if keep {
-                            kept.push(ev);
-                        }
-                    }
+            let hdr = decode::header(b);
+            let mut t = tally.borrow_mut();
+            t.read(hdr.as_ref());
+            let Ok(raw) = decode::decode(b) else {
+                t.undecodable(hdr.as_ref());
+                return;
+            };
+            let Some(ev) = enricher.event(&raw) else {
+                t.enrich_dropped(raw.header());
+                return;
+            };
+            t.delivered(raw.header());
+            let ev = correlator.feed(ev);
+            for s in opts.sinks.iter_mut() {
+                if let Err(e) = s.event(&ev) {
+                    sink_err.get_or_insert(e);
                 }
-                Err(_) => undecodable += 1,
+            }
+            if keep {
+                kept.push(ev);
             }
         };
-        let mut code = 0;
-        let stop: String;
-        loop {
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                r = ring.next_batch(&mut handle) => { r?; }
-                // Watchdog: a record whose producer never commits it sends no wakeup.
-                _ = tokio::time::sleep(Duration::from_millis(250)) => { ring.drain_now(&mut handle); }
-                _ = sigint.recv() => { stop = "SIGINT".into(); break }
-                _ = sigterm.recv() => { stop = "SIGTERM".into(); break }
-                _ = sleep => { stop = "the duration elapsed".into(); break }
-                _ = tokio::time::sleep(Duration::from_millis(100)), if child_handle.is_some() => {
-                    if let Some(c) = child_handle.as_mut()
-                        && let Some(st) = c.try_wait()?
-                    {
-                        code = st.code().unwrap_or(1);
-                        stop = format!("the command exited (pid {}, {st})", c.id());
-                        // Give in-flight completions (kworkers) a moment, then stop.
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        break;
-                    }
-                }
-            }
-        }
+        let stopped = event_loop(&mut ring, &mut handle, opts.duration, &mut child_handle).await?;
         let still = child_handle.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
         match still {
-            Some(pid) => eprintln!("rdma-trace: stopped on {stop}; the command (pid {pid}) is still running"),
-            None => eprintln!("rdma-trace: stopped on {stop}"),
+            Some(pid) => {
+                eprintln!("rdma-trace: stopped on {}; the command (pid {pid}) is still running", stopped.why)
+            }
+            None => eprintln!("rdma-trace: stopped on {}", stopped.why),
         }
-        // Detach, let programs in flight finish, then read to the last committed record.
-        let counters = loaded.detach_keep_counters()?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let final_counts = counters.read()?;
-        let expected = stats::committed(&final_counts);
-        ring.drain_all(&mut handle, || records.get(), expected, Duration::from_secs(3)).await;
-        let stuck = ring.stuck().clone();
-        if stuck.skipped > 0 {
-            let what = stuck
-                .first
-                .as_deref()
-                .and_then(|b| decode::decode(b).ok())
-                .map(|r| {
-                    let h = r.header();
-                    let slot = planning.plan.by_slot(h.slot as usize).map(|p| p.spec.id).unwrap_or("?");
-                    format!("first: kind {} slot {} ({slot}) pid {} tid {}", h.kind, h.slot, h.tgid, h.tid)
-                })
-                .unwrap_or_else(|| "first: header not yet written".into());
-            eprintln!(
-                "rdma-trace: {} records stayed uncommitted in the ring for over {} ms and were skipped ({what})",
-                stuck.skipped,
-                crate::source::STUCK_AFTER.as_millis()
-            );
-        }
-        let missing = expected.saturating_sub(records.get() + stuck.skipped);
-        if missing > 0 {
-            eprintln!("rdma-trace: {missing} events committed by the kernel never reached the reader (still being written at exit)");
-        }
-        Ok::<(i32, Vec<u64>), anyhow::Error>((code, final_counts))
+        let (counts, left) = shutdown(loaded, &mut ring, &mut handle, &tally).await?;
+        Ok::<_, anyhow::Error>((stopped, counts, left, ring.waits().clone()))
     })?;
-    let (exit_code, final_counts) = exit_code;
     for s in opts.sinks.iter_mut() {
         s.flush()?;
     }
-    let st = stats::per_site(&planning.plan, &final_counts);
-    eprint!("{}", stats::summary(&st, delivered, undecodable));
+    let tally = tally.into_inner();
+    let (forks, forks_unwatched) = stats::forks(&final_counts);
+    let account = stats::RunAccount {
+        sites: stats::per_site(&planning.plan, &final_counts, &tally),
+        headerless: tally.headerless,
+        reader_waits: waits.records,
+        reader_longest_wait_ns: waits.longest.as_nanos() as u64,
+        uncommitted_at_exit: left.uncommitted,
+        blocked_at_exit: left.blocked,
+        forks,
+        forks_unwatched,
+    };
+    eprint!("{}", account.summary());
     std::io::stderr().flush().ok();
     if let Some(e) = sink_err {
         bail!("writing events failed: {e}");
@@ -231,5 +251,5 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         let story = crate::correlate::story::build(&kept, &steps);
         print!("{}", crate::report::text(&story, &kept, &steps));
     }
-    Ok(exit_code)
+    Ok(stopped.code)
 }

@@ -32,8 +32,9 @@ fn every_program_passes_the_verifier() {
     let mut loaded = Loaded::new(1 << 16).expect("object loads");
     let names = loaded.program_names();
     // The kprobe and kretprobe shared by the kernel slots, 2 tracepoint slots, 2 syscall
-    // tracepoints and the fork follower, the uprobe and uretprobe shared by the user slots.
-    assert_eq!(names.len(), 9, "programs: {names:?}");
+    // tracepoints, the fork and exit followers, the uprobe and uretprobe shared by the
+    // user slots.
+    assert_eq!(names.len(), 10, "programs: {names:?}");
     let mut failures = Vec::new();
     for n in &names {
         if let Err(e) = loaded.load_program(n) {
@@ -170,16 +171,26 @@ fn forced_ring_loss_is_counted_exactly() {
     let hits = c[SITE_SYS_ENTER * COUNTERS + CNT_HITS] + c[SITE_SYS_EXIT * COUNTERS + CNT_HITS];
     let lost =
         c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
-    let delivered = ring_records(&mut loaded, 4096).len() as u64;
+    let mut tally = rdma_trace::stats::Tally::default();
+    let recs = ring_records(&mut loaded, 4096);
+    for r in &recs {
+        tally.read(Some(r.header()));
+        tally.delivered(r.header());
+    }
+    let delivered = recs.len() as u64;
     assert_eq!(hits, produced, "every call was seen");
     assert!(
         lost > 0 && delivered > 0,
         "a one-page ring must both deliver and drop (delivered {delivered}, lost {lost})"
     );
     assert_eq!(lost, produced - delivered, "the drop count is exact");
-    let stats = rdma_trace::stats::per_site(&Default::default(), &c);
+    let stats = rdma_trace::stats::per_site(&Default::default(), &c, &tally);
     let shown: u64 = stats.iter().map(|s| s.lost()).sum();
     assert_eq!(shown, lost, "what the user is shown equals what was lost");
+    for s in &stats {
+        assert_eq!(s.hits, s.delivered + s.lost(), "{s:?}");
+        assert_eq!(s.held, 0, "{s:?}");
+    }
 }
 
 #[test]
