@@ -2,6 +2,7 @@
 //! programs. aya types do not leave this module (and `source.rs`, which owns the ring).
 
 use crate::select::{Plan, Planned};
+use crate::stats::ProgramCost;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{KProbe, Program, TracePoint, UProbe};
@@ -41,6 +42,37 @@ pub struct Outcome {
     pub module: String,
     pub attached: Result<(), String>,
     pub took: Duration,
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` on a program fd. `struct bpf_prog_info` (UAPI, append-only):
+/// run_time_ns, run_cnt and recursion_misses are its u64 words 24, 25 and 26.
+fn prog_info(fd: i32, name: &str) -> Option<ProgramCost> {
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut info = [0u64; 28];
+    let mut attr =
+        InfoAttr { bpf_fd: fd as u32, info_len: size_of_val(&info) as u32, info: info.as_mut_ptr() as u64 };
+    // SAFETY: bpf(2) with a valid attr of the size given, pointing at a buffer of
+    // `info_len` bytes that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut attr as *mut InfoAttr,
+            size_of::<InfoAttr>() as libc::c_uint,
+        )
+    };
+    (r == 0).then(|| ProgramCost {
+        name: name.to_string(),
+        run_time_ns: info[24],
+        run_cnt: info[25],
+        recursion_misses: info[26],
+    })
 }
 
 /// The per-site counters of a detached object (see `Loaded::detach_keep_counters`).
@@ -262,6 +294,23 @@ impl Loaded {
         )
         .map_err(map_err("STATS"))?;
         sum_counters(&m)
+    }
+
+    /// The kernel's own figures for every loaded program (`bpf_prog_info`): runs and run
+    /// time (counted while `kernel.bpf_stats_enabled` is on) and recursion misses (runs
+    /// the kernel skipped because another BPF program was running on that CPU: events that
+    /// no counter of ours can see).
+    pub fn program_costs(&self) -> Vec<ProgramCost> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let mut out = Vec::new();
+        for (name, prog) in self.ebpf.programs() {
+            let Ok(fd) = prog.fd() else { continue };
+            if let Some(c) = prog_info(fd.as_fd().as_raw_fd(), name) {
+                out.push(c);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// Detaches every program and closes the object, keeping only the counters: after this

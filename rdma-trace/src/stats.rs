@@ -175,6 +175,18 @@ pub fn forks(counters: &[u64]) -> (u64, u64) {
     (at(CNT_HITS), at(CNT_NO_SCRATCH))
 }
 
+/// One eBPF program's figures from the kernel (`bpf_prog_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramCost {
+    pub name: String,
+    /// Runs and their total time: counted only while `kernel.bpf_stats_enabled` is on.
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped because another BPF program was running on that CPU: their
+    /// events never reached the program, so no per-probe counter saw them.
+    pub recursion_misses: u64,
+}
+
 /// The account of a whole run, printed at its end.
 #[derive(Clone, Debug, Default)]
 pub struct RunAccount {
@@ -188,6 +200,7 @@ pub struct RunAccount {
     pub blocked_at_exit: u64,
     pub forks: u64,
     pub forks_unwatched: u64,
+    pub programs: Vec<ProgramCost>,
 }
 
 impl RunAccount {
@@ -196,7 +209,12 @@ impl RunAccount {
     }
 
     pub fn lost(&self) -> u64 {
-        self.sites.iter().map(SiteStats::lost).sum::<u64>() + self.headerless
+        self.sites.iter().map(SiteStats::lost).sum::<u64>() + self.headerless + self.kernel_misses()
+    }
+
+    /// Program runs the kernel skipped (not attributable to one probe: programs are shared).
+    pub fn kernel_misses(&self) -> u64 {
+        self.programs.iter().map(|p| p.recursion_misses).sum()
     }
 
     /// The summary: totals, the loss by reason, then one row per probe that saw anything.
@@ -213,6 +231,12 @@ impl RunAccount {
         }
         if self.headerless > 0 {
             reasons.push(("without a header", self.headerless));
+        }
+        if self.kernel_misses() > 0 {
+            reasons.push((
+                "skipped by the kernel (another BPF program was running on the CPU)",
+                self.kernel_misses(),
+            ));
         }
         if !reasons.is_empty() {
             let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
@@ -255,9 +279,25 @@ impl RunAccount {
         }
         if self.uncommitted_at_exit > 0 {
             s.push_str(&format!(
-                "  at exit {} records were still being written, {} committed records behind them\n",
+                "  at exit {} records were never committed ({} committed records behind them could not be read)\n",
                 self.uncommitted_at_exit, self.blocked_at_exit
             ));
+        }
+        for p in &self.programs {
+            if p.recursion_misses > 0 {
+                s.push_str(&format!(
+                    "  program {}: {} runs skipped by the kernel\n",
+                    p.name, p.recursion_misses
+                ));
+            }
+            if p.run_cnt > 0 && p.run_time_ns > 0 {
+                s.push_str(&format!(
+                    "  program {}: {} runs, {} ns per run (kernel BPF stats)\n",
+                    p.name,
+                    p.run_cnt,
+                    p.run_time_ns / p.run_cnt
+                ));
+            }
         }
         if self.forks_unwatched > 0 {
             s.push_str(&format!(

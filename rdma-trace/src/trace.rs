@@ -114,11 +114,12 @@ async fn shutdown(
     ring: &mut AsyncRing,
     handle: &mut impl FnMut(&[u8]),
     tally: &std::cell::RefCell<Tally>,
-) -> Result<(Vec<u64>, Leftover)> {
+) -> Result<(Vec<u64>, Leftover, Vec<stats::ProgramCost>)> {
+    let programs = loaded.program_costs();
     let counters = loaded.detach_keep_counters()?;
     let pending = || counters.read().map(|c| tally.borrow().pending(&c)).unwrap_or(0);
     let left = ring.finish(&mut *handle, pending, HELD_DEADLINE).await;
-    Ok((counters.read()?, left))
+    Ok((counters.read()?, left, programs))
 }
 
 /// How long shutdown waits for records still being written after the programs detach.
@@ -183,7 +184,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
     let mut sink_err: Option<std::io::Error> = None;
     let mut kept: Vec<crate::event::Event> = Vec::new();
     let keep = opts.story.is_some();
-    let (stopped, final_counts, left, waits) = rt.block_on(async {
+    let (stopped, final_counts, left, waits, programs) = rt.block_on(async {
         let mut ring = ring.into_async()?;
         let mut child_handle = child.map(|(c, mut release)| {
             let _ = release.write_all(b"\n"); // lets the child run
@@ -220,8 +221,8 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
             }
             None => eprintln!("rdma-trace: stopped on {}", stopped.why),
         }
-        let (counts, left) = shutdown(loaded, &mut ring, &mut handle, &tally).await?;
-        Ok::<_, anyhow::Error>((stopped, counts, left, ring.waits().clone()))
+        let (counts, left, programs) = shutdown(loaded, &mut ring, &mut handle, &tally).await?;
+        Ok::<_, anyhow::Error>((stopped, counts, left, ring.waits().clone(), programs))
     })?;
     for s in opts.sinks.iter_mut() {
         s.flush()?;
@@ -237,6 +238,7 @@ pub fn run(mut opts: TraceOptions) -> Result<i32> {
         blocked_at_exit: left.blocked,
         forks,
         forks_unwatched,
+        programs,
     };
     eprint!("{}", account.summary());
     std::io::stderr().flush().ok();

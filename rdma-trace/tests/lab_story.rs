@@ -39,7 +39,7 @@ fn trace_command_status(
     let stderr = std::fs::read_to_string(&err).unwrap();
     let summary = stderr.lines().find(|l| l.contains(" events delivered")).unwrap_or("");
     assert!(summary.ends_with(" 0 lost"), "{stderr}");
-    for bad in ["held past shutdown", "still being written"] {
+    for bad in ["held past shutdown", "never committed", "counter error"] {
         assert!(!stderr.contains(bad), "{bad}:\n{stderr}");
     }
     (st, stderr, parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses"))

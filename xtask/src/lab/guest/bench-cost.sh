@@ -1,0 +1,74 @@
+#!/bin/bash
+# What tracing costs a verbs program, side by side in one boot (the machine is noisy: only
+# ratios within one run mean anything). Run with:
+#   cargo build --release -p rdma-trace
+#   cargo xtask lab --run xtask/src/lab/guest/bench-cost.sh [--kernel trixie]
+# Optional: copy another build to target/lab/bin/rdma-trace-base to compare against it.
+#
+# Each configuration runs the companion workload in a loop (eight 4 KiB MRs registered and
+# deregistered per run, CQ events) for $SECS seconds and counts completed runs; with
+# kernel.bpf_stats_enabled the kernel's own per-program figures (run_cnt, run_time_ns)
+# are read with bpftool while the tracer is still attached.
+set -u
+SECS=${BENCH_SECS:-20}
+OUT=${RDMA_TRACE_LAB_OUT:-/tmp}/bench-cost
+mkdir -p "$OUT"
+WL=/mnt/host/bin/rdma-trace-workload
+NEW=/mnt/host/bin/rdma-trace
+BASE=/mnt/host/bin/rdma-trace-base
+sysctl -qw kernel.bpf_stats_enabled=1
+
+runs() { grep -c "run [0-9]* ok" "$1" 2>/dev/null || echo 0; }
+
+# One configuration: $1 name, then the tracer command (empty for none).
+bench() {
+  local name=$1
+  shift
+  local tp= bt=
+  if [ "$#" -gt 0 ]; then
+    "$@" >/dev/null 2>"$OUT/$name.tracer.err" &
+    tp=$!
+    for _ in $(seq 600); do
+      grep -q "rdma-trace: tracing\|ready" "$OUT/$name.tracer.err" 2>/dev/null && break
+      sleep 0.2
+    done
+  fi
+  timeout -s INT "$SECS" "$WL" --mr-sizes 4K,4K,4K,4K,4K,4K,4K,4K --iterations 4 --loop \
+    --announce /dev/null 2>"$OUT/$name.workload.err"
+  bpftool prog show >"$OUT/$name.progs.txt" 2>&1
+  if [ -n "$tp" ]; then
+    kill -INT "$tp"
+    wait "$tp"
+  fi
+  echo "$name $(runs "$OUT/$name.workload.err")" >>"$OUT/runs.txt"
+}
+
+: >"$OUT/runs.txt"
+bench none
+bench rdma-trace "$NEW" trace -q
+[ -x "$BASE" ] && bench rdma-trace-base "$BASE" trace -q
+cat >/tmp/bench.bt <<'EOF'
+BEGIN { printf("ready\n"); }
+kprobe:ib_uverbs_mmap, kprobe:rxe_reg_user_mr, kprobe:ib_umem_release, kprobe:ib_uverbs_comp_handler,
+kprobe:rxe_mmap, kprobe:rxe_create_cq, kprobe:ib_uverbs_comp_event_read { @[probe] = count(); }
+EOF
+bench bpftrace bpftrace /tmp/bench.bt
+
+none=$(awk '$1 == "none" { print $2 }' "$OUT/runs.txt")
+echo "== workload runs in ${SECS} s (ratio = untraced / traced: the slowdown) =="
+while read -r name n; do
+  awk -v n="$n" -v b="$none" -v name="$name" \
+    'BEGIN { printf "%-16s %6d runs  slowdown %.2fx\n", name, n, (n > 0 ? b / n : 0) }'
+done <"$OUT/runs.txt"
+echo "== per program, kernel BPF stats (ns per run) =="
+for f in "$OUT"/*.progs.txt; do
+  name=${f##*/}
+  name=${name%.progs.txt}
+  awk -v cfg="$name" '
+    /^[0-9]+: / { prog = $4 }
+    /run_time_ns/ {
+      for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
+      if (c > 0) printf "%-16s %-22s %9d runs %8.0f ns/run\n", cfg, prog, c, t / c
+    }' "$f"
+done
+exit 0
