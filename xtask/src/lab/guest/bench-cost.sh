@@ -7,8 +7,8 @@
 #
 # Each configuration runs the companion workload in a loop (eight 4 KiB MRs registered and
 # deregistered per run, CQ events) for $SECS seconds and counts completed runs; with
-# kernel.bpf_stats_enabled the kernel's own per-program figures (run_cnt, run_time_ns)
-# are read with bpftool while the tracer is still attached.
+# kernel.bpf_stats_enabled on, rdma-trace's summary gives the kernel's own per-program
+# figures (run_cnt, run_time_ns from bpf_prog_info) for its programs.
 set -u
 SECS=${BENCH_SECS:-20}
 OUT=${RDMA_TRACE_LAB_OUT:-/tmp}/bench-cost
@@ -26,7 +26,7 @@ bench() {
   shift
   local tp= bt=
   if [ "$#" -gt 0 ]; then
-    "$@" >/dev/null 2>"$OUT/$name.tracer.err" &
+    "$@" >"$OUT/$name.tracer.err" 2>&1 &
     tp=$!
     for _ in $(seq 600); do
       grep -q "rdma-trace: tracing\|ready" "$OUT/$name.tracer.err" 2>/dev/null && break
@@ -35,7 +35,6 @@ bench() {
   fi
   timeout -s INT "$SECS" "$WL" --mr-sizes 4K,4K,4K,4K,4K,4K,4K,4K --iterations 4 --loop \
     --announce /dev/null 2>"$OUT/$name.workload.err"
-  bpftool prog show >"$OUT/$name.progs.txt" 2>&1
   if [ -n "$tp" ]; then
     kill -INT "$tp"
     wait "$tp"
@@ -60,15 +59,9 @@ while read -r name n; do
   awk -v n="$n" -v b="$none" -v name="$name" \
     'BEGIN { printf "%-16s %6d runs  slowdown %.2fx\n", name, n, (n > 0 ? b / n : 0) }'
 done <"$OUT/runs.txt"
-echo "== per program, kernel BPF stats (ns per run) =="
-for f in "$OUT"/*.progs.txt; do
+echo "== per program, kernel BPF stats =="
+for f in "$OUT"/rdma-trace*.tracer.err; do
   name=${f##*/}
-  name=${name%.progs.txt}
-  awk -v cfg="$name" '
-    /^[0-9]+: / { prog = $4 }
-    /run_time_ns/ {
-      for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
-      if (c > 0) printf "%-16s %-22s %9d runs %8.0f ns/run\n", cfg, prog, c, t / c
-    }' "$f"
+  grep "program .* per run" "$f" | sed "s|^ *|${name%.tracer.err}: |"
 done
 exit 0
