@@ -46,7 +46,8 @@ pub const CNT_RINGBUF_FULL: usize = 1;
 pub const CNT_READ_FAILED: usize = 2;
 /// The kernel stack could not be captured (the event is kept without it).
 pub const CNT_STACK_FAILED: usize = 3;
-/// No scratch record could be had (uprobe scratch table full): the event is lost.
+/// No scratch record could be had (the per-CPU scratch lookup failed; at the fork
+/// follower: the watch table was full): the event is lost.
 pub const CNT_NO_SCRATCH: usize = 4;
 /// Nanoseconds spent building records (reads, stack) before they were written to the
 /// ring: the sum, the largest one, and how many took over `SLOW_BUILD_NS`. Records are
@@ -110,6 +111,19 @@ const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 40 + 64 + 8 + 256);
 /// A probe record is written without the unused part of its stack: this fixed part plus
 /// `stack_len` bytes.
 pub const PROBE_FIXED_LEN: usize = 40 + 64 + 8;
+
+/// The fixed part of a `ProbeEvent` (same layout as its first `PROBE_FIXED_LEN` bytes):
+/// a record without a stack. Uprobe programs build it on their own BPF stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeHead {
+    pub hdr: EventHeader,
+    pub vals: [u64; MAX_FETCH],
+    pub stack_len: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<ProbeHead>() == PROBE_FIXED_LEN);
+const _: () = assert!(core::mem::offset_of!(ProbeEvent, stack) == PROBE_FIXED_LEN);
 
 /// A syscall of a watched process: enter carries the arguments, exit the return value
 /// in `args[0]`.

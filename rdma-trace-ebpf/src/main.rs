@@ -13,12 +13,12 @@
 //! ring-buffer failures, scratch shortage, failed field reads, failed stack captures,
 //! and the time spent building records.
 //!
-//! No program holds a ring-buffer reservation while it works. A record is built in a
-//! scratch buffer (per CPU for kernel-context programs, which run with preemption off and
-//! never nest; per thread for uprobe programs, which the kernel may preempt: two of them
-//! can interleave on one CPU) and written with one `bpf_ringbuf_output`. A reservation
-//! held across reads and a stack walk made every record behind it wait while its
-//! producer was preempted (seen on 7.x full-preemption kernels).
+//! No program holds a ring-buffer reservation while it works. A record is built first and
+//! written with one `bpf_ringbuf_output`: kernel-context programs (preemption off, never
+//! nested on a CPU) build in a per-CPU scratch record; uprobe programs, which the kernel
+//! may preempt (two can interleave on one CPU), build their stackless record on their own
+//! BPF stack. A reservation held across reads and a stack walk made every record behind
+//! it wait while its producer was preempted (seen on 7.x full-preemption kernels).
 #![no_std]
 #![no_main]
 // Atomic adds: the BPF target has no `AtomicU64::fetch_add`; the intrinsic lowers to the
@@ -37,6 +37,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
+use core::ptr::read_volatile;
 use rdma_trace_common::*;
 
 /// Default 4 MiB; userspace may resize it at load time.
@@ -60,15 +61,6 @@ static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 static KSCRATCH: PerCpuArray<ProbeEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SSCRATCH: PerCpuArray<SyscallEvent> = PerCpuArray::with_max_entries(1, 0);
-
-/// Scratch records of uprobe programs, one per running thread (key: pid_tgid). Uprobe
-/// programs run preemptible, so per-CPU scratch would be shared between two of them.
-#[map]
-static USCRATCH: HashMap<u64, ProbeEvent> = HashMap::with_max_entries(4096, 0);
-
-/// A zeroed record, the initial value of a thread's scratch entry (never written).
-#[map]
-static ZERO: Array<ProbeEvent> = Array::with_max_entries(1, 0);
 
 /// Watched syscall numbers.
 #[map]
@@ -143,17 +135,6 @@ fn emit<T>(site: usize, rec: *const T, len: usize) {
     }
 }
 
-/// This program run's scratch record: per CPU for kernel context, per thread for uprobes.
-#[inline(always)]
-fn probe_scratch(user: bool, pid_tgid: u64) -> Option<*mut ProbeEvent> {
-    if !user {
-        return KSCRATCH.get_ptr_mut(0);
-    }
-    let zero = ZERO.get(0)?;
-    USCRATCH.insert(pid_tgid, zero, 0).ok()?;
-    USCRATCH.get_ptr_mut(pid_tgid)
-}
-
 #[inline(always)]
 fn header(kind: u8, slot: u8) -> EventHeader {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -200,10 +181,10 @@ fn derefable(p: u64) -> bool {
 }
 
 #[inline(always)]
-fn read_sized(addr: u64, size: u8, user: bool) -> Result<u64, i32> {
+fn read_sized<const USER: bool>(addr: u64, size: u8) -> Result<u64, i32> {
     // SAFETY: reads go through the probe-read helpers, which fault safely.
     unsafe {
-        if user {
+        if USER {
             return match size {
                 1 => bpf_probe_read_user(addr as *const u8).map(u64::from),
                 2 => bpf_probe_read_user(addr as *const u16).map(u64::from),
@@ -227,7 +208,7 @@ enum Fetched {
 }
 
 #[inline(always)]
-fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
+fn follow<const USER: bool>(base: u64, f: &Fetch) -> Fetched {
     let hops = f.hops as usize;
     if hops == 0 {
         return Fetched::Value(base);
@@ -242,7 +223,7 @@ fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
         }
         let at = addr.wrapping_add(f.offsets[h] as u64);
         let size = if h + 1 == hops { f.size } else { 8 };
-        match read_sized(at, size, user) {
+        match read_sized::<USER>(at, size) {
             Ok(v) => addr = v,
             Err(_) => return Fetched::Failed,
         }
@@ -250,23 +231,67 @@ fn follow(base: u64, f: &Fetch, user: bool) -> Fetched {
     Fetched::Value(addr)
 }
 
-/// Fills `ev` from the slot's fetch plan (and the kernel stack); returns true if a read failed.
+/// Sets bit `i` of a mask in a record.
 ///
 /// # Safety
-/// `ev` points at a scratch record owned by this program run.
+/// `m` is valid for reads and writes.
 #[inline(always)]
-unsafe fn fill(
-    ev: *mut ProbeEvent,
+unsafe fn mark<const STACK: bool>(m: *mut u8, i: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { put::<STACK, u8>(m, read_volatile(m) | (1 << i)) };
+}
+
+/// A store into a record: through a helper copy when the record is on the program's stack
+/// (`STACK`), a plain store into map memory otherwise (the verifier does not track it).
+///
+/// # Safety
+/// `dst` is valid for writes of a `T`.
+#[inline(always)]
+unsafe fn put<const STACK: bool, T: Copy>(dst: *mut T, v: T) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if STACK {
+            store(dst, v);
+        } else {
+            core::ptr::write_volatile(dst, v);
+        }
+    }
+}
+
+/// Stores `v` at `dst` through a helper copy: the verifier then treats the destination as
+/// unknown bytes instead of tracking each value (a record on the program's stack, filled
+/// with plain stores, multiplied its states past its limit).
+///
+/// # Safety
+/// `dst` is valid for writes of a `T`.
+#[inline(always)]
+unsafe fn store<T: Copy>(dst: *mut T, v: T) {
+    // SAFETY: the caller's contract; the source is a local.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            dst.cast(),
+            size_of::<T>() as u32,
+            (&v as *const T).cast(),
+        )
+    };
+}
+
+/// Fills a record's fixed part from the slot's fetch plan; returns true if a read failed.
+///
+/// # Safety
+/// `h` points at a record owned by this program run.
+#[inline(always)]
+unsafe fn fill<const USER: bool>(
+    h: *mut ProbeHead,
     plan: &SlotPlan,
-    ctx: &impl EbpfContext,
     src: impl Fn(u8) -> Result<u64, i32>,
 ) -> bool {
     let mut failed = false;
-    // SAFETY: the caller's contract; every field is written (the stack up to `stack_len`).
+    // SAFETY: the caller's contract.
     unsafe {
-        (*ev).vals = [0; MAX_FETCH];
-        (*ev)._pad = 0;
-        (*ev).stack_len = 0;
+        (*h).vals = [0; MAX_FETCH];
+        (*h)._pad = 0;
+        (*h).stack_len = 0;
         let n = plan.n as usize;
         for i in 0..MAX_FETCH {
             if i >= n {
@@ -276,35 +301,86 @@ unsafe fn fill(
             let base = match src(f.src) {
                 Ok(v) => v,
                 Err(_) => {
-                    (*ev).hdr.fail_mask |= 1 << i;
+                    mark::<USER>(&raw mut (*h).hdr.fail_mask, i);
                     failed = true;
                     continue;
                 }
             };
-            match follow(base, f, plan.user != 0) {
-                Fetched::Value(v) => (*ev).vals[i] = v,
+            match follow::<USER>(base, f) {
+                Fetched::Value(v) => put::<USER, u64>(&raw mut (*h).vals[i], v),
                 Fetched::Skipped(v) => {
-                    (*ev).vals[i] = v;
-                    (*ev).hdr.skip_mask |= 1 << i;
+                    put::<USER, u64>(&raw mut (*h).vals[i], v);
+                    mark::<USER>(&raw mut (*h).hdr.skip_mask, i);
                 }
                 Fetched::Failed => {
-                    (*ev).hdr.fail_mask |= 1 << i;
+                    mark::<USER>(&raw mut (*h).hdr.fail_mask, i);
                     failed = true;
                 }
-            }
-        }
-        if plan.stack != 0 {
-            let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
-            if r > 0 {
-                (*ev).stack_len = r as u32;
             }
         }
     }
     failed
 }
 
+/// A kernel-context probe hit: built in this CPU's scratch record (with the stack).
 #[inline(always)]
-fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> Result<u64, i32>) {
+fn kernel_probe_hit(
+    site: usize,
+    slot: usize,
+    kind: u8,
+    plan: &SlotPlan,
+    ctx: &impl EbpfContext,
+    src: impl Fn(u8) -> Result<u64, i32>,
+) {
+    let Some(ev) = KSCRATCH.get_ptr_mut(0) else {
+        count(site, CNT_NO_SCRATCH);
+        return;
+    };
+    // SAFETY: this CPU's scratch record: kernel-context programs run with preemption off
+    // and never nest on a CPU, so nothing else writes it until this run ends. The fixed
+    // part of a ProbeEvent is laid out as a ProbeHead (asserted in the common crate).
+    let stack_len = unsafe {
+        (*ev).hdr = header(kind, slot as u8);
+        if fill::<false>(ev.cast::<ProbeHead>(), plan, src) {
+            count(site, CNT_READ_FAILED);
+        }
+        if plan.stack != 0 {
+            let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
+            if r > 0 {
+                (*ev).stack_len = r as u32;
+            } else {
+                count(site, CNT_STACK_FAILED);
+            }
+        }
+        count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
+        (*ev).stack_len as usize
+    };
+    emit(site, ev, PROBE_FIXED_LEN + stack_len);
+}
+
+/// A uprobe hit: built on this program run's own stack (uprobe programs are preemptible:
+/// any shared scratch could be written by another run meanwhile), without a kernel stack.
+#[inline(always)]
+fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl Fn(u8) -> Result<u64, i32>) {
+    let mut head = ProbeHead { hdr: header(kind, slot as u8), vals: [0; MAX_FETCH], stack_len: 0, _pad: 0 };
+    // SAFETY: `head` is this run's own record.
+    if unsafe { fill::<true>(&mut head, plan, src) } {
+        count(site, CNT_READ_FAILED);
+    }
+    // SAFETY: ktime has no preconditions.
+    count_build(site, unsafe { bpf_ktime_get_ns() }.wrapping_sub(head.hdr.ts_ns));
+    emit(site, &head as *const ProbeHead, PROBE_FIXED_LEN);
+}
+
+/// A probe hit: kernel programs and uprobe programs are separate programs, so `USER` is
+/// known when each is compiled (one path each keeps the verifier's work small).
+#[inline(always)]
+fn probe_hit<const USER: bool>(
+    slot: usize,
+    kind: u8,
+    ctx: &impl EbpfContext,
+    src: impl Fn(u8) -> Result<u64, i32>,
+) {
     let site = if kind == KIND_PROBE_RETURN { return_site(slot) } else { slot };
     let Some(plan) = PLANS.get(site as u32) else {
         return;
@@ -313,40 +389,22 @@ fn probe_hit(slot: usize, kind: u8, ctx: &impl EbpfContext, src: impl Fn(u8) -> 
         return;
     }
     count(site, CNT_HITS);
-    let user = plan.user != 0;
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(ev) = probe_scratch(user, pid_tgid) else {
-        count(site, CNT_NO_SCRATCH);
-        return;
-    };
-    // SAFETY: `ev` is this run's scratch record (per CPU with preemption off, or this
-    // thread's own entry); nothing else writes it until this run ends.
-    let stack_len = unsafe {
-        (*ev).hdr = header(kind, slot as u8);
-        if fill(ev, plan, ctx, src) {
-            count(site, CNT_READ_FAILED);
-        }
-        if plan.stack != 0 && (*ev).stack_len == 0 {
-            count(site, CNT_STACK_FAILED);
-        }
-        count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
-        (*ev).stack_len as usize
-    };
-    emit(site, ev, PROBE_FIXED_LEN + stack_len);
-    if user {
-        let _ = USCRATCH.remove(pid_tgid);
+    if USER {
+        user_probe_hit(site, slot, kind, plan, src);
+    } else {
+        kernel_probe_hit(site, slot, kind, plan, ctx, src);
     }
 }
 
-fn on_entry(ctx: &ProbeContext, slot: usize) {
-    probe_hit(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
+fn on_entry<const USER: bool>(ctx: &ProbeContext, slot: usize) {
+    probe_hit::<USER>(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
         s if (SRC_ARG0..SRC_ARG0 + 8).contains(&s) => entry_arg(ctx, s - SRC_ARG0),
         _ => Err(-1),
     });
 }
 
-fn on_return(ctx: &RetProbeContext, slot: usize) {
-    probe_hit(slot, KIND_PROBE_RETURN, ctx, |src| match src {
+fn on_return<const USER: bool>(ctx: &RetProbeContext, slot: usize) {
+    probe_hit::<USER>(slot, KIND_PROBE_RETURN, ctx, |src| match src {
         SRC_RET => Ok(ctx.ret::<u64>()),
         _ => Err(-1),
     });
@@ -369,7 +427,7 @@ fn kernel_slot(ctx: &impl EbpfContext) -> Option<usize> {
 #[kprobe]
 pub fn kprobe_entry(ctx: ProbeContext) -> u32 {
     if let Some(slot) = kernel_slot(&ctx) {
-        on_entry(&ctx, slot);
+        on_entry::<false>(&ctx, slot);
     }
     0
 }
@@ -377,7 +435,7 @@ pub fn kprobe_entry(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn kprobe_return(ctx: RetProbeContext) -> u32 {
     if let Some(slot) = kernel_slot(&ctx) {
-        on_return(&ctx, slot);
+        on_return::<false>(&ctx, slot);
     }
     0
 }
@@ -390,7 +448,7 @@ pub fn uprobe_entry(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper reads the cookie of the link that ran this program.
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
     if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {
-        on_entry(&ctx, slot);
+        on_entry::<true>(&ctx, slot);
     }
     0
 }
@@ -400,14 +458,14 @@ pub fn uprobe_return(ctx: RetProbeContext) -> u32 {
     // SAFETY: as above.
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
     if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {
-        on_return(&ctx, slot);
+        on_return::<true>(&ctx, slot);
     }
     0
 }
 
 fn on_tracepoint(ctx: &TracePointContext, slot: usize) {
     let base = ctx.as_ptr() as u64;
-    probe_hit(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
+    probe_hit::<false>(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
         SRC_CTX => Ok(base),
         _ => Err(-1),
     });

@@ -95,7 +95,7 @@ pub struct SiteStats {
     pub delivered: u64,
     /// Lost: the ring buffer was full.
     pub ringbuf_full: u64,
-    /// Lost: no scratch record (uprobe scratch table full).
+    /// Lost: no scratch record (the per-CPU scratch lookup failed).
     pub no_scratch: u64,
     /// Lost: counted by the program but never read (still being written when the reader
     /// gave up at shutdown). Negative would mean more records than hits: a counting bug.

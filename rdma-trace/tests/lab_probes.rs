@@ -11,7 +11,6 @@ use common::*;
 use rdma_trace::event::{Event, EventKind, ExecContext, parse_jsonl};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -60,21 +59,6 @@ fn sample(pid: u32) -> Sample {
         .find_map(|l| l.strip_prefix("VmPin:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok());
     Sample { ts_ns, maps, vmpin_kb }
-}
-
-/// Runs a server, then a client a second later (spawned directly: their pids are the
-/// workloads' own; `wait_timeout` bounds them).
-fn pair(dir: &std::path::Path, name: &str, server: &[&str], client: &[&str]) -> (Child, Child) {
-    let s = spawn_logged(server[0], &server[1..], &dir.join(format!("{name}-server.log")));
-    std::thread::sleep(Duration::from_secs(1));
-    let c = spawn_logged(client[0], &client[1..], &dir.join(format!("{name}-client.log")));
-    (s, c)
-}
-
-fn finish(mut s: Child, mut c: Child, what: &str) {
-    let cs = wait_timeout(&mut c, 90);
-    let ss = wait_timeout(&mut s, 30);
-    assert!(cs.success() && ss.success(), "{what}: client {cs}, server {ss}");
 }
 
 fn run_session() -> Session {

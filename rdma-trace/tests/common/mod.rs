@@ -78,6 +78,22 @@ pub fn spawn_logged(cmd: &str, args: &[&str], log: &Path) -> Child {
         .unwrap_or_else(|e| panic!("cannot start {cmd}: {e}"))
 }
 
+/// Runs a server, then a client a second later (spawned directly: their pids are the
+/// workloads' own; `finish` bounds them).
+pub fn pair(dir: &Path, name: &str, server: &[&str], client: &[&str]) -> (Child, Child) {
+    let s = spawn_logged(server[0], &server[1..], &dir.join(format!("{name}-server.log")));
+    std::thread::sleep(Duration::from_secs(1));
+    let c = spawn_logged(client[0], &client[1..], &dir.join(format!("{name}-client.log")));
+    (s, c)
+}
+
+/// Waits for a client and its server; both must succeed.
+pub fn finish(mut s: Child, mut c: Child, what: &str) {
+    let cs = wait_timeout(&mut c, 120);
+    let ss = wait_timeout(&mut s, 30);
+    assert!(cs.success() && ss.success(), "{what}: client {cs}, server {ss}");
+}
+
 /// The umem pinning function of this kernel.
 pub fn umem_symbol() -> &'static str {
     let k = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
