@@ -34,7 +34,7 @@ use aya_ebpf::{
         generated::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use core::ptr::read_volatile;
@@ -61,6 +61,23 @@ static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 static KSCRATCH: PerCpuArray<ProbeEvent> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SSCRATCH: PerCpuArray<SyscallEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// Always empty. Since 6.13 the x86 JIT gives KPROBE-type programs that use 64+ bytes of
+/// stack one private stack per CPU; uprobe programs are KPROBE-type but preemptible, so two
+/// runs on one CPU shared it: one run's record was copied into another's reservation (seen
+/// on 7.3: a record duplicated, another lost). A program that may tail-call gets no private
+/// stack, so the uprobe programs try a tail call into this empty array first (it fails and
+/// they go on, on their task's own stack).
+#[map]
+static NO_PRIVATE_STACK: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// Keeps the verifier from giving this program a shared per-CPU stack (see
+/// `NO_PRIVATE_STACK`).
+#[inline(always)]
+fn own_stack(ctx: &impl EbpfContext) {
+    // SAFETY: a tail call into an empty program array fails and returns.
+    unsafe { NO_PRIVATE_STACK.tail_call(ctx, 0) };
+}
 
 /// Watched syscall numbers.
 #[map]
@@ -359,7 +376,8 @@ fn kernel_probe_hit(
 }
 
 /// A uprobe hit: built on this program run's own stack (uprobe programs are preemptible:
-/// any shared scratch could be written by another run meanwhile), without a kernel stack.
+/// any shared scratch could be written by another run meanwhile; and the program must not
+/// get a per-CPU private stack, see `own_stack`), without a kernel stack.
 #[inline(always)]
 fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl Fn(u8) -> Result<u64, i32>) {
     let mut head = ProbeHead { hdr: header(kind, slot as u8), vals: [0; MAX_FETCH], stack_len: 0, _pad: 0 };
@@ -445,6 +463,7 @@ const _: () = assert!(MAX_SLOTS == 16);
 /// All user-space probes share these two programs; the attach cookie is the slot id.
 #[uprobe]
 pub fn uprobe_entry(ctx: ProbeContext) -> u32 {
+    own_stack(&ctx);
     // SAFETY: the helper reads the cookie of the link that ran this program.
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
     if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {
@@ -455,6 +474,7 @@ pub fn uprobe_entry(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn uprobe_return(ctx: RetProbeContext) -> u32 {
+    own_stack(&ctx);
     // SAFETY: as above.
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as usize;
     if (MAX_SLOTS..TOTAL_SLOTS).contains(&slot) {

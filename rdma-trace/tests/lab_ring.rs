@@ -132,8 +132,8 @@ fn lab_ring_ten_runs_under_cpu_hogs_lose_and_hold_nothing() {
         std::fs::create_dir_all(&dir).unwrap();
         let (stderr, capture) = traced(&dir, &[]);
         let evs = parse_jsonl(&capture).expect("capture parses");
-        // A record written twice (two producers sharing one scratch record, seen on 7.3
-        // with a per-thread hash scratch) would hide a lost one from the counts.
+        // A record written twice (two preempted uprobe runs sharing the JIT's per-CPU
+        // private stack, seen on 7.3) would hide a lost one from the counts.
         let mut seen = std::collections::HashSet::new();
         for e in &evs {
             let key = (e.name.clone(), format!("{:?}", e.kind), e.tid, e.ts_ns);

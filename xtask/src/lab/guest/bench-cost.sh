@@ -45,6 +45,13 @@ bench() {
 : >"$OUT/runs.txt"
 bench none
 bench rdma-trace "$NEW" trace -q
+# The kernel probes alone (no libibverbs uprobes): what the verbs-call view costs.
+KERNEL_ONLY=()
+for id in umem_get rxe_reg_mr mlx5_reg_mr uverbs_mmap rxe_mmap mlx5_mmap mmap_io comp_handler \
+  rxe_create_cq mlx5_create_cq comp_event_read umem_release mr_dereg; do
+  KERNEL_ONLY+=(--probe "$id")
+done
+bench rdma-trace-kernel "$NEW" trace -q "${KERNEL_ONLY[@]}"
 [ -x "$BASE" ] && bench rdma-trace-base "$BASE" trace -q
 cat >/tmp/bench.bt <<'EOF'
 BEGIN { printf("ready\n"); }
