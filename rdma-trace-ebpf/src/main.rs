@@ -144,8 +144,8 @@ fn count_build(site: usize, ns: u64) {
 #[inline(always)]
 fn emit<T>(site: usize, rec: *const T, len: usize) {
     let len = if len > size_of::<T>() { size_of::<T>() } else { len };
-    // SAFETY: `rec` points at a scratch record (a map value) of `size_of::<T>()` bytes;
-    // `len` is bounded by that size.
+    // SAFETY: `rec` points at a built record of `size_of::<T>()` bytes (per-CPU scratch or
+    // the program's own stack); `len` is bounded by that size.
     let bytes = unsafe { core::slice::from_raw_parts(rec.cast::<u8>(), len) };
     if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         count(site, CNT_RINGBUF_FULL);

@@ -18,30 +18,6 @@ use std::time::{Duration, Instant};
 const SERVER_IP: &str = "10.0.0.1";
 const REPETITIONS: usize = 10;
 
-/// One row of the summary table: (probe, hits, delivered, lost).
-fn rows(stderr: &str) -> Vec<(String, u64, u64, u64)> {
-    let mut out = Vec::new();
-    let mut in_table = false;
-    for l in stderr.lines() {
-        if l.trim_start().starts_with("probe ") && l.contains("delivered") {
-            in_table = true;
-            continue;
-        }
-        if !in_table || !l.starts_with("  ") {
-            continue;
-        }
-        let w: Vec<&str> = l.split_whitespace().collect();
-        if w.len() < 7 || !w[w.len() - 1].ends_with("µs") {
-            continue;
-        }
-        let n = |i: usize| w[w.len() - 6 + i].parse::<u64>().ok();
-        if let (Some(h), Some(d), Some(lost)) = (n(0), n(1), n(2)) {
-            out.push((w[..w.len() - 6].join(" "), h, d, lost));
-        }
-    }
-    out
-}
-
 /// The probes scenario, smaller: event-mode pingpong, rping, a short ib_write_bw.
 fn scenario(dir: &std::path::Path) {
     let (s, c) = pair(
@@ -92,7 +68,9 @@ fn traced(dir: &std::path::Path, extra: &[&str]) -> (String, String) {
     (stderr, std::fs::read_to_string(&capture).expect("capture written"))
 }
 
-/// One busy loop per CPU, at normal priority: the tracer's producers get preempted.
+/// One busy loop per CPU, at nice 19: the tracer's producers get preempted, while rxe's
+/// kworkers still run (at normal priority the hogs starved them and RC retries ran out:
+/// ib_write_bw failed).
 struct Hogs(Vec<Child>);
 
 impl Hogs {
@@ -141,10 +119,8 @@ fn lab_ring_ten_runs_under_cpu_hogs_lose_and_hold_nothing() {
         }
         let summary = stderr.lines().find(|l| l.contains(" events delivered")).unwrap_or("").to_string();
         report.push_str(&format!("rep {rep}: {summary}\n"));
-        assert!(summary.ends_with(" 0 lost"), "repetition {rep} lost events:\n{stderr}");
-        for bad in ["held past shutdown", "never committed", "counter error"] {
-            assert!(!stderr.contains(bad), "repetition {rep}: {bad}:\n{stderr}");
-        }
+        let lost = tool_losses(&stderr);
+        assert!(lost.is_empty(), "repetition {rep}: {lost:?}\n{stderr}");
         let table = rows(&stderr);
         assert!(table.iter().any(|r| r.0.starts_with("comp_handler")), "no comp_handler row:\n{stderr}");
         for (name, hits, delivered, lost) in &table {

@@ -37,11 +37,8 @@ fn trace_command_status(
         .expect("start rdma-trace");
     let st = wait_timeout(&mut c, 300);
     let stderr = std::fs::read_to_string(&err).unwrap();
-    let summary = stderr.lines().find(|l| l.contains(" events delivered")).unwrap_or("");
-    assert!(summary.ends_with(" 0 lost"), "{stderr}");
-    for bad in ["held past shutdown", "never committed", "counter error"] {
-        assert!(!stderr.contains(bad), "{bad}:\n{stderr}");
-    }
+    let lost = tool_losses(&stderr);
+    assert!(lost.is_empty(), "{lost:?}\n{stderr}");
     (st, stderr, parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses"))
 }
 
