@@ -235,11 +235,6 @@ impl Ring {
         }
     }
 
-    /// What is left in the ring (records being written, records behind them).
-    pub fn leftover(&self) -> Leftover {
-        self.view.leftover()
-    }
-
     /// For async use: wait until the kernel signals data.
     pub fn into_async(self) -> std::io::Result<AsyncRing> {
         // SAFETY: the ring buffer's fd stays open for as long as the AsyncFd owns `self`,
