@@ -195,7 +195,10 @@ mod pod {
     // SAFETY: all of these are #[repr(C)] structs of integers and arrays of integers,
     // with explicit padding fields: every bit pattern is valid, no implicit padding.
     unsafe impl aya::Pod for EventHeader {}
+    // SAFETY: as above (size asserted with the struct).
     unsafe impl aya::Pod for Fetch {}
+    // SAFETY: as above (size asserted with the struct).
     unsafe impl aya::Pod for SlotPlan {}
+    // SAFETY: as above (size asserted with the struct).
     unsafe impl aya::Pod for SyscallLayout {}
 }

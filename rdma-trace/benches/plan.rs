@@ -5,9 +5,9 @@
 //! `cargo bench -p rdma-trace --bench plan` (unpack the fixtures first: `cargo test -p
 //! rdma-trace --test btf_fixtures` does).
 
-use rdma_trace::btf::{Backend, BtfSource};
-use rdma_trace::kernel::{Symbols, TpField};
-use rdma_trace::select::{self, KernelView};
+use rdma_trace::plan::btf::{Backend, BtfSource};
+use rdma_trace::plan::kernel::{Symbols, TpField};
+use rdma_trace::plan::select::{self, KernelView};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -100,6 +100,11 @@ pub struct TraceArgs {
     /// Ring buffer size in KiB (a power of two, at least 4).
     #[arg(long, default_value_t = 4096, value_name = "KIB")]
     pub ring_kib: u32,
+    /// Instances per kernel return probe: how many calls of one function can be followed
+    /// at once (a thread blocked in a probed call holds one). A call that finds none is
+    /// counted as "missed by the kernel". At most 4096.
+    #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
+    pub kretprobe_instances: u32,
     /// Run this command under the tracer and watch its syscalls from its first one.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -1,28 +1,19 @@
-//! rdma-trace: watch the Linux RDMA stack work. See ARCHITECTURE.md for the data path:
-//! catalog → select → attach → source → decode → enrich/correlate → sinks.
+//! rdma-trace: watch the Linux RDMA stack work. The folders are the stages of one
+//! pipeline (ARCHITECTURE.md):
+//!
+//! `plan` (catalog × this kernel) → `live` (load, attach, run) → `source` (the ring) →
+//! `pipeline` (decode → enrich → correlate) → `output` (text, JSONL, report, summary).
+//! `cmd` holds the subcommands, which do the printing. `event` and `steps` are the two
+//! record formats everything shares (the tracer's events, the companion's steps);
+//! `workload` is the companion, which imports nothing of the engine.
 
-pub mod attach;
-pub mod btf;
-pub mod catalog;
 pub mod cli;
-pub mod correlate;
-pub mod decode;
-pub mod elfsym;
-pub mod enrich;
+pub mod cmd;
 pub mod event;
-pub mod fds;
-pub mod kernel;
-pub mod ksyms;
-pub mod limits;
-pub mod privilege;
-pub mod probes_cmd;
-pub mod render;
-pub mod report;
-pub mod select;
-pub mod setup;
-pub mod sink;
+pub mod live;
+pub mod output;
+pub mod pipeline;
+pub mod plan;
 pub mod source;
-pub mod stats;
-pub mod syscalls;
-pub mod trace;
+pub mod steps;
 pub mod workload;

@@ -2,10 +2,10 @@
 //! copied from /sys/kernel/btf in the guest). Expected offsets were read independently
 //! with bpftool on the same blobs (see docs/probes.md).
 
-use rdma_trace::btf::{self, BtfSource};
-use rdma_trace::catalog::{CATALOG, Kind};
-use rdma_trace::kernel::{Symbols, TpField};
-use rdma_trace::select::{self, KernelView, Plan};
+use rdma_trace::plan::btf::{self, BtfSource};
+use rdma_trace::plan::catalog::{CATALOG, Kind};
+use rdma_trace::plan::kernel::{Symbols, TpField};
+use rdma_trace::plan::select::{self, KernelView, Plan};
 use rdma_trace_common::{SRC_ARG0, SRC_RET};
 use std::path::{Path, PathBuf};
 

@@ -38,22 +38,22 @@ fn captures_parse_and_every_return_has_its_entry() {
 fn text_lines_name_the_rdma_values() {
     let evs = load("session-7.3.jsonl");
     let ret = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return).unwrap();
-    let line = rdma_trace::sink::text::line(ret);
+    let line = rdma_trace::output::text::line(ret);
     let lkey = ret.field("lkey").unwrap();
     assert!(line.contains(&format!("lkey={lkey:#x}")), "{line}");
     assert!(line.contains("took="), "{line}");
     let entry = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Entry).unwrap();
-    let line = rdma_trace::sink::text::line(entry);
+    let line = rdma_trace::output::text::line(entry);
     assert!(line.contains("access=LOCAL_WRITE|REMOTE_WRITE|RELAXED_ORDERING"), "{line}");
     let comp = evs.iter().find(|e| e.name == "comp_handler").unwrap();
-    assert!(rdma_trace::sink::text::line(comp).contains("ctx=kworker"));
+    assert!(rdma_trace::output::text::line(comp).contains("ctx=kworker"));
 }
 
 /// The text stream of the first events of the 7.3 session, byte for byte.
 #[test]
 fn text_stream_golden() {
     let evs = load("session-7.3.jsonl");
-    let text: String = evs.iter().take(60).map(|e| rdma_trace::sink::text::line(e) + "\n").collect();
+    let text: String = evs.iter().take(60).map(|e| rdma_trace::output::text::line(e) + "\n").collect();
     let golden = fixture("session-7.3.head.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();

@@ -37,7 +37,7 @@ fn help_teaches_each_subcommand_in_rdma_terms() {
 #[test]
 fn probes_on_a_kernel_without_rdma_says_so() {
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let has_rdma = rdma_trace::kernel::Symbols::parse(&kallsyms).has_rdma();
+    let has_rdma = rdma_trace::plan::kernel::Symbols::parse(&kallsyms).has_rdma();
     let out = Command::new(bin()).args(["probes", "--no-attach"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
@@ -46,7 +46,7 @@ fn probes_on_a_kernel_without_rdma_says_so() {
 }
 
 fn require_root() {
-    if rdma_trace::privilege::check().is_err() {
+    if rdma_trace::live::privilege::check().is_err() {
         panic!("this test loads eBPF programs: run as root");
     }
 }

@@ -3,7 +3,7 @@
 #[test]
 fn probes_md_matches_the_catalog() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/probes.md");
-    let want = rdma_trace::catalog::markdown();
+    let want = rdma_trace::plan::catalog::markdown();
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&path, &want).unwrap();
     }

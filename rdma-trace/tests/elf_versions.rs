@@ -25,9 +25,9 @@ fn readelf_versions(path: &str) -> HashMap<String, (Option<u64>, Vec<u64>)> {
 
 #[test]
 fn libibverbs_default_versions_not_compat_aliases() {
-    let path = rdma_trace::elfsym::find_library("libibverbs.so.1")
+    let path = rdma_trace::plan::elfsym::find_library("libibverbs.so.1")
         .expect("libibverbs.so.1 (Debian libibverbs1, installed by cargo xtask setup)");
-    let ours = rdma_trace::elfsym::default_symbols(&std::fs::read(&path).unwrap()).unwrap();
+    let ours = rdma_trace::plan::elfsym::default_symbols(&std::fs::read(&path).unwrap()).unwrap();
     let theirs = readelf_versions(path.to_str().unwrap());
     let mut checked = 0;
     for name in ["ibv_reg_mr", "ibv_create_cq", "ibv_get_cq_event", "ibv_dereg_mr", "ibv_create_qp"] {

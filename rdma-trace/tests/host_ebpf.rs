@@ -2,13 +2,13 @@
 //! verifier, the syscall tracepoints deliver this process's own calls with the right
 //! arguments, and forced ring-buffer loss is counted exactly.
 
-use rdma_trace::attach::Loaded;
-use rdma_trace::decode::{Raw, decode};
-use rdma_trace::{kernel, syscalls};
+use rdma_trace::live::attach::Loaded;
+use rdma_trace::pipeline::decode::{Raw, decode};
+use rdma_trace::plan::{kernel, syscalls};
 use rdma_trace_common::{CNT_HITS, CNT_RINGBUF_FULL, COUNTERS, SITE_SYS_ENTER, SITE_SYS_EXIT};
 
 fn require_root() {
-    if let Err(msg) = rdma_trace::privilege::check() {
+    if let Err(msg) = rdma_trace::live::privilege::check() {
         panic!("this test loads eBPF programs: {msg}");
     }
 }
@@ -171,7 +171,7 @@ fn forced_ring_loss_is_counted_exactly() {
     let hits = c[SITE_SYS_ENTER * COUNTERS + CNT_HITS] + c[SITE_SYS_EXIT * COUNTERS + CNT_HITS];
     let lost =
         c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
-    let mut tally = rdma_trace::stats::Tally::default();
+    let mut tally = rdma_trace::output::summary::Tally::default();
     let recs = ring_records(&mut loaded, 4096);
     for r in &recs {
         tally.read(Some(r.header()));
@@ -184,7 +184,7 @@ fn forced_ring_loss_is_counted_exactly() {
         "a one-page ring must both deliver and drop (delivered {delivered}, lost {lost})"
     );
     assert_eq!(lost, produced - delivered, "the drop count is exact");
-    let stats = rdma_trace::stats::per_site(&Default::default(), &c, &tally);
+    let stats = rdma_trace::output::summary::per_site(&Default::default(), &c, &tally, None);
     let shown: u64 = stats.iter().map(|s| s.lost()).sum();
     assert_eq!(shown, lost, "what the user is shown equals what was lost");
     for s in &stats {

@@ -80,8 +80,8 @@ fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String) {
             break Some(st);
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill().ok();
+            child.wait().ok();
             break None;
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -176,7 +176,7 @@ fn calls<'a>(s: &'a Session, name: &str) -> Vec<(&'a Event, &'a Event)> {
 fn lab_probes_plan_attaches_every_probe() {
     let out = run_output(tracer_bin().to_str().unwrap(), &["probes"]);
     std::fs::write(out_dir("session").join("probes.txt"), &out).unwrap();
-    for spec in rdma_trace::catalog::CATALOG {
+    for spec in rdma_trace::plan::catalog::CATALOG {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(spec.id))
@@ -229,7 +229,7 @@ fn lab_probes_write_bw_rkey_and_vaddr_match_reg_mr_and_umem() {
         assert!(ue.ts_ns > entry.ts_ns && ur.ts_ns < ret.ts_ns, "the pin happens inside reg_mr");
         assert_eq!((ur.field("umem_address"), ur.field("umem_length")), (Some(start), Some(len)));
         assert!(ur.latency_ns.is_some_and(|l| l > 0), "pin latency measured");
-        assert_eq!(ur.field("pages"), Some(rdma_trace::correlate::pages_spanned(start, len)));
+        assert_eq!(ur.field("pages"), Some(rdma_trace::steps::pages_spanned(start, len)));
     }
 }
 

@@ -89,8 +89,8 @@ impl Hogs {
 impl Drop for Hogs {
     fn drop(&mut self) {
         for h in &mut self.0 {
-            let _ = h.kill();
-            let _ = h.wait();
+            h.kill().ok();
+            h.wait().ok();
         }
     }
 }
@@ -151,8 +151,8 @@ fn lab_ring_overflow_is_accounted_exactly_per_probe() {
         .expect("dd");
     let pid = flood.id().to_string();
     let (stderr, capture) = traced(&dir, &["--ring-kib", "4", "--pid", &pid]);
-    let _ = flood.kill();
-    let _ = flood.wait();
+    flood.kill().ok();
+    flood.wait().ok();
     let delivered = parse_jsonl(&capture).expect("capture parses").len() as u64;
     let table = rows(&stderr);
     let lost: u64 = table.iter().map(|r| r.3).sum();
@@ -165,4 +165,84 @@ fn lab_ring_overflow_is_accounted_exactly_per_probe() {
     for bad in ["held past shutdown", "never committed", "counter error"] {
         assert!(!stderr.contains(bad), "{bad}:\n{stderr}");
     }
+}
+
+fn kprobe_events() -> String {
+    std::fs::read_to_string("/sys/kernel/tracing/kprobe_events").expect("kprobe_events")
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
+    // Two event-mode pingpong pairs at once: four processes that each block in
+    // ib_uverbs_comp_event_read, often together. With one instance the return probe
+    // cannot follow the second of two calls in flight; the kernel skips its return and
+    // only counts it. Every such call must show up as "missed by the kernel" under the
+    // return probe, so that it still has as many hits as the entry.
+    let dir = out_dir("kretprobe-instances");
+    let capture = dir.join("capture.jsonl");
+    let tr_err = dir.join("rdma-trace.stderr");
+    let mut tracer = std::process::Command::new(tracer_bin())
+        .args(["trace", "-q", "--probe", "comp_event_read", "--kretprobe-instances", "1", "-o"])
+        .arg(&capture)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&tr_err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 180).expect("rdma-trace attaches");
+    let placed = kprobe_events();
+    let mine = format!("r1:rdma_trace_{}/", tracer.id());
+    assert!(
+        placed.lines().any(|l| l.starts_with(&mine) && l.ends_with(" ib_uverbs_comp_event_read")),
+        "the return probe is placed through tracefs with 1 instance ({mine}…):\n{placed}"
+    );
+    let pp = |port: &'static str, server: bool| {
+        let mut a = vec!["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "300", "-p", port];
+        if !server {
+            a.push(SERVER_IP);
+        }
+        a
+    };
+    let (s1, c1) = pair(&dir, "pp1", &pp("18515", true), &pp("18515", false));
+    let (s2, c2) = pair(&dir, "pp2", &pp("18516", true), &pp("18516", false));
+    finish(s1, c1, "pingpong 1");
+    finish(s2, c2, "pingpong 2");
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt(&tracer);
+    let st = wait_timeout(&mut tracer, 60);
+    let stderr = std::fs::read_to_string(&tr_err).unwrap();
+    assert!(st.success(), "rdma-trace exit {st}:\n{stderr}");
+    let left = kprobe_events();
+    assert!(!left.contains(&mine), "the tracer removes its kprobe events on exit:\n{left}");
+
+    let table = rows(&stderr);
+    let row = |name: &str| {
+        table
+            .iter()
+            .find(|r| r.0.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}:\n{stderr}"))
+            .clone()
+    };
+    let entry = row("comp_event_read (");
+    let ret = row("comp_event_read return");
+    assert_eq!(entry.3, 0, "entries lose nothing:\n{stderr}");
+    assert_eq!(entry.1, ret.1, "every call fired the entry and (counted or missed) the return:\n{stderr}");
+    assert_eq!(ret.1, ret.2 + ret.3, "return: hits = delivered + lost:\n{stderr}");
+    let missed_line = stderr
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("comp_event_read return"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(ret.3 > 0, "one instance for four blocking processes must miss returns:\n{stderr}");
+    assert_eq!(
+        missed_line.trim(),
+        format!("lost: missed by the kernel {}", ret.3),
+        "the return's whole loss is the kernel's missed count:\n{stderr}"
+    );
+    let delivered = parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses");
+    let returns = delivered
+        .iter()
+        .filter(|e| e.name == "comp_event_read" && e.kind == rdma_trace::event::EventKind::Return)
+        .count();
+    assert_eq!(returns as u64, ret.2, "return events in the file = delivered:\n{stderr}");
 }

@@ -8,9 +8,9 @@
 mod common;
 
 use common::*;
-use rdma_trace::correlate::story::{self, Story};
 use rdma_trace::event::{Event, EventKind, parse_jsonl};
-use rdma_trace::workload::record::{StepName, StepRecord};
+use rdma_trace::pipeline::correlate::story::{self, Story};
+use rdma_trace::steps::{StepName, StepRecord};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -50,8 +50,11 @@ fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
 }
 
 fn report(dir: &Path, name: &str, story: &Story, events: &[Event], steps: &[StepRecord]) {
-    std::fs::write(dir.join(format!("{name}.story.txt")), rdma_trace::report::text(story, events, steps))
-        .unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.story.txt")),
+        rdma_trace::output::report::text(story, events, steps),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -172,7 +175,7 @@ fn lab_story_perftest_and_rping_traced_by_command() {
     wait_timeout(&mut bpftrace, 60);
     let bt_out = std::fs::read_to_string(dir.join("bpftrace.out")).unwrap();
     assert!(status.success(), "{status}\n{stderr}");
-    let _ = std::fs::copy("/tmp/perftest-rping.sh.log", dir.join("perftest-rping.sh.log"));
+    std::fs::copy("/tmp/perftest-rping.sh.log", dir.join("perftest-rping.sh.log")).ok();
     let st = story::build(&events, &[]);
     report(&dir, "perftest-rping", &st, &events, &[]);
     assert!(
@@ -225,7 +228,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     // 64 KiB limit. The kernel's umem pin returns -ENOMEM and libibverbs reports errno 12.
     let dir = out_dir("story");
     let steps_file = dir.join("memlock-steps.jsonl");
-    let _ = std::fs::remove_file(&steps_file);
+    std::fs::remove_file(&steps_file).ok();
     let inner = format!(
         "ulimit -l 64; exec {} --announce /tmp/memlock-steps.jsonl --mr-sizes 1M --iterations 1",
         workload_bin().display()

@@ -4,8 +4,8 @@
 //! and its own plan for the step sequence. Announce files are kept in
 //! `$RDMA_TRACE_LAB_OUT/workload-*.jsonl`.
 
+use rdma_trace::steps::{StepName, StepRecord};
 use rdma_trace::workload::plan::{RECV_WR_ID_BIT, expected_cq_events, expected_steps};
-use rdma_trace::workload::record::{StepName, StepRecord};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -172,7 +172,7 @@ fn lab_workload_events_agree_with_rdma_res_and_vmpin() {
     let chan = named(&o, StepName::CreateCompChannel)[0].channel_fd;
     assert_eq!(send_cq.channel_fd, chan);
     let events = named(&o, StepName::GetCqEvent);
-    assert_eq!(events.len() as u32, expected_cq_events(rdma_trace::workload::record::Mode::Events, 6));
+    assert_eq!(events.len() as u32, expected_cq_events(rdma_trace::steps::Mode::Events, 6));
     for e in &events {
         assert_eq!(e.event_cq, Some(send_cq.handle), "{e:?}");
     }

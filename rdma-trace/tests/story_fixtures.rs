@@ -1,9 +1,9 @@
 //! The correlation engine on runs recorded in the lab (both kernels): the companion
 //! workload with its step records, and perftest + rping traced by command.
 
-use rdma_trace::correlate::story::{self, Story};
 use rdma_trace::event::{Event, parse_jsonl};
-use rdma_trace::workload::record::StepName;
+use rdma_trace::pipeline::correlate::story::{self, Story};
+use rdma_trace::steps::StepName;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -102,7 +102,7 @@ fn perftest_and_rping_every_completion_joins_its_process() {
 fn companion_story_report_golden() {
     let evs = events("companion-7.3.jsonl");
     let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
-    let text = rdma_trace::report::text(&story::build(&evs, &steps), &evs, &steps);
+    let text = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
     let golden = fixture("companion-7.3.story.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
@@ -131,7 +131,7 @@ fn pinning_over_memlock_is_explained() {
             (Some(65536), 1, 0),
             "{k}"
         );
-        let text = rdma_trace::report::text(&st, &evs, &steps);
+        let text = rdma_trace::output::report::text(&st, &evs, &steps);
         assert!(text.contains("RLIMIT_MEMLOCK: 64 KiB"), "{k}: {text}");
         assert!(
             text.contains("pin REFUSED by the umem function: pages=256 umem=ERR_PTR(-12 ENOMEM)"),

@@ -133,7 +133,7 @@ fn bpf_linker() -> Result<()> {
     let lib = prefix.join("lib");
     std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
     let link = lib.join("libLLVM.so");
-    let _ = std::fs::remove_file(&link);
+    std::fs::remove_file(&link).ok();
     std::os::unix::fs::symlink(&llvm.libllvm, &link)
         .with_context(|| format!("linking {}", link.display()))?;
     let feature = format!("llvm-{}", llvm.major);

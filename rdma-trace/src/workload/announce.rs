@@ -7,7 +7,7 @@
 //! in the `start` record), so a tracer can tell them from the verbs' own syscalls.
 
 use super::marker;
-use super::record::{StepName, StepRecord};
+use crate::steps::{StepName, StepRecord};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -143,7 +143,8 @@ impl Announcer {
 
 impl Drop for Announcer {
     fn drop(&mut self) {
-        let _ = self.flush();
+        // Drop cannot report (an explicit `flush` does); this only saves what it can.
+        self.flush().ok();
     }
 }
 

@@ -128,7 +128,8 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        let _ = self.do_unmap();
+        // Drop cannot report; `unmap` is the reporting path.
+        self.do_unmap().ok();
     }
 }
 

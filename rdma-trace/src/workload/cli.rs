@@ -1,7 +1,7 @@
 //! Command line of `rdma-trace-workload`.
 
-use super::record::{Config, Mode};
 use super::size::{Human, parse_size, parse_size_list};
+use crate::steps::{Config, Mode};
 use clap::Parser;
 
 /// A verbs program that knows its own steps and announces them, so rdma-trace can join the

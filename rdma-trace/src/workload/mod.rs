@@ -12,7 +12,6 @@ pub mod buffer;
 pub mod cli;
 pub mod marker;
 pub mod plan;
-pub mod record;
 pub mod setup;
 pub mod size;
 pub mod step;
@@ -20,9 +19,9 @@ pub mod teardown;
 pub mod wc;
 pub mod work;
 
+use crate::steps::{Config, StepName};
 use announce::{Announcer, Destination, now_ns, timed};
 use anyhow::{Context, Result, anyhow};
-use record::{Config, StepName};
 use size::Human;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;

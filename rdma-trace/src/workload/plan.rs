@@ -2,7 +2,7 @@
 //! expects back. The run follows this plan; the lab test checks the announced steps
 //! against it.
 
-use super::record::{Config, Mode, StepName};
+use crate::steps::{Config, Mode, StepName};
 
 /// A posted operation from QP `a` to QP `b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub fn work_plan(iterations: u32) -> Vec<Work> {
 
 /// Pages of 4 KiB that `[addr, addr+len)` spans: what the kernel's umem pin counts
 /// (one definition, shared with the tracer's derived measures).
-pub use crate::correlate::pages_spanned as pages_4k;
+pub use crate::steps::pages_spanned as pages_4k;
 
 pub fn validate(c: &Config) -> Result<(), String> {
     let Some(&smallest) = c.mr_sizes.iter().min() else {

@@ -4,8 +4,8 @@
 use super::announce::{Announcer, timed};
 use super::buffer::Buffer;
 use super::plan::pages_4k;
-use super::record::{BufferInfo, Config, CqInfo, DeviceInfo, Mode, MrInfo, PortInfo, QpInfo, StepName};
 use super::step::{done, errno_of, fail};
+use crate::steps::{BufferInfo, Config, CqInfo, DeviceInfo, Mode, MrInfo, PortInfo, QpInfo, StepName};
 use anyhow::{Result, anyhow};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};

@@ -2,7 +2,7 @@
 //! failure is announced (ok=false, errno, message), flushed, and returned as an error.
 
 use super::announce::Announcer;
-use super::record::{StepName, StepRecord};
+use crate::steps::{StepName, StepRecord};
 use anyhow::Error;
 use std::io;
 
@@ -45,8 +45,9 @@ pub fn fail(ann: &mut Announcer, mut rec: StepRecord, e: Error) -> Error {
     rec.ok = false;
     rec.errno = errno_of(&e);
     rec.error = Some(format!("{e:#}"));
-    let _ = ann.emit(&rec);
-    let _ = ann.flush();
+    // Already failing: the step's own error is what is returned, not the announcer's.
+    ann.emit(&rec).ok();
+    ann.flush().ok();
     e.context(format!("step {} ({})", rec.step, rec.name.as_str()))
 }
 

@@ -6,9 +6,9 @@
 //! then drops it between the two clock reads.
 
 use super::announce::{Announcer, now_ns, timed};
-use super::record::{BufferInfo, StepName, StepRecord};
 use super::setup::{Resources, cq_info, mr_info, qp_info};
 use super::step::fail;
+use crate::steps::{BufferInfo, StepName, StepRecord};
 use anyhow::{Result, anyhow};
 use sideway::ibverbs::AccessFlags;
 use std::sync::Arc;

@@ -3,10 +3,10 @@
 
 use super::announce::{Announcer, timed};
 use super::plan::{Op, RECV_WR_ID_BIT, Work, work_plan};
-use super::record::{Config, Mode, StepName, WcInfo, WrInfo};
 use super::setup::{Resources, cq_info};
 use super::step::{done, fail, last_errno, rc_errno};
 use super::wc::{opcode_name, status_name};
+use crate::steps::{Config, Mode, StepName, WcInfo, WrInfo};
 use anyhow::{Result, anyhow, bail};
 use rdma_mummy_sys::{ibv_ack_cq_events, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc};
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue};

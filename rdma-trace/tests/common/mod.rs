@@ -58,7 +58,7 @@ pub fn wait_timeout(child: &mut Child, secs: u64) -> std::process::ExitStatus {
             return st;
         }
         if t0.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
+            child.kill().ok();
             return child.wait().expect("wait");
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -164,7 +164,7 @@ fn update(apt: &Apt) -> bool {
                 count("Hit:"),
                 count("Get:")
             ));
-            let _ = fs::write(&stamp, b"");
+            fs::write(&stamp, b"").ok();
             true
         }
         Err(e) => {

@@ -78,6 +78,10 @@ pub struct VmTestArgs {
     /// Timeout of the whole run, in seconds [default: 3600].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Only the lab tests whose names contain this (for iterating on one test; the gate
+    /// runs them all).
+    #[arg(long, value_name = "SUBSTRING")]
+    pub only: Option<String>,
 }
 
 #[derive(clap::Args, Default)]
@@ -126,7 +130,7 @@ pub fn out_dir(series: Series) -> PathBuf {
 pub fn share_binary(src: &Path, name: &str) -> Result<PathBuf> {
     let dst = share_dir().join("bin").join(name);
     fs::create_dir_all(dst.parent().context("a bin dir")?)?;
-    let _ = fs::remove_file(&dst);
+    fs::remove_file(&dst).ok();
     fs::copy(src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
     Ok(dst)
 }

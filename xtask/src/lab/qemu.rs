@@ -145,10 +145,10 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
             Ok(chunk) => {
                 last_output = Instant::now();
                 let mut o = stdout.lock();
-                let _ = o.write_all(&chunk);
-                let _ = o.flush();
+                o.write_all(&chunk).ok();
+                o.flush().ok();
                 if let Some(f) = log.as_mut() {
-                    let _ = f.write_all(&chunk);
+                    f.write_all(&chunk).ok();
                 }
                 for &c in &chunk {
                     if c != b'\n' {
@@ -199,10 +199,10 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         failure = Some("the guest kernel panicked".to_string());
     }
     if failure.is_some() {
-        let _ = child.kill();
+        child.kill().ok();
     }
     let st = child.wait().context("waiting for QEMU")?;
-    let _ = reader.join();
+    reader.join().ok();
     if let Some(why) = failure {
         let shown: Vec<String> = tail.into_iter().collect();
         let msg = format!("{why}; QEMU stopped. Last console lines:\n{}", shown.join("\n"));

@@ -38,7 +38,7 @@ pub fn build() -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn build_tests() -> Result<Vec<TestExe>> {
+fn build_tests(only: Option<&str>) -> Result<Vec<TestExe>> {
     step("lab: cargo test --release -p rdma-trace --no-run");
     let json = util::output(util::cargo().args([
         "test",
@@ -64,7 +64,7 @@ fn build_tests() -> Result<Vec<TestExe>> {
         let tests: Vec<String> = list
             .lines()
             .filter_map(|l| l.strip_suffix(": test"))
-            .filter(|n| n.contains("lab_"))
+            .filter(|n| n.contains("lab_") && only.is_none_or(|o| n.contains(o)))
             .map(str::to_string)
             .collect();
         let name = path.file_name().context("test executable name")?.to_string_lossy().into_owned();
@@ -97,14 +97,14 @@ fn parse(log: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn run_series(g: &super::Guest, exes: &[TestExe], timeout: Duration) -> Result<Tally> {
+fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duration) -> Result<Tally> {
     let out = super::out_dir(g.series);
     let logs = out.join("tests");
     super::cache::remove(&logs)?;
     let mut list = String::new();
     for e in exes.iter().filter(|e| !e.tests.is_empty()) {
         let skips: Vec<String> = HARDWARE_ONLY.iter().map(|(n, _)| format!("--skip {n}")).collect();
-        list.push_str(&format!("{}\t{}\n", e.name, skips.join(" ")));
+        list.push_str(&format!("{}\t{filter}\t{}\n", e.name, skips.join(" ")));
     }
     let files = [("tests.txt", list)];
     let mode = Mode::Script { script: VMTEST_SH, files: &files, timeout, log: "vm-test.console.log" };
@@ -145,7 +145,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
     series.dedup();
     // Everything the guest runs is built here, before the first boot.
     let bin = build()?;
-    let exes = build_tests()?;
+    let exes = build_tests(a.only.as_deref())?;
     let total: usize = exes.iter().map(|e| e.tests.len()).sum();
     step(&format!("lab: {total} lab tests in {} test executables", exes.len()));
     super::cache::remove(&super::share_dir().join("bin/tests"))?;
@@ -165,7 +165,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         let res = if left.is_zero() {
             Err(anyhow::anyhow!("the overall timeout of {} s is spent", overall.as_secs()))
         } else {
-            run_series(g, &exes, per_boot.min(left))
+            run_series(g, &exes, a.only.as_deref().unwrap_or("lab_"), per_boot.min(left))
         };
         let secs = boot_start.elapsed().as_secs();
         let line = match res {

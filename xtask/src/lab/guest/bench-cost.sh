@@ -52,6 +52,14 @@ for id in umem_get rxe_reg_mr mlx5_reg_mr uverbs_mmap rxe_mmap mlx5_mmap mmap_io
   KERNEL_ONLY+=(--probe "$id")
 done
 bench rdma-trace-kernel "$NEW" trace -q "${KERNEL_ONLY[@]}"
+# The kernel probes and the control-path verbs calls, without ibv_get_cq_event (one call per
+# completion event: the only data-path uprobe).
+CONTROL=("${KERNEL_ONLY[@]}")
+for id in ibv_open_device ibv_reg_mr ibv_reg_mr_iova2 ibv_dereg_mr ibv_create_comp_channel \
+  ibv_create_cq ibv_create_qp; do
+  CONTROL+=(--probe "$id")
+done
+bench rdma-trace-control "$NEW" trace -q "${CONTROL[@]}"
 [ -x "$BASE" ] && bench rdma-trace-base "$BASE" trace -q
 cat >/tmp/bench.bt <<'EOF'
 BEGIN { printf("ready\n"); }

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Runs every lab test binary listed in $LAB_RUN/tests.txt (one line: file name in
-# /mnt/host/bin/tests, a tab, the --skip arguments), one test at a time, saving each
+# /mnt/host/bin/tests, a tab, the libtest name filter, a tab, the --skip arguments), one test at a time, saving each
 # binary's libtest output under $RDMA_TRACE_LAB_OUT/tests/ for the host to count.
 mkdir -p "$RDMA_TRACE_LAB_OUT/tests"
-while IFS=$'\t' read -r exe skips; do
+while IFS=$'\t' read -r exe filter skips; do
   [ -n "$exe" ] || continue
   echo "[vm-test] ===== $exe"
   # shellcheck disable=SC2086 # $skips is a list of --skip NAME words
-  /mnt/host/bin/tests/"$exe" --ignored --test-threads=1 lab_ $skips 2>&1 |
+  /mnt/host/bin/tests/"$exe" --ignored --test-threads=1 "$filter" $skips 2>&1 |
     tee "$RDMA_TRACE_LAB_OUT/tests/$exe.log"
   echo "[vm-test] ===== $exe exited with ${PIPESTATUS[0]}"
 done <"$LAB_RUN/tests.txt"

@@ -7,7 +7,7 @@
 
 use super::checks::{Check, checks_for};
 use crate::event::{Event, EventKind};
-use crate::workload::record::{StepName, StepRecord};
+use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// A libibverbs call (uprobe entry/return) and the kernel events on its thread inside it.
@@ -175,14 +175,16 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
         }
         // Pinned bytes over time.
         match (e.name.as_str(), e.kind) {
-            ("umem_get", EventKind::Return) if e.field("umem").and_then(crate::render::err_ptr).is_some() => {
+            ("umem_get", EventKind::Return)
+                if e.field("umem").and_then(crate::pipeline::render::err_ptr).is_some() =>
+            {
                 ps.failed_pins.push(i);
             }
             ("umem_get", EventKind::Return) => {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len)
-                    && crate::render::err_ptr(u).is_none()
+                    && crate::pipeline::render::err_ptr(u).is_none()
                 {
                     live_umems.entry(pid).or_default().insert(u, len);
                     let now = pinned.entry(pid).or_default();
@@ -302,5 +304,5 @@ pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, String> {
 
 /// Parses the companion's step records (JSON Lines); an error names the line.
 pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, String> {
-    crate::event::parse_lines(text, |s: &StepRecord| s.v, crate::workload::record::VERSION, "step record")
+    crate::event::parse_lines(text, |s: &StepRecord| s.v, crate::steps::VERSION, "step record")
 }

@@ -1,21 +1,21 @@
 //! Decoded records → events: names from the plan, values rendered into fields, stacks
 //! symbolized, the execution context classified, syscall fds recognised.
 
-use crate::catalog::{Field, Path};
-use crate::decode::Raw;
 use crate::event::{Event, EventKind, ExecContext, FORMAT_VERSION};
-use crate::fds::FdCache;
-use crate::ksyms::Ksyms;
-use crate::render;
-use crate::select::Plan;
-use crate::syscalls;
+use crate::pipeline::decode::Raw;
+use crate::pipeline::fds::FdCache;
+use crate::pipeline::ksyms::Ksyms;
+use crate::pipeline::render;
+use crate::plan::catalog::{Field, Path};
+use crate::plan::select::Plan;
+use crate::plan::syscalls;
 use std::collections::BTreeMap;
 
 pub struct Enricher<'a> {
     pub plan: &'a Plan,
     pub ksyms: &'a Ksyms,
     pub fds: FdCache,
-    pub memlock: crate::limits::MemlockCache,
+    pub memlock: crate::pipeline::limits::MemlockCache,
 }
 
 fn comm(c: &[u8; 16]) -> String {
@@ -122,7 +122,7 @@ impl Enricher<'_> {
                 } else {
                     if let (true, Some(p)) = (opens, path) {
                         self.fds.opening(h.tid, p);
-                        ev.fd_kind = Some(crate::fds::classify_target(p));
+                        ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
                     }
                     for (i, a) in spec.args.iter().enumerate() {
                         ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));

@@ -6,19 +6,8 @@ pub mod checks;
 pub mod story;
 
 use crate::event::{Event, EventKind, Value};
+use crate::steps::pages_spanned;
 use std::collections::HashMap;
-
-const PAGE_SIZE: u64 = 4096;
-
-/// Pages a umem of `size` bytes at `addr` pins (ib_umem_num_pages for 4 KiB pages).
-pub fn pages_spanned(addr: u64, size: u64) -> u64 {
-    if size == 0 {
-        return 0;
-    }
-    let first = addr / PAGE_SIZE;
-    let last = (addr + size - 1) / PAGE_SIZE;
-    last - first + 1
-}
 
 /// An entry waiting for its return: when it happened, and the user range it was given.
 struct OpenCall {

@@ -80,7 +80,7 @@ impl BtfSource {
     /// declarations can be completed from them (`others`).
     pub fn preload(&mut self, modules: &[&str]) {
         for m in modules {
-            let _ = self.module(m);
+            self.module(m).ok();
         }
     }
 

@@ -1,11 +1,10 @@
-//! Building a live tracing session: plan the probes for this kernel, load, attach.
-//! Shared by `trace` and `probes`.
+//! Planning on this machine: the catalog against the running kernel's symbols and BTF and
+//! the installed libibverbs. Shared by `trace` and `probes`.
 
-use crate::attach::{Loaded, Outcome};
-use crate::btf::BtfSource;
-use crate::catalog::{CATALOG, Kind};
-use crate::kernel::{self, Symbols};
-use crate::select::{self, KernelView, Library, Plan};
+use crate::plan::btf::BtfSource;
+use crate::plan::catalog::{CATALOG, Kind};
+use crate::plan::kernel::{self, Symbols};
+use crate::plan::select::{self, KernelView, Library, Plan};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -66,22 +65,15 @@ pub fn user_libraries() -> HashMap<String, Result<Library, String>> {
     for spec in CATALOG {
         if let Kind::Uprobe { library } = spec.kind {
             out.entry(library.to_string()).or_insert_with(|| {
-                let path = crate::elfsym::find_library(library).ok_or_else(|| {
+                let path = crate::plan::elfsym::find_library(library).ok_or_else(|| {
                     format!("{library} not found (rdma-core's libibverbs is not installed)")
                 })?;
                 let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                let functions =
-                    crate::elfsym::default_symbols(&data).map_err(|e| format!("{}: {e}", path.display()))?;
+                let functions = crate::plan::elfsym::default_symbols(&data)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
                 Ok(Library { path, functions })
             });
         }
     }
     out
-}
-
-/// Loads the object and attaches every planned probe.
-pub fn attach(plan: &Plan, ring_bytes: u32) -> Result<(Loaded, Vec<Outcome>), crate::attach::AttachError> {
-    let mut loaded = Loaded::new(ring_bytes)?;
-    let outcomes = loaded.attach_plan(plan);
-    Ok((loaded, outcomes))
 }

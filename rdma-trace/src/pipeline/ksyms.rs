@@ -8,7 +8,7 @@ pub struct Ksyms {
 impl Ksyms {
     pub fn parse(kallsyms: &str) -> Self {
         // Addresses read as 0 without root (kptr_restrict): nothing to symbolize then.
-        let mut syms: Vec<_> = crate::kernel::kallsyms_text(kallsyms)
+        let mut syms: Vec<_> = crate::plan::kernel::kallsyms_text(kallsyms)
             .filter(|(addr, _, _)| *addr != 0)
             .map(|(addr, name, module)| (addr, name.to_string(), module.map(str::to_string)))
             .collect();

@@ -2,7 +2,7 @@
 //! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
 
 use crate::event::{Event, EventKind};
-use crate::workload::record::{StepName, StepRecord};
+use crate::steps::{StepName, StepRecord};
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Check {
@@ -40,8 +40,10 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
             // A refused registration: the errno libibverbs reported is the pin's error.
             let Some(errno) = s.errno else { return out };
             let pin = find(events, mine, &["umem_get"], EventKind::Return);
-            let kernel =
-                pin.and_then(|e| e.field("umem")).and_then(crate::render::err_ptr).map(|e| (-e) as u64);
+            let kernel = pin
+                .and_then(|e| e.field("umem"))
+                .and_then(crate::pipeline::render::err_ptr)
+                .map(|e| (-e) as u64);
             out.push(check("pin errno", errno as u64, kernel));
         }
         StepName::RegMr => {
@@ -52,7 +54,7 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
             let pinned = find(events, mine, &["umem_get"], EventKind::Return);
             out.push(check(
                 "pages pinned",
-                crate::correlate::pages_spanned(mr.addr, mr.length),
+                crate::steps::pages_spanned(mr.addr, mr.length),
                 pinned.and_then(|e| e.field("pages")),
             ));
             let reg = find(events, mine, &REG_MR, EventKind::Return);

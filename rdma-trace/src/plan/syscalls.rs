@@ -62,11 +62,11 @@ pub fn all_nrs() -> Vec<u32> {
 
 /// The raw_syscalls (and sched_process_fork) record layout from the format files.
 pub fn layout_from(
-    enter: &[crate::kernel::TpField],
-    exit: &[crate::kernel::TpField],
-    fork: &[crate::kernel::TpField],
+    enter: &[crate::plan::kernel::TpField],
+    exit: &[crate::plan::kernel::TpField],
+    fork: &[crate::plan::kernel::TpField],
 ) -> Option<SyscallLayout> {
-    use crate::kernel::field;
+    use crate::plan::kernel::field;
     Some(SyscallLayout {
         enter_id: field(enter, "id")?.offset,
         enter_args: field(enter, "args")?.offset,
@@ -80,9 +80,9 @@ pub fn layout_from(
 }
 
 pub fn system_layout() -> std::io::Result<SyscallLayout> {
-    let enter = crate::kernel::tracepoint_format("raw_syscalls", "sys_enter")?;
-    let exit = crate::kernel::tracepoint_format("raw_syscalls", "sys_exit")?;
-    let fork = crate::kernel::tracepoint_format("sched", "sched_process_fork")?;
+    let enter = crate::plan::kernel::tracepoint_format("raw_syscalls", "sys_enter")?;
+    let exit = crate::plan::kernel::tracepoint_format("raw_syscalls", "sys_exit")?;
+    let fork = crate::plan::kernel::tracepoint_format("sched", "sched_process_fork")?;
     layout_from(&enter, &exit, &fork).ok_or_else(|| {
         std::io::Error::other("raw_syscalls/sched_process_fork formats lack id/args/ret/parent_pid/child_pid")
     })

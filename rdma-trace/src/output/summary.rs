@@ -1,7 +1,7 @@
 //! Per-probe accounting, as the user sees it: every hit a program counted is either
 //! delivered or lost for a named reason, so `hits = delivered + lost` per probe.
 
-use crate::select::Plan;
+use crate::plan::select::Plan;
 use rdma_trace_common::{
     CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
     CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS, EventHeader, KIND_PROBE_ENTRY,
@@ -91,8 +91,12 @@ impl Tally {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SiteStats {
     pub site: String,
+    /// Every time the probe fired: the runs its program counted, plus `kernel_missed`.
     pub hits: u64,
     pub delivered: u64,
+    /// Lost: the kernel did not run the program (the kprobe's missed count: a return
+    /// probe out of instances, or the probe re-entered).
+    pub kernel_missed: u64,
     /// Lost: the ring buffer was full.
     pub ringbuf_full: u64,
     /// Lost: no scratch record (the per-CPU scratch lookup failed).
@@ -116,12 +120,13 @@ pub struct SiteStats {
 
 impl SiteStats {
     pub fn lost(&self) -> u64 {
-        self.ringbuf_full + self.no_scratch + self.held.max(0) as u64 + self.enrich_dropped + self.undecodable
+        self.loss_reasons().iter().map(|(_, n)| n).sum()
     }
 
     /// The loss reasons with their counts, the non-zero ones.
     pub fn loss_reasons(&self) -> Vec<(&'static str, u64)> {
         [
+            ("missed by the kernel", self.kernel_missed),
             ("ring full", self.ringbuf_full),
             ("no scratch", self.no_scratch),
             ("held past shutdown", self.held.max(0) as u64),
@@ -134,13 +139,15 @@ impl SiteStats {
     }
 }
 
-fn site(name: String, c: &[u64], t: &Tally, site: usize) -> SiteStats {
+fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, site: usize) -> SiteStats {
     let at = |what: usize| c.get(site * COUNTERS + what).copied().unwrap_or(0);
     let (hits, ringbuf_full, no_scratch) = (at(CNT_HITS), at(CNT_RINGBUF_FULL), at(CNT_NO_SCRATCH));
     let read = t.read.get(site).copied().unwrap_or(0);
+    let kernel_missed = missed.and_then(|m| m.get(site)).copied().unwrap_or(0);
     SiteStats {
         site: name,
-        hits,
+        hits: hits + kernel_missed,
+        kernel_missed,
         delivered: t.delivered.get(site).copied().unwrap_or(0),
         ringbuf_full,
         no_scratch,
@@ -156,16 +163,17 @@ fn site(name: String, c: &[u64], t: &Tally, site: usize) -> SiteStats {
 }
 
 /// Accounts per attached probe (entry and return) and for the syscall tracepoints.
-pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally) -> Vec<SiteStats> {
+/// `missed`: the kernel's per-site missed counts, where it can tell them.
+pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u64]>) -> Vec<SiteStats> {
     let mut out = Vec::new();
     for p in &plan.probes {
-        out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, tally, p.slot));
+        out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, tally, missed, p.slot));
         if p.ret.is_some() {
-            out.push(site(format!("{} return", p.spec.id), counters, tally, return_site(p.slot)));
+            out.push(site(format!("{} return", p.spec.id), counters, tally, missed, return_site(p.slot)));
         }
     }
-    out.push(site("syscalls enter".into(), counters, tally, SITE_SYS_ENTER));
-    out.push(site("syscalls exit".into(), counters, tally, SITE_SYS_EXIT));
+    out.push(site("syscalls enter".into(), counters, tally, None, SITE_SYS_ENTER));
+    out.push(site("syscalls exit".into(), counters, tally, None, SITE_SYS_EXIT));
     out
 }
 
@@ -201,6 +209,8 @@ pub struct RunAccount {
     pub forks: u64,
     pub forks_unwatched: u64,
     pub programs: Vec<ProgramCost>,
+    /// False where the kernel cannot report kprobe missed counts (before 6.7).
+    pub kernel_missed_known: bool,
 }
 
 impl RunAccount {
@@ -299,6 +309,9 @@ impl RunAccount {
                 ));
             }
         }
+        if !self.kernel_missed_known {
+            s.push_str("  this kernel does not report kprobe missed counts (6.7+): probe hits the kernel skipped are not counted\n");
+        }
         if self.forks_unwatched > 0 {
             s.push_str(&format!(
                 "  {} of {} forked children could not be watched (watch table full): their syscalls are not seen\n",
@@ -346,15 +359,15 @@ mod tests {
         t.enrich_dropped(&h);
         t.undecodable(Some(&h));
         assert_eq!(t.pending(&c), 1, "one committed record not read yet");
-        let st = site("x".into(), &c, &t, 2);
+        let st = site("x".into(), &c, &t, None, 2);
         assert_eq!(st.held, 1);
         assert_eq!(st.hits, st.delivered + st.lost());
         t.read(Some(&h));
         t.delivered(&h);
         assert_eq!(t.pending(&c), 0);
-        let st = site("x".into(), &c, &t, 2);
+        let st = site("x".into(), &c, &t, None, 2);
         assert_eq!((st.held, st.lost(), st.delivered), (0, 5, 5));
-        let acct = RunAccount { sites: vec![st], ..Default::default() };
+        let acct = RunAccount { sites: vec![st], kernel_missed_known: true, ..Default::default() };
         let text = acct.summary();
         assert!(
             text.starts_with(
@@ -369,6 +382,31 @@ mod tests {
     }
 
     #[test]
+    fn runs_the_kernel_missed_are_hits_and_losses_of_their_probe() {
+        let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
+        let ret = return_site(4);
+        c[ret * COUNTERS + CNT_HITS] = 3;
+        let mut t = Tally::default();
+        let h = hdr(KIND_PROBE_RETURN, 4);
+        for _ in 0..3 {
+            t.read(Some(&h));
+            t.delivered(&h);
+        }
+        let mut missed = vec![0u64; COUNTER_SITES];
+        missed[ret] = 2;
+        let st = site("comp_event_read return".into(), &c, &t, Some(&missed), ret);
+        assert_eq!((st.hits, st.delivered, st.lost(), st.held), (5, 3, 2, 0));
+        let acct = RunAccount { sites: vec![st], kernel_missed_known: true, ..Default::default() };
+        let text = acct.summary();
+        assert!(
+            text.starts_with("rdma-trace: 3 events delivered, 2 lost (2 missed by the kernel)\n"),
+            "{text}"
+        );
+        let unknown = RunAccount { kernel_missed_known: false, ..acct };
+        assert!(unknown.summary().contains("does not report kprobe missed counts"));
+    }
+
+    #[test]
     fn zero_lost_only_when_nothing_was_lost() {
         let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
         c[SITE_SYS_EXIT * COUNTERS + CNT_HITS] = 3;
@@ -378,11 +416,19 @@ mod tests {
             t.read(Some(&h));
             t.delivered(&h);
         }
-        let acct = RunAccount { sites: vec![site("s".into(), &c, &t, SITE_SYS_EXIT)], ..Default::default() };
+        let acct = RunAccount {
+            sites: vec![site("s".into(), &c, &t, None, SITE_SYS_EXIT)],
+            kernel_missed_known: true,
+            ..Default::default()
+        };
         assert!(acct.summary().starts_with("rdma-trace: 3 events delivered, 0 lost\n"));
         // One record still held at exit: no longer "0 lost".
         c[SITE_SYS_EXIT * COUNTERS + CNT_HITS] = 4;
-        let acct = RunAccount { sites: vec![site("s".into(), &c, &t, SITE_SYS_EXIT)], ..Default::default() };
+        let acct = RunAccount {
+            sites: vec![site("s".into(), &c, &t, None, SITE_SYS_EXIT)],
+            kernel_missed_known: true,
+            ..Default::default()
+        };
         assert!(
             acct.summary().starts_with("rdma-trace: 3 events delivered, 1 lost (1 held past shutdown)\n")
         );

@@ -1,6 +1,9 @@
-//! Where events go: a human text stream, a JSON Lines capture file.
+//! Where events and accounts go: a human text stream, a JSON Lines capture file, the
+//! story report, the run's summary.
 
 pub mod jsonl;
+pub mod report;
+pub mod summary;
 pub mod text;
 
 use crate::event::Event;

@@ -2,9 +2,9 @@
 //! them, MR pinning, completions with their wakeup latency, the data-phase syscalls, and
 //! (with companion steps) each step's checks.
 
-use crate::correlate::story::{ProcessStory, Story};
 use crate::event::{Event, EventKind};
-use crate::workload::record::StepRecord;
+use crate::pipeline::correlate::story::{ProcessStory, Story};
+use crate::steps::StepRecord;
 use std::fmt::Write;
 
 /// The fd kinds worth naming in a step (see `fds.rs`).
@@ -55,9 +55,9 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
             })
             .collect();
         let r = c.ret.map(|i| &events[i]);
-        let mut line = format!("  {} {}", e.name, crate::sink::text::fields_text(e));
+        let mut line = format!("  {} {}", e.name, crate::output::text::fields_text(e));
         if let Some(r) = r {
-            line.push_str(&format!(" → {} [{}]", crate::sink::text::fields_text(r), ms(r.ts_ns - e.ts_ns)));
+            line.push_str(&format!(" → {} [{}]", crate::output::text::fields_text(r), ms(r.ts_ns - e.ts_ns)));
         }
         if !kernel.is_empty() {
             line.push_str(&format!("\n      kernel: {}", kernel.join(" → ")));
@@ -77,7 +77,7 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
     }
     for &i in &ps.failed_pins {
         let e = &events[i];
-        writeln!(out, "  pin REFUSED by the umem function: {}", crate::sink::text::fields_text(e))?;
+        writeln!(out, "  pin REFUSED by the umem function: {}", crate::output::text::fields_text(e))?;
     }
     if !ps.data_phase_syscalls.is_empty() {
         let s: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -88,11 +88,16 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
 
 pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
     let mut out = String::new();
+    write_text(&mut out, story, events, steps).expect("formatting into a String cannot fail");
+    out
+}
+
+fn write_text(out: &mut String, story: &Story, events: &[Event], steps: &[StepRecord]) -> std::fmt::Result {
     for ps in story.processes.values().filter(|p| !p.comm.starts_with("kworker") && !p.events.is_empty()) {
-        let _ = process(&mut out, ps, events);
+        process(out, ps, events)?;
     }
     if !story.steps.is_empty() {
-        let _ = writeln!(out, "companion steps:");
+        writeln!(out, "companion steps:")?;
         for j in &story.steps {
             let s = &steps[j.step];
             let checks: Vec<String> = j
@@ -121,21 +126,20 @@ pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
                 .map(|(e, k)| format!("{}[{k}]", e.name))
                 .collect();
             let sys = if sys.is_empty() { String::new() } else { format!("  syscalls: {}", sys.join(" ")) };
-            let _ = writeln!(
+            writeln!(
                 out,
                 "  step {:>3} {:<18} {:>3} kernel events  {}{sys}",
                 s.step,
                 format!("{:?}", s.name),
                 kernel,
                 checks.join("  ")
-            );
+            )?;
         }
     }
     let failed = story.steps.iter().flat_map(|j| &j.checks).filter(|c| !c.ok).count();
-    let _ = writeln!(
+    writeln!(
         out,
         "unjoined events: {} (completions on CQs created before tracing started); failed checks: {failed}",
         story.unjoined.len()
-    );
-    out
+    )
 }

@@ -1,8 +1,9 @@
 //! The aya edge: load the eBPF object, write plans and filters into its maps, attach
 //! programs. aya types do not leave this module (and `source.rs`, which owns the ring).
 
-use crate::select::{Plan, Planned};
-use crate::stats::ProgramCost;
+use crate::live::kprobe_events::{self, ReturnProbe};
+use crate::output::summary::ProgramCost;
+use crate::plan::select::{Plan, Planned};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{KProbe, Program, TracePoint, UProbe};
@@ -31,6 +32,12 @@ pub enum AttachError {
 
 /// A loaded object, ready to attach.
 pub struct Loaded {
+    /// Kernel probe links by counter site, kept to ask the kernel for their missed counts
+    /// (entries through aya, returns placed through tracefs). Dropped before `ebpf`.
+    entry_links: Vec<(usize, aya::programs::links::FdLink)>,
+    returns: Vec<(usize, ReturnProbe)>,
+    /// Instances per return probe (`r<N>:`).
+    pub return_instances: u32,
     ebpf: Ebpf,
 }
 
@@ -41,6 +48,8 @@ pub struct Outcome {
     pub symbol: &'static str,
     pub module: String,
     pub attached: Result<(), String>,
+    /// Attached, but not as asked (a return probe with the kernel's default instances).
+    pub note: Option<String>,
     pub took: Duration,
 }
 
@@ -104,7 +113,12 @@ impl Loaded {
     /// must be a power-of-two multiple of the page size.
     pub fn new(ring_bytes: u32) -> Result<Self, AttachError> {
         let ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(EBPF_OBJECT)?;
-        Ok(Self { ebpf })
+        Ok(Self {
+            entry_links: Vec::new(),
+            returns: Vec::new(),
+            return_instances: kprobe_events::DEFAULT_INSTANCES,
+            ebpf,
+        })
     }
 
     /// Names of every program in the object.
@@ -154,9 +168,35 @@ impl Loaded {
         plans.set(site as u32, plan, 0).map_err(map_err("PLANS"))
     }
 
-    fn attach_kprobe(&mut self, prog: &str, symbol: &str) -> Result<(), AttachError> {
+    fn attach_kprobe(&mut self, prog: &str, symbol: &str, site: usize) -> Result<(), AttachError> {
         let p: &mut KProbe = self.typed_program(prog)?;
-        p.attach(symbol, 0).map(|_| ()).map_err(|source| AttachError::Program { name: prog.into(), source })
+        let err = |source| AttachError::Program { name: prog.into(), source };
+        let id = p.attach(symbol, 0).map_err(err)?;
+        let link = p.take_link(id).map_err(err)?;
+        let link = aya::programs::links::FdLink::try_from(link)
+            .map_err(|e| AttachError::Map("probe link", format!("{symbol}: not a BPF link ({e})")))?;
+        self.entry_links.push((site, link));
+        Ok(())
+    }
+
+    /// A return probe with `return_instances` instances, placed through tracefs. Where
+    /// that fails, aya places it with the kernel's default instances and the note says so.
+    fn attach_kretprobe(&mut self, prog: &str, p: &Planned) -> Result<Option<String>, AttachError> {
+        let site = return_site(p.slot);
+        let instances = self.return_instances;
+        let k: &mut KProbe = self.typed_program(prog)?;
+        let fd = k.fd().map_err(|source| AttachError::Program { name: prog.into(), source })?;
+        let tracefs = std::path::Path::new(crate::plan::kernel::TRACEFS);
+        match ReturnProbe::attach(tracefs, p.symbol, instances, std::os::fd::AsFd::as_fd(fd), p.slot) {
+            Ok(r) => {
+                self.returns.push((site, r));
+                Ok(None)
+            }
+            Err(e) => {
+                self.attach_kprobe(prog, p.symbol, site)?;
+                Ok(Some(format!("return probe with the kernel's default instances, not {instances} ({e})")))
+            }
+        }
     }
 
     fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
@@ -200,23 +240,24 @@ impl Loaded {
         Ok(())
     }
 
-    fn attach_one(&mut self, p: &Planned) -> Result<(), AttachError> {
+    fn attach_one(&mut self, p: &Planned) -> Result<Option<String>, AttachError> {
+        let mut note = None;
         self.set_plan(p.slot, &p.entry)?;
         if let Some(ret) = &p.ret {
             self.set_plan(return_site(p.slot), ret)?;
         }
         match p.spec.kind {
-            crate::catalog::Kind::Kprobe => {
+            crate::plan::catalog::Kind::Kprobe => {
                 self.route_function(p)?;
-                self.attach_kprobe(&p.entry_program(), p.symbol)?;
+                self.attach_kprobe(&p.entry_program(), p.symbol, p.slot)?;
                 if let Some(rp) = p.return_program() {
-                    self.attach_kprobe(&rp, p.symbol)?;
+                    note = self.attach_kretprobe(&rp, p)?;
                 }
             }
-            crate::catalog::Kind::Tracepoint { category } => {
+            crate::plan::catalog::Kind::Tracepoint { category } => {
                 self.attach_tracepoint(&p.entry_program(), category, p.symbol)?;
             }
-            crate::catalog::Kind::Uprobe { .. } => {
+            crate::plan::catalog::Kind::Uprobe { .. } => {
                 let (path, off) =
                     p.target.clone().ok_or_else(|| AttachError::NoProgram("uprobe without target".into()))?;
                 self.attach_uprobe(&p.entry_program(), &path, off, p.slot)?;
@@ -225,7 +266,19 @@ impl Loaded {
                 }
             }
         }
-        Ok(())
+        Ok(note)
+    }
+
+    /// Loads the object and attaches every planned probe.
+    pub fn attach_new(
+        plan: &Plan,
+        ring_bytes: u32,
+        return_instances: u32,
+    ) -> Result<(Self, Vec<Outcome>), AttachError> {
+        let mut loaded = Self::new(ring_bytes)?;
+        loaded.return_instances = return_instances;
+        let outcomes = loaded.attach_plan(plan);
+        Ok((loaded, outcomes))
     }
 
     /// Attaches every planned probe; one that fails is disabled and reported, the rest go on.
@@ -233,7 +286,10 @@ impl Loaded {
         let mut out = Vec::new();
         for p in &plan.probes {
             let t0 = Instant::now();
-            let mut res = self.attach_one(p).map_err(|e| format!("{e:#}"));
+            let (mut res, note) = match self.attach_one(p) {
+                Ok(note) => (Ok(()), note),
+                Err(e) => (Err(format!("{e:#}")), None),
+            };
             if let Err(why) = &mut res {
                 // Disable the slot: a half-attached probe (entry without return) emits nothing.
                 let off = SlotPlan::default();
@@ -248,6 +304,7 @@ impl Loaded {
                 symbol: p.symbol,
                 module: p.module.clone(),
                 attached: res,
+                note,
                 took: t0.elapsed(),
             });
         }
@@ -313,9 +370,34 @@ impl Loaded {
         out
     }
 
+    /// Per counter site, the probe hits the kernel counted but no program saw (kprobe
+    /// `missed`: re-entered, or a return probe out of instances). `None` where the kernel
+    /// cannot tell (before 6.7 the link info has no such field).
+    pub fn kernel_missed(&self) -> Option<Vec<u64>> {
+        use std::os::fd::AsFd;
+        if !crate::plan::kernel::release_at_least(6, 7) {
+            return None;
+        }
+        let mut out = vec![0u64; rdma_trace_common::COUNTER_SITES];
+        for (site, link) in &self.entry_links {
+            let n = link
+                .info()
+                .ok()
+                .and_then(|i| kprobe_events::link_fd_by_id(i.id()).ok())
+                .and_then(|fd| kprobe_events::link_missed(fd.as_fd()).ok());
+            out[*site] += n?;
+        }
+        for (site, r) in &self.returns {
+            out[*site] += r.missed().ok()?;
+        }
+        Some(out)
+    }
+
     /// Detaches every program and closes the object, keeping only the counters: after this
     /// nothing new is produced, so the ring can be drained to the last committed record.
     pub fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
+        self.returns.clear();
+        self.entry_links.clear();
         let m =
             self.ebpf.take_map("STATS").ok_or_else(|| AttachError::Map("STATS", "already taken".into()))?;
         drop(self.ebpf);

@@ -1,23 +1,28 @@
 //! `rdma-trace probes`: the plan for this kernel — each catalog probe, the symbol and
 //! module it resolved to, attached or skipped, and why.
 
-use crate::setup;
+use crate::plan::here;
+
 use std::fmt::Write;
 
 pub fn run(attach: bool) -> anyhow::Result<i32> {
-    let planning = setup::plan_here(&[]);
+    let planning = here::plan_here(&[]);
     let mut out = String::new();
     if let Some(why) = &planning.blocked {
         println!("rdma-trace: {why}");
         return Ok(0);
     }
-    let can_attach = attach && crate::privilege::check().is_ok();
+    let can_attach = attach && crate::live::privilege::check().is_ok();
     if attach && !can_attach {
         eprintln!("rdma-trace: not root: showing the plan without attaching");
     }
     let outcomes = if can_attach {
-        crate::kernel::ensure_tracefs().ok();
-        let (_loaded, o) = setup::attach(&planning.plan, 1 << 16)?;
+        crate::plan::kernel::ensure_tracefs().ok();
+        let (_loaded, o) = crate::live::attach::Loaded::attach_new(
+            &planning.plan,
+            1 << 16,
+            crate::live::kprobe_events::DEFAULT_INSTANCES,
+        )?;
         Some(o)
     } else {
         None
@@ -26,7 +31,13 @@ pub fn run(attach: bool) -> anyhow::Result<i32> {
     for p in &planning.plan.probes {
         let (status, mut note) = match outcomes.as_ref().and_then(|o| o.iter().find(|o| o.id == p.spec.id)) {
             Some(o) => match &o.attached {
-                Ok(()) => ("attached".to_string(), format!("{} ms", o.took.as_millis())),
+                Ok(()) => {
+                    let mut n = format!("{} ms", o.took.as_millis());
+                    if let Some(x) = &o.note {
+                        n.push_str(&format!("; {x}"));
+                    }
+                    ("attached".to_string(), n)
+                }
                 Err(e) => ("skipped".to_string(), format!("attach failed: {e}")),
             },
             None => ("planned".to_string(), String::new()),

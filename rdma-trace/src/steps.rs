@@ -6,6 +6,18 @@
 
 use serde::{Deserialize, Serialize};
 
+const PAGE_SIZE: u64 = 4096;
+
+/// Pages a umem of `size` bytes at `addr` pins (ib_umem_num_pages for 4 KiB pages).
+pub fn pages_spanned(addr: u64, size: u64) -> u64 {
+    if size == 0 {
+        return 0;
+    }
+    let first = addr / PAGE_SIZE;
+    let last = (addr + size - 1) / PAGE_SIZE;
+    last - first + 1
+}
+
 /// Format version written in every record's `v`.
 pub const VERSION: u32 = 0;
 
@@ -371,7 +383,7 @@ mod tests {
 
     #[test]
     fn docs_describe_every_step() {
-        let doc = include_str!("../../../docs/workload.md");
+        let doc = include_str!("../../docs/workload.md");
         let missing: Vec<&str> =
             StepName::ALL.iter().map(|n| n.as_str()).filter(|n| !doc.contains(&format!("`{n}`"))).collect();
         assert!(missing.is_empty(), "docs/workload.md lacks {missing:?}");

@@ -1,8 +1,8 @@
 //! Turning raw field values into RDMA meaning: access flags, vm_flags, page cache mode,
 //! errno names. Constants come from the kernel's own headers (named at each table).
 
-use crate::catalog::Render;
 use crate::event::Value;
+use crate::plan::catalog::Render;
 
 /// `enum ib_access_flags` (include/rdma/ib_verbs.h).
 const ACCESS: &[(u64, &str)] = &[

@@ -1,9 +1,9 @@
 //! Pure planning: catalog × this kernel → which probe goes on which symbol, in which
 //! slot, reading what at which offsets — or why it is skipped.
 
-use crate::btf::{self, BtfSource};
-use crate::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
-use crate::kernel::{Symbols, TpField};
+use crate::plan::btf::{self, BtfSource};
+use crate::plan::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
+use crate::plan::kernel::{Symbols, TpField};
 use rdma_trace_common::{
     Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SlotPlan, TOTAL_SLOTS,
 };
@@ -177,7 +177,7 @@ fn plan_uprobe(
             return Ok(fetch(src, &[], 8));
         }
         let (off, size) =
-            crate::catalog::user_abi(f.path).ok_or_else(|| format!("no ABI entry for {}", f.path))?;
+            crate::plan::catalog::user_abi(f.path).ok_or_else(|| format!("no ABI entry for {}", f.path))?;
         Ok(fetch(src, &[off], size))
     };
     let mut entry = slot_plan(spec.entry, user_fetch)?;
@@ -209,7 +209,7 @@ fn plan_tracepoint(
         let Src::TpField(name) = f.from else {
             return Err(format!("{}: tracepoint fields read the record", f.name));
         };
-        let tf = crate::kernel::field(&fields, name)
+        let tf = crate::plan::kernel::field(&fields, name)
             .ok_or_else(|| format!("{category}:{} has no field {name}", sym.name))?;
         if ![1, 2, 4, 8].contains(&tf.size) {
             return Err(format!("{category}:{} field {name} is {} bytes", sym.name, tf.size));

@@ -52,6 +52,20 @@ impl Symbols {
 pub const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// Makes sure tracefs is mounted (tracepoints need it); returns what it did.
+/// Major and minor of a kernel release string ("6.12.48+deb13-amd64" → (6, 12)).
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Whether the running kernel is at least `major.minor` (false if it cannot be read).
+pub fn release_at_least(major: u32, minor: u32) -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| parse_release(&r))
+        .is_some_and(|v| v >= (major, minor))
+}
+
 pub fn ensure_tracefs() -> std::io::Result<&'static str> {
     if Path::new(TRACEFS).join("events").exists() {
         return Ok("tracefs present");
@@ -110,6 +124,14 @@ pub fn field<'a>(fields: &'a [TpField], name: &str) -> Option<&'a TpField> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_versions() {
+        assert_eq!(parse_release("6.12.48+deb13-amd64\n"), Some((6, 12)));
+        assert_eq!(parse_release("7.3.4"), Some((7, 3)));
+        assert_eq!(parse_release("garbage"), None);
+        assert!(parse_release("6.7.0").unwrap() >= (6, 7) && parse_release("6.6.9").unwrap() < (6, 7));
+    }
 
     #[test]
     fn kallsyms_modules_and_types() {

@@ -1,9 +1,9 @@
 //! The human text stream: one line per event, values in RDMA terms.
 
 use super::Sink;
-use crate::catalog::{self, Render};
 use crate::event::{Event, EventKind};
-use crate::render;
+use crate::pipeline::render;
+use crate::plan::catalog::{self, Render};
 use std::io::Write;
 
 pub struct Text<W: Write> {

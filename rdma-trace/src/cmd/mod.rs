@@ -1,0 +1,5 @@
+//! The subcommands: each gathers what the libraries return and prints it.
+
+pub mod probes;
+pub mod story;
+pub mod trace;

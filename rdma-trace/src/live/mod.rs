@@ -1,0 +1,8 @@
+//! The live edge: load the eBPF object, attach the plan (aya types stay here and in
+//! `source`), and run the tracer until it is told to stop.
+
+pub mod attach;
+pub mod kprobe_events;
+pub mod privilege;
+pub mod spawn;
+pub mod trace;

@@ -1,0 +1,11 @@
+//! Planning: the catalog of probes against this kernel (kallsyms, BTF, tracefs formats)
+//! and the installed libibverbs → a plan per slot, or a reason to skip. Pure but for
+//! `here`, which reads this machine.
+
+pub mod btf;
+pub mod catalog;
+pub mod elfsym;
+pub mod here;
+pub mod kernel;
+pub mod select;
+pub mod syscalls;
