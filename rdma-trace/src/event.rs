@@ -1,6 +1,7 @@
 //! The event record: what the pipeline after decode consumes and emits, and what capture
 //! files hold (JSON Lines, version 0; see docs/event-format.md).
 
+pub use crate::plan::catalog::{Path, ProbeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -54,8 +55,8 @@ pub struct Event {
     /// The kernel function or tracepoint (probe events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symbol: Option<String>,
-    /// pin / mmap / completion / teardown / syscall.
-    pub path: String,
+    /// pin / mmap / completion / teardown / verbs / syscall.
+    pub path: Path,
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
@@ -84,6 +85,24 @@ pub struct Event {
 impl Event {
     pub fn field(&self, name: &str) -> Option<u64> {
         self.fields.get(name).map(|v| v.as_u64())
+    }
+
+    /// The catalog probe this event came from (None for syscalls).
+    pub fn probe(&self) -> Option<ProbeId> {
+        match self.kind {
+            EventKind::Entry | EventKind::Return => ProbeId::parse(&self.name),
+            EventKind::SyscallEnter | EventKind::SyscallExit => None,
+        }
+    }
+
+    /// Whether this event came from probe `id`.
+    pub fn is(&self, id: ProbeId) -> bool {
+        self.probe() == Some(id)
+    }
+
+    /// Whether this event came from one of `ids`.
+    pub fn is_any(&self, ids: &[ProbeId]) -> bool {
+        self.probe().is_some_and(|p| ids.contains(&p))
     }
 }
 

@@ -76,7 +76,7 @@ fn plan_for(name: &str) -> Plan {
 }
 
 fn probe<'a>(plan: &'a Plan, id: &str) -> &'a select::Planned {
-    plan.probes.iter().find(|p| p.spec.id == id).unwrap_or_else(|| {
+    plan.probes.iter().find(|p| p.spec.id.as_str() == id).unwrap_or_else(|| {
         panic!(
             "{id} not planned; skipped: {:?}",
             plan.skipped.iter().map(|s| (s.spec.id, &s.reason)).collect::<Vec<_>>()

@@ -36,8 +36,9 @@ fn help_teaches_each_subcommand_in_rdma_terms() {
 
 #[test]
 fn probes_on_a_kernel_without_rdma_says_so() {
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let has_rdma = rdma_trace::plan::kernel::Symbols::parse(&kallsyms).has_rdma();
+    // Independent of the tool's own kallsyms reading: the kernel lists a loaded (or
+    // built-in) ib_core under /sys/module.
+    let has_rdma = std::path::Path::new("/sys/module/ib_core").exists();
     let out = Command::new(bin()).args(["probes", "--no-attach"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());

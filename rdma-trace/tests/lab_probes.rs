@@ -179,7 +179,7 @@ fn lab_probes_plan_attaches_every_probe() {
     for spec in rdma_trace::plan::catalog::CATALOG {
         let line = out
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(spec.id))
+            .find(|l| l.split_whitespace().next() == Some(spec.id.as_str()))
             .unwrap_or_else(|| panic!("{} missing from `rdma-trace probes`:\n{out}", spec.id));
         assert!(line.contains("attached"), "{} not attached: {line}", spec.id);
         if spec.hardware_only {
@@ -395,7 +395,7 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
         assert_eq!(ue.field("addr"), ke.field("start"), "{ue:?}");
         assert_eq!(ue.field("length"), ke.field("length"));
         assert_eq!((ur.field("lkey"), ur.field("rkey")), (kr.field("lkey"), kr.field("rkey")));
-        assert_eq!(ue.path, "verbs");
+        assert_eq!(ue.path, rdma_trace::event::Path::Verbs);
     }
     // ibv_create_cq returns: the same CQ handles bpftrace's uretprobe saw.
     let ours: HashSet<u64> = calls(s, "ibv_create_cq").iter().filter_map(|(_, r)| r.field("cq")).collect();

@@ -102,7 +102,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     assert_eq!(count(StepName::GetCqEvent), 6, "one CQ event per work request");
     for j in &st.steps {
         let s = step(j);
-        let kernel = |path: &str| j.events.iter().filter(|&&i| events[i].path == path).count();
+        let kernel = |path: &str| j.events.iter().filter(|&&i| events[i].path.as_str() == path).count();
         match s.name {
             StepName::RegMr => assert!(kernel("pin") >= 4, "step {} joined {:?}", s.step, j.events),
             // rxe rings its doorbell with a write(2) on the uverbs fd.
@@ -190,7 +190,7 @@ fn lab_story_perftest_and_rping_traced_by_command() {
         st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping").collect();
     assert_eq!(workloads.len(), 4, "server and client of each: {:?}", st.processes.keys());
     for ps in workloads {
-        let of = |path: &str| ps.events.iter().filter(|&&i| events[i].path == path).count();
+        let of = |path: &str| ps.events.iter().filter(|&&i| events[i].path.as_str() == path).count();
         assert!(of("pin") > 0 && of("mmap") > 0, "{} {}: pins and mmaps", ps.comm, ps.pid);
 
         for c in &ps.completions {
@@ -198,7 +198,12 @@ fn lab_story_perftest_and_rping_traced_by_command() {
             assert_ne!(events[c.event].pid, ps.pid);
         }
         // The syscalls of the traced shell's children were watched (fork following).
-        assert!(ps.events.iter().any(|&i| events[i].path == "syscall"), "{} {}: syscalls", ps.comm, ps.pid);
+        assert!(
+            ps.events.iter().any(|&i| events[i].path == rdma_trace::event::Path::Syscall),
+            "{} {}: syscalls",
+            ps.comm,
+            ps.pid
+        );
     }
     // -e and rping arm their CQs: completion events reach each program (perftest's sender
     // polls its send CQ for most of the run, so the receiver gets most events).

@@ -33,7 +33,7 @@ fn companion_steps_all_join_with_equal_values() {
         assert!(failed.is_empty(), "{k}: {failed:?}");
         // Each reg_mr step holds its pin: rxe_reg_user_mr and the umem pin, entry and return.
         for j in st.steps.iter().filter(|j| steps[j.step].name == StepName::RegMr) {
-            let pins = j.events.iter().filter(|&&i| evs[i].path == "pin").count();
+            let pins = j.events.iter().filter(|&&i| evs[i].path == rdma_trace::event::Path::Pin).count();
             assert_eq!(pins, 4, "{k}: step {}", steps[j.step].step);
         }
         let ps = &st.processes[&steps[0].pid];

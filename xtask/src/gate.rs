@@ -21,6 +21,10 @@ pub fn run(no_lab: bool) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    step("gate: cargo deny check licenses bans (policy: deny.toml)");
+    let mut deny = std::process::Command::new(crate::setup::cargo_deny_path());
+    deny.current_dir(util::workspace_root()).args(["check", "licenses", "bans"]);
+    util::run(&mut deny)?;
     step("gate: host tests");
     util::run(util::cargo().args(["test"]))?;
     if no_lab {

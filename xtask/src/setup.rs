@@ -43,12 +43,38 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
 /// The bpf-linker release the aya 0.14 line is verified with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+/// The cargo-deny release the licence policy (`deny.toml`) is written for.
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
 pub fn run() -> Result<()> {
     nightly_rust_src()?;
     bpf_linker()?;
+    cargo_deny()?;
     debian_packages()?;
     step("setup: done");
     Ok(())
+}
+
+/// Where setup installs cargo-deny (the project's cache, not ~/.cargo/bin).
+pub fn cargo_deny_path() -> PathBuf {
+    util::cache_dir().join("tools/bin/cargo-deny")
+}
+
+/// cargo-deny, built from crates.io at a pinned version with its locked dependencies.
+fn cargo_deny() -> Result<()> {
+    let bin = cargo_deny_path();
+    let have = util::output(Command::new(&bin).arg("--version")).unwrap_or_default();
+    if have.trim() == format!("cargo-deny {CARGO_DENY_VERSION}") {
+        step(&format!("setup: cargo-deny {CARGO_DENY_VERSION} present ({})", bin.display()));
+        return Ok(());
+    }
+    step(&format!("setup: building cargo-deny {CARGO_DENY_VERSION} (licence and ban checks; ~3-6 min once)"));
+    let root = util::cache_dir().join("tools");
+    util::run(
+        util::cargo()
+            .args(["install", "cargo-deny", "--version", CARGO_DENY_VERSION, "--locked", "--root"])
+            .arg(&root),
+    )
 }
 
 fn nightly_rust_src() -> Result<()> {

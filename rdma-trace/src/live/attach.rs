@@ -44,7 +44,7 @@ pub struct Loaded {
 /// What happened to one planned probe.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    pub id: &'static str,
+    pub id: crate::plan::catalog::ProbeId,
     pub symbol: &'static str,
     pub module: String,
     pub attached: Result<(), String>,

@@ -43,7 +43,7 @@ pub enum Notice {
     StaleEvents(Result<usize, String>),
     /// A catalog probe left out by planning.
     Skipped {
-        id: &'static str,
+        id: crate::plan::catalog::ProbeId,
         reason: String,
     },
     /// A planned probe that did not attach, or attached not as asked.

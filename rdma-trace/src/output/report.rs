@@ -2,7 +2,7 @@
 //! them, MR pinning, completions with their wakeup latency, the data-phase syscalls, and
 //! (with companion steps) each step's checks.
 
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::pipeline::correlate::story::{ProcessStory, Story};
 use crate::steps::StepRecord;
 use std::fmt::Write;
@@ -49,8 +49,8 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
             .iter()
             .map(|&i| &events[i])
             .filter(|k| k.kind == EventKind::Entry)
-            .map(|k| match (k.name.as_str(), k.field("pages")) {
-                ("umem_get", Some(p)) => format!("umem_get pins {p} pages"),
+            .map(|k| match (k.probe(), k.field("pages")) {
+                (Some(ProbeId::UmemGet), Some(p)) => format!("umem_get pins {p} pages"),
                 _ => k.name.clone(),
             })
             .collect();
@@ -111,11 +111,8 @@ fn write_text(out: &mut String, story: &Story, events: &[Event], steps: &[StepRe
                     }
                 })
                 .collect();
-            let kernel = j
-                .events
-                .iter()
-                .filter(|&&i| events[i].path != "syscall" && events[i].path != "verbs")
-                .count();
+            let kernel =
+                j.events.iter().filter(|&&i| !matches!(events[i].path, Path::Syscall | Path::Verbs)).count();
             // The step's syscalls on RDMA fds (rxe's doorbell is a write on the uverbs fd).
             let sys: Vec<String> = j
                 .events

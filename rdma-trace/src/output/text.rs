@@ -1,7 +1,7 @@
 //! The human text stream: one line per event, values in RDMA terms.
 
 use super::Sink;
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, Path};
 use crate::pipeline::render;
 use crate::plan::catalog::{self, Render};
 use std::io::Write;
@@ -21,17 +21,13 @@ impl<W: Write> Text<W> {
 }
 
 fn render_of(ev: &Event, field: &str) -> Render {
-    if let Some(spec) = catalog::by_id(&ev.name) {
+    if let Some(spec) = ev.probe().map(catalog::by_id) {
         let fields = if ev.kind == EventKind::Return { spec.ret } else { spec.entry };
         if let Some(f) = fields.iter().find(|f| f.name == field) {
             return f.render;
         }
     }
-    match field {
-        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" => Render::Hex,
-        "ret" => Render::Errno,
-        _ => Render::Dec,
-    }
+    crate::plan::syscalls::render_of(field)
 }
 
 /// The event's fields as `name=value` pairs, values in RDMA terms.
@@ -55,7 +51,7 @@ pub fn line(ev: &Event) -> String {
     let mut s =
         format!("{secs:>14.6} {:<10} {arrow} {:<14} {}[{}/{}]", ev.path, ev.name, ev.comm, ev.pid, ev.tid);
     if let Some(c) = ev.context
-        && ev.path == "completion"
+        && ev.path == Path::Completion
     {
         s.push_str(&format!(" ctx={c:?}").to_lowercase());
     }

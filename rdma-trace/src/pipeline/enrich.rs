@@ -6,7 +6,7 @@ use crate::pipeline::decode::Raw;
 use crate::pipeline::fds::FdCache;
 use crate::pipeline::ksyms::Ksyms;
 use crate::pipeline::render;
-use crate::plan::catalog::{Field, Path};
+use crate::plan::catalog::{Field, Path, ProbeId};
 use crate::plan::select::Plan;
 use crate::plan::syscalls;
 use std::collections::BTreeMap;
@@ -21,16 +21,6 @@ pub struct Enricher<'a> {
 fn comm(c: &[u8; 16]) -> String {
     let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
     String::from_utf8_lossy(&c[..n]).into_owned()
-}
-
-pub fn path_name(p: Path) -> &'static str {
-    match p {
-        Path::Pin => "pin",
-        Path::Mmap => "mmap",
-        Path::Completion => "completion",
-        Path::Teardown => "teardown",
-        Path::Verbs => "verbs",
-    }
 }
 
 /// softirq when the stack shows softirq processing, kworker by thread name, else process.
@@ -54,7 +44,7 @@ impl Enricher<'_> {
             kind: EventKind::Entry,
             name: String::new(),
             symbol: None,
-            path: String::new(),
+            path: Path::Syscall,
             pid: h.tgid,
             tid: h.tid,
             comm: comm(&h.comm),
@@ -75,7 +65,7 @@ impl Enricher<'_> {
                 ev.kind = if *is_return { EventKind::Return } else { EventKind::Entry };
                 ev.name = p.spec.id.to_string();
                 ev.symbol = Some(p.symbol.to_string());
-                ev.path = path_name(p.spec.path).to_string();
+                ev.path = p.spec.path;
                 for (i, f) in fields.iter().enumerate() {
                     if hdr.fail_mask & (1 << i) != 0 {
                         ev.unreadable.push(f.name.to_string());
@@ -91,14 +81,14 @@ impl Enricher<'_> {
                 // The completion channel is made by an ioctl, not an open: its fd is what
                 // libibverbs returns.
                 if *is_return
-                    && p.spec.id == "ibv_create_comp_channel"
+                    && p.spec.id == ProbeId::IbvCreateCompChannel
                     && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
                 {
                     self.fds.bind(h.tgid, *fd, "comp_channel");
                 }
                 ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
                 // What the pin is charged against (read while the process lives).
-                if p.spec.id == "umem_get"
+                if p.spec.id == ProbeId::UmemGet
                     && !*is_return
                     && let Some(limit) = self.memlock.of(h.tgid)
                 {
@@ -112,7 +102,7 @@ impl Enricher<'_> {
                 let spec = syscalls::by_nr(*nr)?;
                 ev.kind = if *is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
                 ev.name = spec.name.to_string();
-                ev.path = "syscall".into();
+                ev.path = Path::Syscall;
                 let opens = spec.name == "open" || spec.name == "openat";
                 if *is_exit {
                     ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));

@@ -1,13 +1,17 @@
 //! RLIMIT_MEMLOCK of a traced process, from /proc/<pid>/limits (read once per process):
 //! what the umem pin is charged against. Root and CAP_IPC_LOCK are never refused.
 
+use procfs::process::{LimitValue, Process};
 use std::collections::HashMap;
 
-/// The soft "Max locked memory" limit in bytes; `u64::MAX` for unlimited.
-pub fn parse_memlock(limits: &str) -> Option<u64> {
-    let line = limits.lines().find(|l| l.starts_with("Max locked memory"))?;
-    let soft = line["Max locked memory".len()..].split_whitespace().next()?;
-    if soft == "unlimited" { Some(u64::MAX) } else { soft.parse().ok() }
+/// The soft "Max locked memory" limit of `pid` in bytes; `u64::MAX` for unlimited. None if
+/// the process is gone (events are enriched after the fact) or /proc cannot be read.
+pub fn memlock_of(pid: u32) -> Option<u64> {
+    let limit = Process::new(pid as i32).and_then(|p| p.limits()).ok()?.max_locked_memory.soft_limit;
+    Some(match limit {
+        LimitValue::Unlimited => u64::MAX,
+        LimitValue::Value(v) => v,
+    })
 }
 
 #[derive(Default)]
@@ -17,10 +21,7 @@ pub struct MemlockCache {
 
 impl MemlockCache {
     pub fn of(&mut self, pid: u32) -> Option<u64> {
-        *self
-            .known
-            .entry(pid)
-            .or_insert_with(|| parse_memlock(&std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?))
+        *self.known.entry(pid).or_insert_with(|| memlock_of(pid))
     }
 }
 
@@ -29,12 +30,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proc_limits_lines() {
-        let t = "Limit                     Soft Limit           Hard Limit           Units     \n\
-                 Max locked memory         8388608              8388608              bytes     \n";
-        assert_eq!(parse_memlock(t), Some(8 << 20));
-        let t = "Max locked memory         unlimited            unlimited            bytes     \n";
-        assert_eq!(parse_memlock(t), Some(u64::MAX));
-        assert_eq!(parse_memlock("Max open files 1024 4096 files\n"), None);
+    fn memlock_of_this_process_is_its_rlimit() {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit(2) with a valid rlimit struct.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) }, 0);
+        let want = if r.rlim_cur == libc::RLIM_INFINITY { u64::MAX } else { r.rlim_cur };
+        assert_eq!(MemlockCache::default().of(std::process::id()), Some(want));
+        // No such process (above the kernel's pid limit).
+        assert_eq!(memlock_of(4_999_999), None);
     }
 }

@@ -6,7 +6,7 @@
 //! (`select.rs`); nothing here is a byte offset.
 
 /// The three paths the tool shows, plus teardown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Path {
     /// Memory registration: pinning user pages for the NIC.
@@ -19,6 +19,83 @@ pub enum Path {
     Teardown,
     /// The verbs call in user space (libibverbs) that set the kernel path off.
     Verbs,
+    /// A traced program's syscall (`--pid`, `-- CMD`).
+    Syscall,
+}
+
+impl Path {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Path::Pin => "pin",
+            Path::Mmap => "mmap",
+            Path::Completion => "completion",
+            Path::Teardown => "teardown",
+            Path::Verbs => "verbs",
+            Path::Syscall => "syscall",
+        }
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Generates `ProbeId`: one variant per catalog probe, with its string id.
+macro_rules! probe_ids {
+    ($($v:ident = $s:literal,)*) => {
+        /// A catalog probe. The string form (`as_str`) is what files, the command line and
+        /// the summary show; code compares the enum, so a misspelt id does not compile.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ProbeId { $($v,)* }
+
+        impl ProbeId {
+            pub const ALL: &[ProbeId] = &[$(ProbeId::$v,)*];
+            pub const fn as_str(self) -> &'static str {
+                match self { $(ProbeId::$v => $s,)* }
+            }
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($s => Some(ProbeId::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+probe_ids! {
+    UmemGet = "umem_get",
+    RxeRegMr = "rxe_reg_mr",
+    Mlx5RegMr = "mlx5_reg_mr",
+    UverbsMmap = "uverbs_mmap",
+    RxeMmap = "rxe_mmap",
+    Mlx5Mmap = "mlx5_mmap",
+    MmapIo = "mmap_io",
+    CompHandler = "comp_handler",
+    RxeCreateCq = "rxe_create_cq",
+    Mlx5CreateCq = "mlx5_create_cq",
+    CompEventRead = "comp_event_read",
+    UmemRelease = "umem_release",
+    MrDereg = "mr_dereg",
+    IbvOpenDevice = "ibv_open_device",
+    IbvRegMr = "ibv_reg_mr",
+    IbvRegMrIova2 = "ibv_reg_mr_iova2",
+    IbvDeregMr = "ibv_dereg_mr",
+    IbvCreateCompChannel = "ibv_create_comp_channel",
+    IbvCreateCq = "ibv_create_cq",
+    IbvCreateQp = "ibv_create_qp",
+    IbvGetCqEvent = "ibv_get_cq_event",
+}
+
+impl std::fmt::Display for ProbeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl serde::Serialize for ProbeId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 /// How a probe is attached.
@@ -88,7 +165,7 @@ pub struct Field {
 
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
-    pub id: &'static str,
+    pub id: ProbeId,
     pub path: Path,
     pub kind: Kind,
     pub symbols: &'static [Symbol],
@@ -152,7 +229,7 @@ const REG_MR_RET: [Field; 3] =
 /// Every probe rdma-trace knows. Order is display order.
 pub static CATALOG: &[ProbeSpec] = &[
     ProbeSpec {
-        id: "umem_get",
+        id: ProbeId::UmemGet,
         path: Path::Pin,
         kind: Kind::Kprobe,
         symbols: &[sym("ib_umem_get", "ib_uverbs"), sym("__ib_umem_get_va", "ib_core")],
@@ -172,7 +249,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "pins the user pages of a memory region (pin_user_pages, charged to RLIMIT_MEMLOCK)",
     },
     ProbeSpec {
-        id: "rxe_reg_mr",
+        id: ProbeId::RxeRegMr,
         path: Path::Pin,
         kind: Kind::Kprobe,
         symbols: &[sym("rxe_reg_user_mr", "rdma_rxe")],
@@ -183,7 +260,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "soft-RoCE registers a user MR: pins it through the umem, returns lkey/rkey",
     },
     ProbeSpec {
-        id: "mlx5_reg_mr",
+        id: ProbeId::Mlx5RegMr,
         path: Path::Pin,
         kind: Kind::Kprobe,
         symbols: &[sym("mlx5_ib_reg_user_mr", "mlx5_ib")],
@@ -194,7 +271,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "ConnectX registers a user MR (mkey in the NIC's translation tables)",
     },
     ProbeSpec {
-        id: "uverbs_mmap",
+        id: ProbeId::UverbsMmap,
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("ib_uverbs_mmap", "ib_uverbs")],
@@ -205,7 +282,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "mmap on the uverbs fd: the provider maps doorbell/UAR pages or queue buffers",
     },
     ProbeSpec {
-        id: "rxe_mmap",
+        id: ProbeId::RxeMmap,
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("rxe_mmap", "rdma_rxe")],
@@ -216,7 +293,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "soft-RoCE maps a queue buffer (vmalloc memory) into the process",
     },
     ProbeSpec {
-        id: "mlx5_mmap",
+        id: ProbeId::Mlx5Mmap,
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("mlx5_ib_mmap", "mlx5_ib")],
@@ -227,7 +304,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "ConnectX decodes vm_pgoff into a command + index (UAR, BlueFlame, clock, device memory)",
     },
     ProbeSpec {
-        id: "mmap_io",
+        id: ProbeId::MmapIo,
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("rdma_user_mmap_io", "ib_core")],
@@ -243,7 +320,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "remaps device (BAR) pages into user space: doorbells become plain MMIO stores",
     },
     ProbeSpec {
-        id: "comp_handler",
+        id: ProbeId::CompHandler,
         path: Path::Completion,
         kind: Kind::Kprobe,
         symbols: &[sym("ib_uverbs_comp_handler", "ib_uverbs")],
@@ -258,7 +335,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "a completion on an armed CQ: queues an event on its completion channel and wakes the reader",
     },
     ProbeSpec {
-        id: "rxe_create_cq",
+        id: ProbeId::RxeCreateCq,
         path: Path::Completion,
         kind: Kind::Kprobe,
         symbols: &[sym("rxe_create_cq", "rdma_rxe")],
@@ -269,7 +346,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "soft-RoCE creates a CQ: the kernel CQ and the user handle its completions will carry",
     },
     ProbeSpec {
-        id: "mlx5_create_cq",
+        id: ProbeId::Mlx5CreateCq,
         path: Path::Completion,
         kind: Kind::Kprobe,
         symbols: &[sym("mlx5_ib_create_cq", "mlx5_ib")],
@@ -280,7 +357,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "ConnectX creates a CQ (its EQ/interrupt vector comes from comp_vector)",
     },
     ProbeSpec {
-        id: "comp_event_read",
+        id: ProbeId::CompEventRead,
         path: Path::Completion,
         kind: Kind::Kprobe,
         symbols: &[sym("ib_uverbs_comp_event_read", "ib_uverbs")],
@@ -291,7 +368,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "the workload reads its completion channel (ibv_get_cq_event): the wakeup side of a completion event",
     },
     ProbeSpec {
-        id: "umem_release",
+        id: ProbeId::UmemRelease,
         path: Path::Teardown,
         kind: Kind::Kprobe,
         symbols: &[sym("ib_umem_release", "ib_uverbs"), sym("ib_umem_release", "ib_core")],
@@ -306,7 +383,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "unpins a memory region's pages (MR deregistration)",
     },
     ProbeSpec {
-        id: "mr_dereg",
+        id: ProbeId::MrDereg,
         path: Path::Teardown,
         kind: Kind::Tracepoint { category: "rdma_core" },
         symbols: &[sym("mr_dereg", "ib_core")],
@@ -317,7 +394,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "the rdma_core:mr_dereg tracepoint: an MR is deregistered (restrack id = `rdma res` mrn)",
     },
     ProbeSpec {
-        id: "ibv_open_device",
+        id: ProbeId::IbvOpenDevice,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_open_device", LIBIBVERBS)],
@@ -328,7 +405,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "the application opens the device: the uverbs fd, and on hardware the UAR/doorbell mmaps",
     },
     ProbeSpec {
-        id: "ibv_reg_mr",
+        id: ProbeId::IbvRegMr,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_reg_mr", LIBIBVERBS)],
@@ -343,7 +420,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "the application registers memory (libibverbs ibv_reg_mr)",
     },
     ProbeSpec {
-        id: "ibv_reg_mr_iova2",
+        id: ProbeId::IbvRegMrIova2,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_reg_mr_iova2", LIBIBVERBS)],
@@ -359,7 +436,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "memory registration with an explicit IO virtual address (ibv_reg_mr calls it too)",
     },
     ProbeSpec {
-        id: "ibv_dereg_mr",
+        id: ProbeId::IbvDeregMr,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_dereg_mr", LIBIBVERBS)],
@@ -375,7 +452,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "the application deregisters an MR (unpins its pages)",
     },
     ProbeSpec {
-        id: "ibv_create_comp_channel",
+        id: ProbeId::IbvCreateCompChannel,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_create_comp_channel", LIBIBVERBS)],
@@ -386,7 +463,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "a completion channel: the fd ibv_get_cq_event reads completion events from",
     },
     ProbeSpec {
-        id: "ibv_create_cq",
+        id: ProbeId::IbvCreateCq,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_create_cq", LIBIBVERBS)],
@@ -397,7 +474,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "a CQ: its `struct ibv_cq *` is the user handle the kernel hands back with completion events",
     },
     ProbeSpec {
-        id: "ibv_create_qp",
+        id: ProbeId::IbvCreateQp,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_create_qp", LIBIBVERBS)],
@@ -408,7 +485,7 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "a QP: its send/receive queues are mapped into the process (mmap path)",
     },
     ProbeSpec {
-        id: "ibv_get_cq_event",
+        id: ProbeId::IbvGetCqEvent,
         path: Path::Verbs,
         kind: IBV,
         symbols: &[sym("ibv_get_cq_event", LIBIBVERBS)],
@@ -448,14 +525,19 @@ const IBV_MR_RET: [Field; 3] = [
     f("rkey", UserRet, "ibv_mr.rkey", Hex),
 ];
 
-pub fn by_id(id: &str) -> Option<&'static ProbeSpec> {
-    CATALOG.iter().find(|p| p.id == id)
+pub fn by_id(id: ProbeId) -> &'static ProbeSpec {
+    CATALOG.iter().find(|p| p.id == id).expect("every ProbeId has a catalog entry (tested)")
+}
+
+/// The spec of a probe named by its string id (command line, files).
+pub fn by_name(id: &str) -> Option<&'static ProbeSpec> {
+    ProbeId::parse(id).map(by_id)
 }
 
 /// docs/probes.md, generated from the catalog (a test keeps the file in step).
 pub fn markdown() -> String {
     let mut s = String::from(
-        "# Probes\n\nGenerated from `rdma-trace/src/catalog.rs` (the single source of truth); \
+        "# Probes\n\nGenerated from `rdma-trace/src/plan/catalog.rs` (the single source of truth); \
          `RDMA_TRACE_BLESS=1 cargo test -p rdma-trace --test docs` rewrites it.\n\n\
          Parameters are found by name and fields by path in the running kernel's BTF at load time: \
          `a.b` walks embedded members, `->` follows a pointer. Nothing here is a byte offset.\n",
@@ -511,6 +593,10 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), CATALOG.len());
+        assert_eq!(ids, ProbeId::ALL, "one catalog entry per ProbeId, in the same order");
+        for id in ProbeId::ALL {
+            assert_eq!(ProbeId::parse(id.as_str()), Some(*id));
+        }
         let user = CATALOG.iter().filter(|p| matches!(p.kind, Kind::Uprobe { .. })).count();
         assert!(CATALOG.len() - user <= rdma_trace_common::MAX_SLOTS);
         assert!(user <= rdma_trace_common::MAX_USER_SLOTS);

@@ -22,7 +22,18 @@ pub struct Planning {
 /// /proc/kallsyms and /sys/kernel/btf).
 pub fn plan_here(wanted: &[&str]) -> Planning {
     let t0 = Instant::now();
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let kallsyms = match std::fs::read_to_string("/proc/kallsyms") {
+        Ok(k) => k,
+        Err(e) => {
+            return Planning {
+                symbols: Symbols::parse(""),
+                kallsyms: String::new(),
+                plan: Plan::default(),
+                blocked: Some(format!("cannot read /proc/kallsyms: {e}")),
+                took: t0.elapsed(),
+            };
+        }
+    };
     let symbols = Symbols::parse(&kallsyms);
     if !symbols.has_rdma() {
         return Planning {

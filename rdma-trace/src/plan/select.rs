@@ -86,7 +86,7 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
     let mut next_kprobe_slot = 0usize;
     let mut tp_slots = TP_SLOTS.iter();
     let mut user_slots = MAX_SLOTS..TOTAL_SLOTS;
-    for spec in CATALOG.iter().filter(|s| wanted.is_empty() || wanted.contains(&s.id)) {
+    for spec in CATALOG.iter().filter(|s| wanted.is_empty() || wanted.contains(&s.id.as_str())) {
         let res = match spec.kind {
             Kind::Kprobe => {
                 if next_kprobe_slot >= TP_SLOTS[0] {

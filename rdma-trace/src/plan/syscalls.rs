@@ -52,6 +52,18 @@ pub static WATCHED: &[SyscallSpec] = &[
     ),
 ];
 
+/// How a syscall argument (or a field a probe event gains after the kernel, such as
+/// `pages`) is shown: addresses, commands and flag words in hex, a result as an errno,
+/// everything else in decimal.
+pub fn render_of(name: &str) -> crate::plan::catalog::Render {
+    use crate::plan::catalog::Render;
+    match name {
+        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" => Render::Hex,
+        "ret" => Render::Errno,
+        _ => Render::Dec,
+    }
+}
+
 pub fn by_nr(nr: u64) -> Option<&'static SyscallSpec> {
     WATCHED.iter().find(|s| u64::from(s.nr) == nr)
 }

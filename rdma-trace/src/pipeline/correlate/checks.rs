@@ -1,7 +1,7 @@
 //! What a companion step says, against what the kernel did: one check per value both
 //! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
 
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -26,12 +26,12 @@ fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
     }
 }
 
-fn find<'a>(events: &'a [Event], mine: &[usize], names: &[&str], kind: EventKind) -> Option<&'a Event> {
-    mine.iter().map(|&i| &events[i]).find(|e| names.contains(&e.name.as_str()) && e.kind == kind)
+fn find<'a>(events: &'a [Event], mine: &[usize], ids: &[ProbeId], kind: EventKind) -> Option<&'a Event> {
+    mine.iter().map(|&i| &events[i]).find(|e| e.is_any(ids) && e.kind == kind)
 }
 
-const REG_MR: [&str; 2] = ["rxe_reg_mr", "mlx5_reg_mr"];
-const CREATE_CQ: [&str; 2] = ["rxe_create_cq", "mlx5_create_cq"];
+const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
+const CREATE_CQ: [ProbeId; 2] = [ProbeId::RxeCreateCq, ProbeId::Mlx5CreateCq];
 
 pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check> {
     let mut out = Vec::new();
@@ -39,7 +39,7 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
         StepName::RegMr if !s.ok => {
             // A refused registration: the errno libibverbs reported is the pin's error.
             let Some(errno) = s.errno else { return out };
-            let pin = find(events, mine, &["umem_get"], EventKind::Return);
+            let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Return);
             let kernel = pin
                 .and_then(|e| e.field("umem"))
                 .and_then(crate::pipeline::render::err_ptr)
@@ -48,10 +48,10 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
         }
         StepName::RegMr => {
             let Some(mr) = &s.mr else { return out };
-            let pin = find(events, mine, &["umem_get"], EventKind::Entry);
+            let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Entry);
             out.push(check("umem addr", mr.addr, pin.and_then(|e| e.field("addr"))));
             out.push(check("umem size", mr.length, pin.and_then(|e| e.field("size"))));
-            let pinned = find(events, mine, &["umem_get"], EventKind::Return);
+            let pinned = find(events, mine, &[ProbeId::UmemGet], EventKind::Return);
             out.push(check(
                 "pages pinned",
                 crate::steps::pages_spanned(mr.addr, mr.length),
@@ -64,24 +64,24 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
         StepName::CreateCq => {
             let Some(cq) = &s.cq else { return out };
             // libibverbs returned the handle the step announces…
-            let user = find(events, mine, &["ibv_create_cq"], EventKind::Return);
+            let user = find(events, mine, &[ProbeId::IbvCreateCq], EventKind::Return);
             out.push(check("ibv_create_cq result", cq.handle, user.and_then(|e| e.field("cq"))));
             // …and the completions the kernel raises on the CQ created here carry it.
             if let Some(kcq) = find(events, mine, &CREATE_CQ, EventKind::Entry).and_then(|e| e.field("cq"))
                 && let Some(c) =
-                    events.iter().find(|e| e.name == "comp_handler" && e.field("cq") == Some(kcq))
+                    events.iter().find(|e| e.is(ProbeId::CompHandler) && e.field("cq") == Some(kcq))
             {
                 out.push(check("user handle of its completions", cq.handle, c.field("cq_user_handle")));
             }
         }
         StepName::GetCqEvent => {
             let Some(want) = s.event_cq else { return out };
-            let comp = mine.iter().map(|&i| &events[i]).find(|e| e.name == "comp_handler");
+            let comp = mine.iter().map(|&i| &events[i]).find(|e| e.is(ProbeId::CompHandler));
             out.push(check("completion's CQ", want, comp.and_then(|e| e.field("cq_user_handle"))));
         }
         StepName::DeregMr => {
             let Some(mr) = &s.mr else { return out };
-            let rel = find(events, mine, &["umem_release"], EventKind::Entry);
+            let rel = find(events, mine, &[ProbeId::UmemRelease], EventKind::Entry);
             out.push(check("unpinned addr", mr.addr, rel.and_then(|e| e.field("umem_address"))));
         }
         _ => {}

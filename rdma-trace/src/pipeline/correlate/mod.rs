@@ -5,7 +5,7 @@
 pub mod checks;
 pub mod story;
 
-use crate::event::{Event, EventKind, Value};
+use crate::event::{Event, EventKind, ProbeId, Value};
 use crate::steps::pages_spanned;
 use std::collections::HashMap;
 
@@ -30,7 +30,7 @@ impl Correlator {
                     _ => None,
                 };
                 if let Some((a, s)) = range
-                    && ev.name == "umem_get"
+                    && ev.is(ProbeId::UmemGet)
                 {
                     ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
                 }
@@ -44,8 +44,11 @@ impl Correlator {
                     && let Some(call) = stack.pop()
                 {
                     ev.latency_ns = Some(ev.ts_ns.saturating_sub(call.ts_ns));
-                    if let Some((a, s)) = call.range
-                        && ev.name == "umem_get"
+                    // The pages the kernel pinned, from the umem it returned (its iova and
+                    // length: what ib_umem_num_pages counts), else from the call's range.
+                    let kernel = ev.field("umem_iova").zip(ev.field("umem_length"));
+                    if let Some((a, s)) = kernel.or(call.range)
+                        && ev.is(ProbeId::UmemGet)
                     {
                         ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
                     }

@@ -6,7 +6,7 @@
 //! Pure: events (and steps) in, story out. Time is the events' own clock.
 
 use super::checks::{Check, checks_for};
-use crate::event::{Event, EventKind};
+use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -67,11 +67,11 @@ pub struct Story {
 }
 
 fn is_user_call(e: &Event) -> bool {
-    e.path == "verbs"
+    e.path == Path::Verbs
 }
 
 fn is_completion(e: &Event) -> bool {
-    e.name == "comp_handler" && e.kind == EventKind::Entry
+    e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry
 }
 
 /// Which process owns each CQ: by the user handle (ibv_create_cq, companion steps) and
@@ -86,14 +86,14 @@ impl CqOwners {
     fn learn(events: &[Event], steps: &[StepRecord]) -> Self {
         let mut o = CqOwners::default();
         for e in events {
-            match (e.name.as_str(), e.kind) {
+            match (e.probe(), e.kind) {
                 // The user handle is only set after the driver returns: join by the kernel CQ.
-                ("rxe_create_cq" | "mlx5_create_cq", EventKind::Entry) => {
+                (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
                     if let Some(c) = e.field("cq") {
                         o.by_kernel_cq.insert(c, e.pid);
                     }
                 }
-                ("ibv_create_cq", EventKind::Return) => {
+                (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
                     if let Some(h) = e.field("cq").filter(|h| *h != 0) {
                         o.by_handle.insert(h, e.pid);
                     }
@@ -125,7 +125,7 @@ fn time_order(events: &[Event]) -> Vec<usize> {
 pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
     let order = time_order(events);
     // ibv_get_cq_event returns count as wakeups only where the kernel read was not probed.
-    let kernel_reads = events.iter().any(|e| e.name == "comp_event_read");
+    let kernel_reads = events.iter().any(|e| e.is(ProbeId::CompEventRead));
     let owners = CqOwners::learn(events, steps);
     let mut story = Story::default();
     let mut open_calls: HashMap<u32, Vec<Call>> = HashMap::new();
@@ -163,8 +163,8 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
         }
         // The wakeup: the channel read returning with an event, or ibv_get_cq_event returning.
         let wakeup = e.kind == EventKind::Return
-            && ((e.name == "comp_event_read" && e.field("ret").is_some_and(|r| (r as i64) > 0))
-                || (e.name == "ibv_get_cq_event" && !kernel_reads));
+            && ((e.is(ProbeId::CompEventRead) && e.field("ret").is_some_and(|r| (r as i64) > 0))
+                || (e.is(ProbeId::IbvGetCqEvent) && !kernel_reads));
         if wakeup && let Some(ci) = pending.get_mut(&pid).and_then(|q| q.pop_front()) {
             let c = &mut ps.completions[ci];
             c.wakeup = Some(i);
@@ -174,13 +174,13 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
             ps.memlock_limit = Some(l);
         }
         // Pinned bytes over time.
-        match (e.name.as_str(), e.kind) {
-            ("umem_get", EventKind::Return)
+        match (e.probe(), e.kind) {
+            (Some(ProbeId::UmemGet), EventKind::Return)
                 if e.field("umem").and_then(crate::pipeline::render::err_ptr).is_some() =>
             {
                 ps.failed_pins.push(i);
             }
-            ("umem_get", EventKind::Return) => {
+            (Some(ProbeId::UmemGet), EventKind::Return) => {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len)
@@ -192,7 +192,7 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
                     ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(*now);
                 }
             }
-            ("umem_release", EventKind::Entry) => {
+            (Some(ProbeId::UmemRelease), EventKind::Entry) => {
                 if let Some(len) = e.field("umem").and_then(|u| live_umems.entry(pid).or_default().remove(&u))
                 {
                     *pinned.entry(pid).or_default() -= len;
@@ -242,12 +242,11 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
 
 /// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
 fn data_phase(events: &[Event], mine: &[usize]) -> BTreeMap<String, u64> {
-    let setup = ["rxe_create_cq", "mlx5_create_cq", "umem_get", "uverbs_mmap", "ibv_create_qp"];
-    let teardown = ["umem_release", "mr_dereg", "ibv_dereg_mr"];
-    let start =
-        mine.iter().filter(|&&i| setup.contains(&events[i].name.as_str())).map(|&i| events[i].ts_ns).max();
-    let end =
-        mine.iter().filter(|&&i| teardown.contains(&events[i].name.as_str())).map(|&i| events[i].ts_ns).min();
+    use ProbeId::*;
+    let setup = [RxeCreateCq, Mlx5CreateCq, UmemGet, UverbsMmap, IbvCreateQp];
+    let teardown = [UmemRelease, MrDereg, IbvDeregMr];
+    let start = mine.iter().filter(|&&i| events[i].is_any(&setup)).map(|&i| events[i].ts_ns).max();
+    let end = mine.iter().filter(|&&i| events[i].is_any(&teardown)).map(|&i| events[i].ts_ns).min();
     let (Some(start), end) = (start, end.unwrap_or(u64::MAX)) else {
         return BTreeMap::new();
     };
