@@ -57,7 +57,11 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         let r = c.ret.map(|i| &events[i]);
         let mut line = format!("  {} {}", e.name, crate::output::text::fields_text(e));
         if let Some(r) = r {
-            line.push_str(&format!(" → {} [{}]", crate::output::text::fields_text(r), ms(r.ts_ns - e.ts_ns)));
+            line.push_str(&format!(
+                " → {} [{}]",
+                crate::output::text::fields_text(r),
+                r.ts_ns.checked_sub(e.ts_ns).map_or("n/a: return before call".into(), ms)
+            ));
         }
         if !kernel.is_empty() {
             line.push_str(&format!("\n      kernel: {}", kernel.join(" → ")));

@@ -227,16 +227,22 @@ impl RunAccount {
         self.programs.iter().map(|p| p.recursion_misses).sum()
     }
 
-    /// The summary: totals, the loss by reason, then one row per probe that saw anything.
+    /// The summary: totals, the loss by reason, then one row per probe that saw anything,
+    /// then what the reader, the kernel and the programs reported.
     pub fn summary(&self) -> String {
-        let mut s = format!("rdma-trace: {} events delivered, {} lost", self.delivered(), self.lost());
+        let mut s = self.totals();
+        s.push_str(&self.table());
+        s.push_str(&self.notes());
+        s
+    }
+
+    /// Every reason anything was lost, summed over the probes, in the order first seen.
+    fn reasons(&self) -> Vec<(&'static str, u64)> {
         let mut reasons: Vec<(&str, u64)> = Vec::new();
-        for st in &self.sites {
-            for (r, n) in st.loss_reasons() {
-                match reasons.iter_mut().find(|(x, _)| *x == r) {
-                    Some((_, m)) => *m += n,
-                    None => reasons.push((r, n)),
-                }
+        for (r, n) in self.sites.iter().flat_map(SiteStats::loss_reasons) {
+            match reasons.iter_mut().find(|(x, _)| *x == r) {
+                Some((_, m)) => *m += n,
+                None => reasons.push((r, n)),
             }
         }
         if self.headerless > 0 {
@@ -248,18 +254,31 @@ impl RunAccount {
                 self.kernel_misses(),
             ));
         }
+        reasons
+    }
+
+    /// "rdma-trace: N events delivered, M lost (by reason)".
+    fn totals(&self) -> String {
+        let mut s = format!("rdma-trace: {} events delivered, {} lost", self.delivered(), self.lost());
+        let reasons = self.reasons();
         if !reasons.is_empty() {
             let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
             s.push_str(&format!(" ({})", r.join(", ")));
         }
         s.push('\n');
-        s.push_str(&format!(
-            "  {:<34} {:>9} {:>9} {:>7} {:>9} {:>8} {:>11}\n",
+        s
+    }
+
+    /// One row per probe that saw anything, with its loss reasons under it.
+    fn table(&self) -> String {
+        let width = self.sites.iter().map(|s| s.site.chars().count()).max().unwrap_or(0).max(34);
+        let mut s = format!(
+            "  {:<width$} {:>9} {:>9} {:>7} {:>9} {:>8} {:>11}\n",
             "probe", "hits", "delivered", "lost", "read-fail", "no-stack", "build max"
-        ));
+        );
         for st in self.sites.iter().filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0) {
             s.push_str(&format!(
-                "  {:<34} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9}µs\n",
+                "  {:<width$} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9}µs\n",
                 st.site,
                 st.hits,
                 st.delivered,
@@ -271,15 +290,21 @@ impl RunAccount {
             let reasons = st.loss_reasons();
             if !reasons.is_empty() {
                 let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
-                s.push_str(&format!("  {:<34} lost: {}\n", "", r.join(", ")));
+                s.push_str(&format!("  {:<width$} lost: {}\n", "", r.join(", ")));
             }
             if st.held < 0 {
                 s.push_str(&format!(
-                    "  {:<34} {} more records read than the program counted (counter error)\n",
+                    "  {:<width$} {} more records read than the program counted (counter error)\n",
                     "", -st.held
                 ));
             }
         }
+        s
+    }
+
+    /// What the reader waited on, what was left at exit, the programs' own figures.
+    fn notes(&self) -> String {
+        let mut s = String::new();
         if self.reader_waits > 0 {
             s.push_str(&format!(
                 "  the reader waited on {} records still being written (longest {} µs)\n",

@@ -59,74 +59,101 @@ impl Enricher<'_> {
         };
         match raw {
             Raw::Probe { hdr, is_return, vals, stack } => {
-                let p = self.plan.by_slot(hdr.slot as usize)?;
-                let (fields, plan): (&[Field], _) =
-                    if *is_return { (p.spec.ret, p.ret.as_ref()?) } else { (p.spec.entry, &p.entry) };
-                ev.kind = if *is_return { EventKind::Return } else { EventKind::Entry };
-                ev.name = p.spec.id.to_string();
-                ev.symbol = Some(p.symbol.to_string());
-                ev.path = p.spec.path;
-                for (i, f) in fields.iter().enumerate() {
-                    if hdr.fail_mask & (1 << i) != 0 {
-                        ev.unreadable.push(f.name.to_string());
-                        continue;
-                    }
-                    if hdr.skip_mask & (1 << i) != 0 {
-                        ev.not_followed.push(f.name.to_string());
-                        continue;
-                    }
-                    let v = render::store(f.render, vals[i], plan.fetches[i].size);
-                    ev.fields.insert(f.name.to_string(), v);
-                }
-                // The completion channel is made by an ioctl, not an open: its fd is what
-                // libibverbs returns.
-                if *is_return
-                    && p.spec.id == ProbeId::IbvCreateCompChannel
-                    && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
-                {
-                    self.fds.bind(h.tgid, *fd, "comp_channel");
-                }
-                ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
-                // What the pin is charged against (read while the process lives).
-                if p.spec.id == ProbeId::UmemGet
-                    && !*is_return
-                    && let Some(limit) = self.memlock.of(h.tgid)
-                {
-                    ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));
-                }
-                if !*is_return {
-                    ev.context = Some(classify(&ev.comm, &ev.stack));
-                }
+                self.probe(&mut ev, hdr, *is_return, vals, stack)?
             }
             Raw::Syscall { is_exit, nr, args, path, .. } => {
-                let spec = syscalls::by_nr(*nr)?;
-                ev.kind = if *is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
-                ev.name = spec.name.to_string();
-                ev.path = Path::Syscall;
-                let opens = spec.name == "open" || spec.name == "openat";
-                if *is_exit {
-                    ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
-                    if opens {
-                        self.fds.opened(h.tgid, h.tid, args[0] as i64);
-                    }
-                } else {
-                    if let (true, Some(p)) = (opens, path) {
-                        self.fds.opening(h.tid, p);
-                        ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
-                    }
-                    for (i, a) in spec.args.iter().enumerate() {
-                        ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));
-                    }
-                    if let Some(i) = spec.fd_arg {
-                        ev.fd_kind = self.fds.kind(h.tgid, args[i]);
-                        if spec.name == "close" {
-                            self.fds.forget(h.tgid, args[i]);
-                        }
-                    }
-                }
+                self.syscall(&mut ev, *is_exit, *nr, args, path.as_deref())?
             }
         }
         Some(ev)
+    }
+
+    /// A kernel or libibverbs probe record: names and rendered values from the plan.
+    fn probe(
+        &mut self,
+        ev: &mut Event,
+        hdr: &rdma_trace_common::EventHeader,
+        is_return: bool,
+        vals: &[u64; rdma_trace_common::MAX_FETCH],
+        stack: &[u64],
+    ) -> Option<()> {
+        let p = self.plan.by_slot(hdr.slot as usize)?;
+        let (fields, plan): (&[Field], _) =
+            if is_return { (p.spec.ret, p.ret.as_ref()?) } else { (p.spec.entry, &p.entry) };
+        ev.kind = if is_return { EventKind::Return } else { EventKind::Entry };
+        ev.name = p.spec.id.to_string();
+        ev.symbol = Some(p.symbol.to_string());
+        ev.path = p.spec.path;
+        for (i, f) in fields.iter().enumerate() {
+            if hdr.fail_mask & (1 << i) != 0 {
+                ev.unreadable.push(f.name.to_string());
+                continue;
+            }
+            if hdr.skip_mask & (1 << i) != 0 {
+                ev.not_followed.push(f.name.to_string());
+                continue;
+            }
+            let v = render::store(f.render, vals[i], plan.fetches[i].size);
+            ev.fields.insert(f.name.to_string(), v);
+        }
+        // The completion channel is made by an ioctl, not an open: its fd is what
+        // libibverbs returns.
+        if is_return
+            && p.spec.id == ProbeId::IbvCreateCompChannel
+            && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
+        {
+            self.fds.bind(hdr.tgid, *fd, "comp_channel");
+        }
+        ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
+        // What the pin is charged against (read while the process lives).
+        if p.spec.id == ProbeId::UmemGet
+            && !is_return
+            && let Some(limit) = self.memlock.of(hdr.tgid)
+        {
+            ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));
+        }
+        if !is_return {
+            ev.context = Some(classify(&ev.comm, &ev.stack));
+        }
+        Some(())
+    }
+
+    /// A watched process's syscall: argument names, and what its fd is.
+    fn syscall(
+        &mut self,
+        ev: &mut Event,
+        is_exit: bool,
+        nr: u64,
+        args: &[u64; 6],
+        path: Option<&str>,
+    ) -> Option<()> {
+        let (tgid, tid) = (ev.pid, ev.tid);
+        let spec = syscalls::by_nr(nr)?;
+        ev.kind = if is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
+        ev.name = spec.name.to_string();
+        ev.path = Path::Syscall;
+        let opens = spec.name == "open" || spec.name == "openat";
+        if is_exit {
+            ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
+            if opens {
+                self.fds.opened(tgid, tid, args[0] as i64);
+            }
+        } else {
+            if let (true, Some(p)) = (opens, path) {
+                self.fds.opening(tid, p);
+                ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
+            }
+            for (i, a) in spec.args.iter().enumerate() {
+                ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));
+            }
+            if let Some(i) = spec.fd_arg {
+                ev.fd_kind = self.fds.kind(tgid, args[i]);
+                if spec.name == "close" {
+                    self.fds.forget(tgid, args[i]);
+                }
+            }
+        }
+        Some(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! Helpers for lab tests (run in the soft-RoCE guest by `cargo xtask vm-test`).
 #![allow(dead_code)]
 
+pub mod fixture_plan;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

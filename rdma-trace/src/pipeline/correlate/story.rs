@@ -122,30 +122,56 @@ fn time_order(events: &[Event]) -> Vec<usize> {
     idx
 }
 
+/// The story as it is built, one event at a time in time order.
+struct Builder<'a> {
+    events: &'a [Event],
+    /// ibv_get_cq_event returns count as wakeups only where the kernel read was not probed.
+    kernel_reads: bool,
+    owners: CqOwners,
+    story: Story,
+    /// libibverbs calls open per thread.
+    open_calls: HashMap<u32, Vec<Call>>,
+    /// Completions awaiting a wakeup, per process.
+    pending: HashMap<u32, VecDeque<usize>>,
+    /// Pinned umems (kernel pointer → bytes charged) and the total, per process.
+    live_umems: HashMap<u32, HashMap<u64, u64>>,
+    pinned: HashMap<u32, u64>,
+}
+
 pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
     let order = time_order(events);
-    // ibv_get_cq_event returns count as wakeups only where the kernel read was not probed.
-    let kernel_reads = events.iter().any(|e| e.is(ProbeId::CompEventRead));
-    let owners = CqOwners::learn(events, steps);
-    let mut story = Story::default();
-    let mut open_calls: HashMap<u32, Vec<Call>> = HashMap::new();
-    let mut pending: HashMap<u32, VecDeque<usize>> = HashMap::new(); // completions awaiting a wakeup
-    let mut live_umems: HashMap<u32, HashMap<u64, u64>> = HashMap::new();
-    let mut pinned: HashMap<u32, u64> = HashMap::new();
+    let mut b = Builder {
+        events,
+        kernel_reads: events.iter().any(|e| e.is(ProbeId::CompEventRead)),
+        owners: CqOwners::learn(events, steps),
+        story: Story::default(),
+        open_calls: HashMap::new(),
+        pending: HashMap::new(),
+        live_umems: HashMap::new(),
+        pinned: HashMap::new(),
+    };
     for &i in &order {
-        let e = &events[i];
-        let pid = if is_completion(e) {
-            match owners.owner(e) {
-                Some(p) => p,
-                None => {
-                    story.unjoined.push(i);
-                    continue;
-                }
-            }
-        } else {
-            e.pid
+        b.event(i);
+    }
+    let mut story = b.finish();
+    story.steps = join_steps(events, &order, steps, &story);
+    story
+}
+
+impl Builder<'_> {
+    /// The process an event belongs to: a completion's is its CQ's owner.
+    fn owner(&self, e: &Event) -> Option<u32> {
+        if is_completion(e) { self.owners.owner(e) } else { Some(e.pid) }
+    }
+
+    fn event(&mut self, i: usize) {
+        let e = &self.events[i];
+        let Some(pid) = self.owner(e) else {
+            self.story.unjoined.push(i);
+            return;
         };
-        let ps = story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
+        let ps =
+            self.story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
         if e.pid == pid && !is_user_call(e) {
             // The latest name: a forked shell becomes the program it execs.
             ps.comm.clone_from(&e.comm);
@@ -158,86 +184,105 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
                 wakeup: None,
                 wakeup_latency_ns: None,
             });
-            pending.entry(pid).or_default().push_back(ps.completions.len() - 1);
-            continue;
-        }
-        // The wakeup: the channel read returning with an event, or ibv_get_cq_event returning.
-        let wakeup = e.kind == EventKind::Return
-            && ((e.is(ProbeId::CompEventRead) && e.field("ret").is_some_and(|r| (r as i64) > 0))
-                || (e.is(ProbeId::IbvGetCqEvent) && !kernel_reads));
-        if wakeup && let Some(ci) = pending.get_mut(&pid).and_then(|q| q.pop_front()) {
-            let c = &mut ps.completions[ci];
-            c.wakeup = Some(i);
-            c.wakeup_latency_ns = Some(e.ts_ns.saturating_sub(events[c.event].ts_ns));
+            self.pending.entry(pid).or_default().push_back(ps.completions.len() - 1);
+            return;
         }
         if let Some(l) = e.field("memlock_limit") {
             ps.memlock_limit = Some(l);
         }
-        // Pinned bytes over time.
+        self.wakeup(pid, i);
+        self.pins(pid, i);
+        self.nest(pid, i);
+    }
+
+    /// The wakeup: the channel read returning with an event, or ibv_get_cq_event returning,
+    /// consumes the oldest completion waiting in its process.
+    fn wakeup(&mut self, pid: u32, i: usize) {
+        let e = &self.events[i];
+        let wakeup = e.kind == EventKind::Return
+            && ((e.is(ProbeId::CompEventRead) && e.field("ret").is_some_and(|r| (r as i64) > 0))
+                || (e.is(ProbeId::IbvGetCqEvent) && !self.kernel_reads));
+        let ps = self.story.processes.get_mut(&pid).expect("placed by event()");
+        if wakeup && let Some(ci) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) {
+            let c = &mut ps.completions[ci];
+            c.wakeup = Some(i);
+            c.wakeup_latency_ns = Some(e.ts_ns.saturating_sub(self.events[c.event].ts_ns));
+        }
+    }
+
+    /// Pinned bytes over time.
+    fn pins(&mut self, pid: u32, i: usize) {
+        let e = &self.events[i];
+        let ps = self.story.processes.get_mut(&pid).expect("placed by event()");
+        let err = |u: Option<u64>| u.and_then(crate::pipeline::render::err_ptr).is_some();
         match (e.probe(), e.kind) {
-            (Some(ProbeId::UmemGet), EventKind::Return)
-                if e.field("umem").and_then(crate::pipeline::render::err_ptr).is_some() =>
-            {
-                ps.failed_pins.push(i);
-            }
+            (Some(ProbeId::UmemGet), EventKind::Return) if err(e.field("umem")) => ps.failed_pins.push(i),
             (Some(ProbeId::UmemGet), EventKind::Return) => {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
-                if let (Some(u), Some(len)) = (e.field("umem"), len)
-                    && crate::pipeline::render::err_ptr(u).is_none()
-                {
-                    live_umems.entry(pid).or_default().insert(u, len);
-                    let now = pinned.entry(pid).or_default();
+                if let (Some(u), Some(len)) = (e.field("umem"), len) {
+                    self.live_umems.entry(pid).or_default().insert(u, len);
+                    let now = self.pinned.entry(pid).or_default();
                     *now += len;
                     ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(*now);
                 }
             }
             (Some(ProbeId::UmemRelease), EventKind::Entry) => {
-                if let Some(len) = e.field("umem").and_then(|u| live_umems.entry(pid).or_default().remove(&u))
-                {
-                    *pinned.entry(pid).or_default() -= len;
+                let released =
+                    e.field("umem").and_then(|u| self.live_umems.entry(pid).or_default().remove(&u));
+                if let Some(len) = released {
+                    let now = self.pinned.entry(pid).or_default();
+                    *now = now.saturating_sub(len);
                 }
             }
             _ => {}
         }
-        // Nesting kernel work inside libibverbs calls on the same thread.
-        if is_user_call(e) {
-            let stack = open_calls.entry(e.tid).or_default();
-            match e.kind {
-                EventKind::Entry => {
-                    stack.push(Call { name: e.name.clone(), tid: e.tid, entry: i, ret: None, nested: vec![] })
-                }
-                EventKind::Return => {
-                    if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
-                        let mut c = stack.remove(pos);
-                        c.ret = Some(i);
-                        ps.calls.push(c);
-                    }
-                }
-                _ => {}
+    }
+
+    /// Kernel work nests inside the libibverbs call open on the same thread.
+    fn nest(&mut self, pid: u32, i: usize) {
+        let e = &self.events[i];
+        if !is_user_call(e) {
+            if let Some(c) = self.open_calls.get_mut(&e.tid).and_then(|s| s.last_mut()) {
+                c.nested.push(i);
             }
-        } else if let Some(c) = open_calls.get_mut(&e.tid).and_then(|s| s.last_mut()) {
-            c.nested.push(i);
+            return;
+        }
+        let stack = self.open_calls.entry(e.tid).or_default();
+        match e.kind {
+            EventKind::Entry => {
+                stack.push(Call { name: e.name.clone(), tid: e.tid, entry: i, ret: None, nested: vec![] })
+            }
+            EventKind::Return => {
+                if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
+                    let mut c = stack.remove(pos);
+                    c.ret = Some(i);
+                    self.story.processes.get_mut(&pid).expect("placed by event()").calls.push(c);
+                }
+            }
+            _ => {}
         }
     }
-    for calls in open_calls.into_values() {
-        // Calls still open when the trace stopped.
-        for c in calls {
+
+    /// Calls still open when the trace stopped are kept; calls in time order; the
+    /// data-phase syscalls of each process.
+    fn finish(mut self) -> Story {
+        let events = self.events;
+        for c in self.open_calls.into_values().flatten() {
             let pid = events[c.entry].pid;
-            story
+            self.story
                 .processes
                 .entry(pid)
                 .or_insert_with(|| ProcessStory { pid, ..Default::default() })
                 .calls
                 .push(c);
         }
+        for ps in self.story.processes.values_mut() {
+            ps.calls.sort_by_key(|c| events[c.entry].ts_ns);
+            ps.data_phase_syscalls = data_phase(events, &ps.events);
+        }
+        self.story
     }
-    for ps in story.processes.values_mut() {
-        ps.calls.sort_by_key(|c| events[c.entry].ts_ns);
-        ps.data_phase_syscalls = data_phase(events, &ps.events);
-    }
-    story.steps = join_steps(events, &order, steps, &story);
-    story
 }
 
 /// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.

@@ -1,0 +1,74 @@
+//! The probe plan of the two lab kernels, from their real BTF (Debian 6.12 and 7.3, copied
+//! from /sys/kernel/btf in the guest; `fixtures/btf/`).
+
+use rdma_trace::plan::btf::{self, BtfSource};
+use rdma_trace::plan::catalog::CATALOG;
+use rdma_trace::plan::kernel::{Symbols, TpField};
+use rdma_trace::plan::select::{self, KernelView, Plan};
+use std::path::{Path, PathBuf};
+
+pub const K612: &str = "btf-6.12.118+deb13-amd64";
+pub const K73: &str = "btf-7.3.4+deb13-amd64";
+
+/// Unpacks a fixture once per test process into target/.
+pub fn fixture(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("../target/fixtures");
+    let dir = out.join(name);
+    static UNPACK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = UNPACK.lock().unwrap_or_else(|e| e.into_inner());
+    if !dir.join("vmlinux").exists() {
+        std::fs::create_dir_all(&out).unwrap();
+        let tarball = root.join(format!("tests/fixtures/btf/{name}.tar.zst"));
+        let st = std::process::Command::new("tar")
+            .args(["-I", "zstd", "-xf"])
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&out)
+            .status()
+            .expect("tar (zstd is installed by cargo xtask setup)");
+        assert!(st.success(), "unpacking {}", tarball.display());
+    }
+    dir
+}
+
+/// kallsyms as the lab kernel has it: each catalog function in the module whose BTF
+/// defines it.
+pub fn symbols_from_btf(dir: &Path, src: &mut BtfSource) -> Symbols {
+    let mut text = String::from("ffffffff81000000 T ib_register_device\t[ib_core]\n");
+    let mut modules: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|m| m != "vmlinux")
+        .collect();
+    modules.sort();
+    for spec in CATALOG {
+        for s in spec.symbols {
+            for m in &modules {
+                if btf::proto(src.module(m).unwrap(), s.name).is_ok() {
+                    text.push_str(&format!("ffffffffc0000000 t {}\t[{m}]\n", s.name));
+                }
+            }
+        }
+    }
+    Symbols::parse(&text)
+}
+
+pub fn plan_for(name: &str) -> Plan {
+    let dir = fixture(name);
+    let mut src = BtfSource::open(&dir).unwrap();
+    let symbols = symbols_from_btf(&dir, &mut src);
+    // The mr_dereg record as tracefs prints it on both kernels.
+    let tp =
+        |_: &str, n: &str| (n == "mr_dereg").then(|| vec![TpField { name: "id".into(), offset: 8, size: 4 }]);
+    select::plan(
+        &mut KernelView {
+            symbols: &symbols,
+            btf: &mut src,
+            tracepoint: &tp,
+            // User-space probes are planned from libibverbs, not BTF: none here.
+            libraries: &Default::default(),
+        },
+        &[],
+    )
+}
