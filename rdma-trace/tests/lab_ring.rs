@@ -45,6 +45,12 @@ fn scenario(dir: &std::path::Path) {
 
 /// Runs the scenario under `rdma-trace trace` with `extra` arguments; (stderr, capture).
 fn traced(dir: &std::path::Path, extra: &[&str]) -> (String, String) {
+    traced_with(dir, extra, |_| scenario(dir))
+}
+
+/// Runs `workload` (given the tracer's pid) under `rdma-trace trace -q -o` with `extra`
+/// arguments, once the probes are attached; stops the tracer with SIGINT; (stderr, capture).
+fn traced_with(dir: &std::path::Path, extra: &[&str], workload: impl FnOnce(u32)) -> (String, String) {
     let capture = dir.join("capture.jsonl");
     let tr_err = dir.join("rdma-trace.stderr");
     let mut tracer = std::process::Command::new(tracer_bin())
@@ -56,7 +62,7 @@ fn traced(dir: &std::path::Path, extra: &[&str]) -> (String, String) {
         .spawn()
         .expect("start rdma-trace");
     wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 180).expect("rdma-trace attaches");
-    scenario(dir);
+    workload(tracer.id());
     std::thread::sleep(Duration::from_millis(500));
     interrupt(&tracer);
     let t0 = Instant::now();
@@ -180,38 +186,27 @@ fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
     // only counts it. Every such call must show up as "missed by the kernel" under the
     // return probe, so that it still has as many hits as the entry.
     let dir = out_dir("kretprobe-instances");
-    let capture = dir.join("capture.jsonl");
-    let tr_err = dir.join("rdma-trace.stderr");
-    let mut tracer = std::process::Command::new(tracer_bin())
-        .args(["trace", "-q", "--probe", "comp_event_read", "--kretprobe-instances", "1", "-o"])
-        .arg(&capture)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&tr_err).unwrap())
-        .spawn()
-        .expect("start rdma-trace");
-    wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 180).expect("rdma-trace attaches");
-    let placed = kprobe_events();
-    let mine = format!("r1:rdma_trace_{}/", tracer.id());
-    assert!(
-        placed.lines().any(|l| l.starts_with(&mine) && l.ends_with(" ib_uverbs_comp_event_read")),
-        "the return probe is placed through tracefs with 1 instance ({mine}…):\n{placed}"
-    );
-    let pp = |port: &'static str, server: bool| {
-        let mut a = vec!["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "300", "-p", port];
-        if !server {
-            a.push(SERVER_IP);
-        }
-        a
-    };
-    let (s1, c1) = pair(&dir, "pp1", &pp("18515", true), &pp("18515", false));
-    let (s2, c2) = pair(&dir, "pp2", &pp("18516", true), &pp("18516", false));
-    finish(s1, c1, "pingpong 1");
-    finish(s2, c2, "pingpong 2");
-    std::thread::sleep(Duration::from_millis(500));
-    interrupt(&tracer);
-    let st = wait_timeout(&mut tracer, 60);
-    let stderr = std::fs::read_to_string(&tr_err).unwrap();
-    assert!(st.success(), "rdma-trace exit {st}:\n{stderr}");
+    let mut mine = String::new();
+    let (stderr, capture) =
+        traced_with(&dir, &["--probe", "comp_event_read", "--kretprobe-instances", "1"], |tracer| {
+            let placed = kprobe_events();
+            mine = format!("r1:rdma_trace_{tracer}/");
+            assert!(
+                placed.lines().any(|l| l.starts_with(&mine) && l.ends_with(" ib_uverbs_comp_event_read")),
+                "the return probe is placed through tracefs with 1 instance ({mine}…):\n{placed}"
+            );
+            let pp = |port: &'static str, server: bool| {
+                let mut a = vec!["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", "300", "-p", port];
+                if !server {
+                    a.push(SERVER_IP);
+                }
+                a
+            };
+            let (s1, c1) = pair(&dir, "pp1", &pp("18515", true), &pp("18515", false));
+            let (s2, c2) = pair(&dir, "pp2", &pp("18516", true), &pp("18516", false));
+            finish(s1, c1, "pingpong 1");
+            finish(s2, c2, "pingpong 2");
+        });
     let left = kprobe_events();
     assert!(!left.contains(&mine), "the tracer removes its kprobe events on exit:\n{left}");
 
@@ -239,7 +234,7 @@ fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
         format!("lost: missed by the kernel {}", ret.3),
         "the return's whole loss is the kernel's missed count:\n{stderr}"
     );
-    let delivered = parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses");
+    let delivered = parse_jsonl(&capture).expect("capture parses");
     let returns = delivered
         .iter()
         .filter(|e| e.name == "comp_event_read" && e.kind == rdma_trace::event::EventKind::Return)
