@@ -54,6 +54,7 @@ libibverbs call that caused it, and completions are paired with the channel read
 (wakeup latency). With `--steps` (the companion workload's announce file) each step is joined to the \
 kernel events it caused and its values are checked against theirs.")]
     Story {
+        /// A capture (`trace -o`), or `-` for stdin.
         capture: PathBuf,
         /// The companion workload's step records (`rdma-trace-workload --announce FILE`).
         #[arg(long, value_name = "FILE")]
@@ -61,13 +62,19 @@ kernel events it caused and its values are checked against theirs.")]
         /// Print the joined story as JSON.
         #[arg(long)]
         json: bool,
+        /// Fail on the first damaged line instead of skipping (and naming) it.
+        #[arg(long)]
+        strict: bool,
     },
-    /// Print a JSON Lines capture (from `trace -o`) as the text stream.
+    /// Print a capture (from `trace -o`; a file, a FIFO or `-`) as the text stream.
     Replay {
         file: PathBuf,
         /// Print kernel stacks under control-path events.
         #[arg(long)]
         stacks: bool,
+        /// Fail on the first damaged line instead of skipping (and naming) it.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -79,7 +86,9 @@ pub struct TraceArgs {
     /// Also watch this process's verbs-related syscalls; repeatable.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Write every event to this JSON Lines file (format v0, see docs/event-format.md).
+    /// Write the capture stream (format v1, docs/event-format.md) to this file (mode 0600),
+    /// or to stdout with `-`: a header, every event, stats each second, loss notices, a
+    /// trailer; written out at least every 100 ms.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Stop after this many seconds.

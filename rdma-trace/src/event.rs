@@ -5,7 +5,8 @@ pub use crate::plan::catalog::{Path, ProbeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const FORMAT_VERSION: u32 = 0;
+/// The version events are written with (`capture::VERSION`).
+pub const FORMAT_VERSION: u32 = crate::capture::VERSION;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -47,6 +48,9 @@ impl Value {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub v: u32,
+    /// v1: the record's place in its stream (see `capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
     /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
     pub ts_ns: u64,
     pub kind: EventKind,
@@ -80,6 +84,10 @@ pub struct Event {
     /// Return events: time since the matching entry on the same thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
+    /// v1 files: pointer fields that held an ERR_PTR, as errors (in memory they stay in
+    /// `fields`; `capture::join_errors`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, crate::capture::KernelError>,
 }
 
 impl Event {
@@ -128,7 +136,14 @@ pub fn parse_lines<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
-/// Parses a JSON Lines capture; an error names the line.
+/// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged
+/// line is an error naming it. Streams are read with `source::capture::Reader`.
 pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
-    parse_lines(text, |e: &Event| e.v, FORMAT_VERSION, "event")
+    let mut out = Vec::new();
+    for r in crate::source::capture::Reader::new(text.as_bytes(), true) {
+        if let crate::capture::Record::Event(e) = r.map_err(|e| e.to_string())? {
+            out.push(*e);
+        }
+    }
+    Ok(out)
 }

@@ -3,10 +3,12 @@
 //!
 //! `plan` (catalog × this kernel) → `live` (load, attach, run) → `source` (the ring) →
 //! `pipeline` (decode → enrich → correlate) → `output` (text, JSONL, report, summary).
-//! `cmd` holds the subcommands, which do the printing. `event` and `steps` are the two
-//! record formats everything shares (the tracer's events, the companion's steps);
+//! `cmd` holds the subcommands, which do the printing. `event`, `capture` and `steps` are
+//! the record formats everything shares (the tracer's events, the capture stream around
+//! them, the companion's steps);
 //! `workload` is the companion, which imports nothing of the engine.
 
+pub mod capture;
 pub mod cli;
 pub mod cmd;
 pub mod event;

@@ -6,8 +6,8 @@ fn run() -> anyhow::Result<i32> {
     match Cli::parse().cmd {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Probes { no_attach } => cmd::probes::run(!no_attach),
-        Cmd::Story { capture, steps, json } => cmd::story::story(&capture, steps.as_deref(), json),
-        Cmd::Replay { file, stacks } => cmd::story::replay(&file, stacks),
+        Cmd::Story { capture, steps, json, strict } => cmd::story::story(&capture, steps.as_deref(), json, strict),
+        Cmd::Replay { file, stacks, strict } => cmd::story::replay(&file, stacks, strict),
     }
 }
 

@@ -74,7 +74,7 @@ fn replay_prints_every_event() {
 }
 
 #[test]
-fn corrupt_capture_names_the_line() {
+fn corrupt_line_is_skipped_and_named_or_with_strict_refused() {
     let good = std::fs::read_to_string(fixture("session-6.12.jsonl")).unwrap();
     let mut lines: Vec<&str> = good.lines().take(10).collect();
     lines[6] = "{\"v\":0,\"ts_ns\":12,\"kind\":\"entr";
@@ -82,10 +82,18 @@ fn corrupt_capture_names_the_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("bad.jsonl");
     std::fs::write(&p, lines.join("\n")).unwrap();
+    let offset: usize = lines[..6].iter().map(|l| l.len() + 1).sum();
+    // Skipped, counted and named; the other nine are printed.
     let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).arg("replay").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("skipped 1 damaged lines: line 7 (byte {offset})")), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 9);
+    // --strict: the first damaged line is an error naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "--strict"]).arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("line 7"), "{err}");
+    assert!(err.contains(&format!("line 7 (byte {offset})")), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }

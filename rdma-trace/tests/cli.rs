@@ -9,15 +9,26 @@ fn bin() -> &'static str {
 #[test]
 fn without_privileges_one_clear_line_and_nonzero_exit() {
     // As an unprivileged user (nobody, no capabilities).
+    // An existing output file nobody may write to is not touched: privileges are
+    // checked before any output is opened.
+    let dir = std::env::temp_dir().join(format!("rt-nopriv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let existing = dir.join("keep.jsonl");
+    std::fs::write(&existing, "precious\n").unwrap();
+    std::fs::set_permissions(&existing, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
-        .args([bin(), "trace", "--duration", "1"])
+        .args([bin(), "trace", "--duration", "1", "-o"])
+        .arg(&existing)
         .output()
         .expect("setpriv (util-linux, installed by cargo xtask setup)");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("needs root (or CAP_BPF and CAP_PERFMON)"), "{err}");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "precious\n", "the refused run truncated -o");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -119,9 +130,15 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_keeps_every_committed_event() 
     }
     assert!(!err.contains("held past shutdown"), "{err}");
     let delivered = summary_delivered(&err);
-    let lines = std::fs::read_to_string(&cap).unwrap().lines().count() as u64;
+    let text = std::fs::read_to_string(&cap).unwrap();
+    let events = rdma_trace::event::parse_jsonl(&text).unwrap().len() as u64;
     assert!(delivered > 1000, "{err}");
-    assert_eq!(lines, delivered, "every delivered event is in the file:\n{err}");
+    assert_eq!(events, delivered, "every delivered event is in the file:\n{err}");
+    let trailer = text.lines().last().unwrap_or_default();
+    assert!(
+        trailer.contains(r#""type":"trailer""#) && trailer.contains(&format!(r#""delivered":{delivered},"#)),
+        "the capture ends with a trailer giving the same count: {trailer}"
+    );
     assert_eq!(delivered, rows.iter().map(|r| r.2).sum::<u64>(), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
@@ -174,4 +191,21 @@ fn exited_children_leave_the_watch_table() {
         assert_eq!(hits, delivered + lost, "{name}\n{err}");
     }
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_write_error_stops_the_run_at_once_naming_the_output() {
+    require_root();
+    let t0 = std::time::Instant::now();
+    let out = Command::new(bin())
+        .args(["trace", "-q", "-o", "/dev/full", "--duration", "30", "--", "sh", "-c", "while :; do cat /dev/null; done"])
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing /dev/full: No space left on device"), "{err}");
+    assert!(err.contains("events delivered"), "the summary is still printed:\n{err}");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}:\n{err}");
 }

@@ -122,6 +122,7 @@ fn record(ev: &Event, p: &Planned, frames: &Frames) -> Vec<u8> {
 /// gives them back (a non-negative signed value reads as unsigned).
 fn comparable(mut e: Event) -> Event {
     e.fields.remove("memlock_limit");
+    e.v = 0; // the captures are v0 files; live events carry the version they will be written in
     for v in e.fields.values_mut() {
         if let Value::I(i) = *v
             && i >= 0

@@ -1,14 +1,35 @@
-//! `rdma-trace story` and `rdma-trace replay`: read a capture, print the joined story or
-//! the text stream.
+//! `rdma-trace story` and `rdma-trace replay`: read a capture (v0 or v1; a file, a FIFO, or
+//! `-` for stdin) as a stream, print the joined story or the text stream.
 
+use crate::capture::Record;
+use crate::event::Event;
 use crate::output::{Sink, text::Text};
+use crate::source::capture::{ReadReport, Reader};
 use crate::steps::StepRecord;
 use anyhow::{Context, Result};
+use std::io::BufRead;
 use std::path::Path;
 
-fn read_capture(file: &Path) -> Result<Vec<crate::event::Event>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    crate::event::parse_jsonl(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+/// The capture as a buffered stream.
+fn open(file: &Path) -> Result<Box<dyn BufRead>> {
+    if file == Path::new("-") {
+        return Ok(Box::new(std::io::stdin().lock()));
+    }
+    let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    Ok(Box::new(std::io::BufReader::with_capacity(1 << 16, f)))
+}
+
+/// Runs `each` on every record of `file`; afterwards says on stderr what was damaged,
+/// missing or cut.
+fn each_record(file: &Path, strict: bool, mut each: impl FnMut(Record) -> Result<()>) -> Result<ReadReport> {
+    let mut reader = Reader::new(open(file)?, strict);
+    for r in reader.by_ref() {
+        each(r.with_context(|| file.display().to_string())?)?;
+    }
+    for n in reader.report.notes() {
+        eprintln!("rdma-trace: {}: {n}", file.display());
+    }
+    Ok(reader.report)
 }
 
 /// The companion's step records, if a file is given.
@@ -19,8 +40,14 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
         .map_err(anyhow::Error::msg)
 }
 
-pub fn story(capture: &Path, steps: Option<&Path>, json: bool) -> Result<i32> {
-    let events = read_capture(capture)?;
+pub fn story(capture: &Path, steps: Option<&Path>, json: bool, strict: bool) -> Result<i32> {
+    let mut events: Vec<Event> = Vec::new();
+    each_record(capture, strict, |r| {
+        if let Record::Event(e) = r {
+            events.push(*e);
+        }
+        Ok(())
+    })?;
     let steps = read_steps(steps)?;
     let story = crate::pipeline::correlate::story::build(&events, &steps);
     if json {
@@ -31,13 +58,33 @@ pub fn story(capture: &Path, steps: Option<&Path>, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub fn replay(file: &Path, stacks: bool) -> Result<i32> {
-    let events = read_capture(file)?;
+/// Whether an error is the reader of our stdout going away (`replay … | head`).
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+pub fn replay(file: &Path, stacks: bool, strict: bool) -> Result<i32> {
     let mut t = Text::new(std::io::stdout().lock());
     t.stacks = stacks;
-    for ev in &events {
-        t.event(ev)?;
+    let res = each_record(file, strict, |r| {
+        match r {
+            Record::Event(e) => t.event(&e)?,
+            Record::Loss(l) => t.loss(&l)?,
+            Record::Trailer(tr) => eprintln!(
+                "rdma-trace: {}: {} events delivered, {} lost; stopped on {}",
+                file.display(),
+                tr.delivered,
+                tr.lost,
+                tr.stopped
+            ),
+            Record::Header(_) | Record::Stats(_) => {}
+        }
+        Ok(())
+    })
+    .and_then(|_| t.flush().map_err(anyhow::Error::from));
+    match res {
+        Err(e) if closed_pipe(&e) => Ok(0),
+        Err(e) => Err(e),
+        Ok(()) => Ok(0),
     }
-    t.flush()?;
-    Ok(0)
 }

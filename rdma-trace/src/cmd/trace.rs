@@ -4,7 +4,8 @@
 use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::live::trace::{NotPrivileged, Notice, TraceOptions, Tracer};
+use crate::capture::{Loss, Stats, Trailer};
+use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -27,18 +28,78 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
     })
 }
 
-fn sinks(a: &TraceArgs) -> Result<Vec<Box<dyn Sink>>> {
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    if !a.quiet {
-        let mut t = Text::new(std::io::stdout());
-        t.stacks = a.stacks;
-        sinks.push(Box::new(t));
+/// The text stream and the capture, plus the events kept for `--story`. Opened only once
+/// the tracer has started (privileges checked, probes attached): a refused run truncates
+/// no file.
+struct Outputs {
+    sinks: Vec<Box<dyn Sink>>,
+    kept: Option<Vec<Event>>,
+}
+
+impl Outputs {
+    fn open(a: &TraceArgs, tracer: &Tracer) -> Result<Self> {
+        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        let to_stdout = a.output.as_deref() == Some(std::path::Path::new("-"));
+        if !a.quiet && !to_stdout {
+            let mut t = Text::new(std::io::stdout());
+            t.stacks = a.stacks;
+            sinks.push(Box::new(t));
+        }
+        match &a.output {
+            Some(_) if to_stdout => {
+                let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()), "stdout".into());
+                w.header(&tracer.header())?;
+                sinks.push(Box::new(w));
+            }
+            Some(p) => {
+                let mut w = Jsonl::create(p).with_context(|| format!("creating {}", p.display()))?;
+                w.header(&tracer.header())?;
+                sinks.push(Box::new(w));
+            }
+            None => {}
+        }
+        Ok(Self { sinks, kept: a.story.then(Vec::new) })
     }
-    if let Some(p) = &a.output {
-        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        sinks.push(Box::new(Jsonl::new(std::io::BufWriter::new(f))));
+}
+
+impl Sink for Outputs {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        if let Some(k) = &mut self.kept {
+            k.push(ev.clone());
+        }
+        self.sinks.event(ev)
     }
-    Ok(sinks)
+    fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
+        self.sinks.stats(s)
+    }
+    fn loss(&mut self, l: &Loss) -> std::io::Result<()> {
+        self.sinks.loss(l)
+    }
+    fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
+        self.sinks.trailer(t)
+    }
+    fn tick(&mut self) -> std::io::Result<()> {
+        self.sinks.tick()
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sinks.flush()
+    }
+}
+
+/// The trailer of a finished run.
+fn trailer(f: &Finished) -> Trailer {
+    let a = &f.account;
+    Trailer {
+        v: 0,
+        seq: 0,
+        ty: String::new(),
+        ts_ns: f.ended_ns,
+        stopped: f.stopped.why.clone(),
+        exit_code: f.stopped.code,
+        delivered: a.delivered(),
+        lost: a.lost(),
+        sites: a.sites.iter().map(|s| s.count(false)).collect(),
+    }
 }
 
 /// One line of stderr per notice.
@@ -77,7 +138,6 @@ fn print_notice(n: Notice) {
 
 pub fn run(a: TraceArgs) -> Result<i32> {
     let opts = options(&a)?;
-    let mut sinks = sinks(&a)?;
     let tracer = match Tracer::start(opts, &mut print_notice) {
         Ok(t) => t,
         Err(e) => match e.downcast_ref::<NotPrivileged>() {
@@ -88,25 +148,23 @@ pub fn run(a: TraceArgs) -> Result<i32> {
             None => return Err(e),
         },
     };
-    let mut kept: Vec<Event> = Vec::new();
-    let finished = tracer.run(&mut print_notice, |ev| {
-        if a.story {
-            kept.push(ev.clone());
-        }
-        sinks.iter_mut().try_for_each(|s| s.event(ev))
-    })?;
-    for s in sinks.iter_mut() {
-        s.flush()?;
-    }
+    let mut out = Outputs::open(&a, &tracer)?;
+    let finished = tracer.run(&mut print_notice, &mut out)?;
+    // After a failed write only the summary is still worth trying for.
+    let closed = match &finished.consumer_error {
+        None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
+        Some(_) => Ok(()),
+    };
     eprint!("{}", finished.account.summary());
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {
-        bail!("writing events failed: {e}");
+        bail!("{e}; the run was stopped (what was written before is readable)");
     }
-    if a.story {
+    closed?;
+    if let Some(kept) = &out.kept {
         let steps = super::story::read_steps(a.steps.as_deref())?;
-        let story = crate::pipeline::correlate::story::build(&kept, &steps);
-        print!("{}", crate::output::report::text(&story, &kept, &steps));
+        let story = crate::pipeline::correlate::story::build(kept, &steps);
+        print!("{}", crate::output::report::text(&story, kept, &steps));
     }
     Ok(finished.stopped.code)
 }

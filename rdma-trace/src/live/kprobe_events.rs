@@ -168,7 +168,12 @@ impl Drop for ReturnProbe {
 /// they could clean up). Returns the events removed.
 pub fn remove_stale(tracefs: &Path) -> io::Result<Vec<String>> {
     let file = tracefs.join("kprobe_events");
-    let text = std::fs::read_to_string(&file)?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        // A kernel without kprobes: nothing can have been left behind.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
     let mut removed = Vec::new();
     for line in text.lines() {
         // "r1024:rdma_trace_123/r3_ib_umem_get ib_umem_get"

@@ -8,6 +8,8 @@
 use super::attach::{Loaded, Outcome};
 use super::spawn::spawn_held;
 use crate::event::Event;
+use crate::capture::{Header, Loss, ProbeStatus, SiteCount, Stats};
+use crate::output::Sink;
 use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
 use crate::pipeline::correlate::Correlator;
 use crate::pipeline::decode;
@@ -71,6 +73,8 @@ pub struct Stopped {
 /// returned (the run goes on after one).
 pub struct Finished {
     pub stopped: Stopped,
+    /// When shutdown ended (CLOCK_MONOTONIC ns).
+    pub ended_ns: u64,
     pub account: RunAccount,
     pub consumer_error: Option<std::io::Error>,
 }
@@ -82,6 +86,8 @@ pub struct Tracer {
     loaded: Loaded,
     ring: Ring,
     child: Option<(std::process::Child, std::fs::File)>,
+    /// Every catalog probe's fate in this run, for the capture header.
+    probes: Vec<ProbeStatus>,
 }
 
 /// Not root (or without the capabilities): the one line to print.
@@ -108,6 +114,7 @@ impl Tracer {
             Loaded::attach_new(&planning.plan, opts.ring_bytes, opts.return_instances)?;
         let attached = outcomes.iter().filter(|o| o.attached.is_ok()).count();
         let skipped = planning.plan.skipped.len() + outcomes.len() - attached;
+        let probes = probe_statuses(&planning, &outcomes);
         for o in outcomes.into_iter().filter(|o| o.attached.is_err() || o.note.is_some()) {
             notice(Notice::Attach(o));
         }
@@ -126,31 +133,50 @@ impl Tracer {
         }
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
-        Ok(Self { opts, planning, loaded, ring, child })
+        Ok(Self { opts, planning, loaded, ring, child, probes })
     }
 
-    /// Runs until told to stop, giving every event to `consume`, then shuts down.
-    pub fn run(
-        self,
-        notice: &mut dyn FnMut(Notice),
-        mut consume: impl FnMut(&Event) -> std::io::Result<()>,
-    ) -> Result<Finished> {
-        let Self { opts, planning, loaded, ring, child } = self;
+    /// The capture header of this run (its version and sequence are the writer's).
+    pub fn header(&self) -> Header {
+        let lib = self.planning.plan.probes.iter().find_map(|p| p.target.as_ref()).map(|(path, _)| path);
+        Header {
+            v: 0,
+            seq: 0,
+            ty: String::new(),
+            tool: format!("rdma-trace {}", env!("CARGO_PKG_VERSION")),
+            hostname: read_trimmed("/proc/sys/kernel/hostname"),
+            kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
+            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+            realtime_offset_ns: realtime_offset_ns(),
+            command_line: std::env::args().collect(),
+            ring_bytes: self.opts.ring_bytes,
+            return_instances: self.opts.return_instances,
+            probes: self.probes.clone(),
+            libibverbs: lib.map(|p| p.display().to_string()),
+        }
+    }
+
+    /// Runs until told to stop, giving every event, the accounting every second and a
+    /// tick every 100 ms to `sink`, then shuts down. A sink error stops the run at once.
+    pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
+        let Self { opts, planning, loaded, ring, child, .. } = self;
         let ksyms = Ksyms::parse(&planning.kallsyms);
-        let mut enricher = Enricher {
-            plan: &planning.plan,
-            ksyms: &ksyms,
-            fds: FdCache::default(),
-            memlock: Default::default(),
-        };
+        let mut enricher =
+            Enricher { plan: &planning.plan, ksyms: &ksyms, fds: FdCache::default(), memlock: Default::default() };
         let mut correlator = Correlator::default();
         let tally = RefCell::new(Tally::default());
-        let mut consumer_error = None;
+        let sink = RefCell::new(sink);
+        let failed: RefCell<Option<std::io::Error>> = RefCell::new(None);
+        let keep = |r: std::io::Result<()>| {
+            if let Err(e) = r {
+                failed.borrow_mut().get_or_insert(e);
+            }
+        };
         let mut handle = |b: &[u8]| {
             let Some(ev) = to_event(b, &mut tally.borrow_mut(), &mut enricher) else { return };
             let ev = correlator.feed(ev);
-            if let Err(e) = consume(&ev) {
-                consumer_error.get_or_insert(e);
+            if failed.borrow().is_none() {
+                keep(sink.borrow_mut().event(&ev));
             }
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -160,7 +186,25 @@ impl Tracer {
                 release.write_all(b"\n").ok(); // lets the child run (a dead child is seen below)
                 c
             });
-            let stopped = event_loop(&mut ring, &mut handle, opts.duration, &mut child).await?;
+            let stopped = {
+                let mut losses = LossWatch::default();
+                let mut periodic = |p: Periodic| match p {
+                    Periodic::Tick => keep(sink.borrow_mut().tick()),
+                    Periodic::Stats => {
+                        let counters = loaded.counters().unwrap_or_default();
+                        let missed = loaded.kernel_missed();
+                        let sites = summary::per_site(&planning.plan, &counters, &tally.borrow(), missed.as_deref());
+                        let ts_ns = monotonic_ns();
+                        let counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
+                        let mut out = sink.borrow_mut();
+                        for l in losses.new_losses(ts_ns, &counts) {
+                            keep(out.loss(&l));
+                        }
+                        keep(out.stats(&Stats { v: 0, seq: 0, ty: String::new(), ts_ns, sites: counts }));
+                    }
+                };
+                event_loop(&mut ring, &mut handle, &mut periodic, &failed, opts.duration, &mut child).await?
+            };
             let still_running =
                 child.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
             notice(Notice::Stopped { why: stopped.why.clone(), still_running });
@@ -168,7 +212,91 @@ impl Tracer {
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
         let account = end.account(&planning, &tally.into_inner());
-        Ok(Finished { stopped, account, consumer_error })
+        Ok(Finished { stopped, ended_ns: monotonic_ns(), account, consumer_error: failed.into_inner() })
+    }
+}
+
+/// Every catalog probe: attached (with a note if not as asked) or skipped, and why.
+fn probe_statuses(planning: &Planning, outcomes: &[Outcome]) -> Vec<ProbeStatus> {
+    let mut out: Vec<ProbeStatus> = outcomes
+        .iter()
+        .map(|o| ProbeStatus {
+            id: o.id.to_string(),
+            symbol: Some(o.symbol.to_string()),
+            module: Some(o.module.clone()),
+            attached: o.attached.is_ok(),
+            reason: o.attached.as_ref().err().cloned().or_else(|| o.note.clone()),
+        })
+        .collect();
+    out.extend(planning.plan.skipped.iter().map(|s| ProbeStatus {
+        id: s.spec.id.to_string(),
+        symbol: None,
+        module: None,
+        attached: false,
+        reason: Some(s.reason.clone()),
+    }));
+    out
+}
+
+/// A one-line /proc file, trimmed ("" if it cannot be read: the header says so by leaving
+/// the field empty).
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns.
+fn realtime_offset_ns() -> i64 {
+    let now = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime(2) with a valid timespec.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    };
+    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
+}
+
+/// What the event loop does on its timers besides reading the ring.
+enum Periodic {
+    /// Every 100 ms: buffering outputs write out.
+    Tick,
+    /// Every second: the accounting so far (and any new loss).
+    Stats,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the events' `ts_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime(2) with a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The loss counts last reported, per probe and reason: a loss notice says what is new.
+#[derive(Default)]
+struct LossWatch {
+    seen: std::collections::HashMap<(String, String), u64>,
+}
+
+impl LossWatch {
+    fn new_losses(&mut self, ts_ns: u64, counts: &[SiteCount]) -> Vec<Loss> {
+        let mut out = Vec::new();
+        for c in counts {
+            for (reason, n) in &c.lost {
+                let before = self.seen.insert((c.site.clone(), reason.clone()), *n).unwrap_or(0);
+                if *n > before {
+                    out.push(Loss {
+                        v: 0,
+                        seq: 0,
+                        ty: String::new(),
+                        ts_ns,
+                        site: c.site.clone(),
+                        reason: reason.clone(),
+                        count: n - before,
+                    });
+                }
+            }
+        }
+        out
     }
 }
 
@@ -189,10 +317,13 @@ fn to_event(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Event> {
 }
 
 /// The event loop: reads the ring in bounded batches and checks, between batches, the
-/// signals, the duration and the command's exit, so a stop is honoured at any event rate.
+/// signals, the duration, the command's exit and the outputs, so a stop is honoured at
+/// any event rate.
 async fn event_loop(
     ring: &mut AsyncRing,
     handle: &mut impl FnMut(&[u8]),
+    periodic: &mut impl FnMut(Periodic),
+    failed: &RefCell<Option<std::io::Error>>,
     duration: Option<Duration>,
     child: &mut Option<std::process::Child>,
 ) -> Result<Stopped> {
@@ -200,11 +331,16 @@ async fn event_loop(
     let mut sigterm = signal(SignalKind::terminate())?;
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
     tokio::pin!(deadline);
-    let mut watchdog = tokio::time::interval(Duration::from_millis(250));
-    watchdog.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut child_check = tokio::time::interval(Duration::from_millis(100));
-    child_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let every = |ms| {
+        let mut i = tokio::time::interval(Duration::from_millis(ms));
+        i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        i
+    };
+    let (mut watchdog, mut child_check, mut flush, mut stats) = (every(250), every(100), every(100), every(1000));
     loop {
+        if let Some(e) = failed.borrow().as_ref() {
+            return Ok(Stopped { why: format!("an output failed ({e})"), code: 1 });
+        }
         tokio::select! {
             biased;
             _ = sigint.recv() => return Ok(Stopped { why: "SIGINT".into(), code: 0 }),
@@ -222,6 +358,8 @@ async fn event_loop(
                     return Ok(Stopped { why, code: st.code().unwrap_or(1) });
                 }
             }
+            _ = flush.tick() => periodic(Periodic::Tick),
+            _ = stats.tick() => periodic(Periodic::Stats),
             // A wakeup can be missed while the reader waits on a record being written.
             _ = watchdog.tick() => { ring.drain_now(&mut *handle); }
             r = ring.next_batch(&mut *handle) => { r?; }

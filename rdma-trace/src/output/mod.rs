@@ -1,14 +1,57 @@
-//! Where events and accounts go: a human text stream, a JSON Lines capture file, the
-//! story report, the run's summary.
+//! Where events and accounts go: a human text stream, a capture stream (JSON Lines, format
+//! v1), the story report, the run's summary.
 
 pub mod jsonl;
 pub mod report;
 pub mod summary;
 pub mod text;
 
+use crate::capture::{Loss, Stats, Trailer};
 use crate::event::Event;
+use std::io;
 
+/// A destination of the event stream. Only `event` and `flush` are required: the other
+/// records matter to a capture, not to every output.
 pub trait Sink {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()>;
-    fn flush(&mut self) -> std::io::Result<()>;
+    fn event(&mut self, ev: &Event) -> io::Result<()>;
+    /// The run's accounting so far, at most a second apart.
+    fn stats(&mut self, _s: &Stats) -> io::Result<()> {
+        Ok(())
+    }
+    /// Loss seen since the previous stats, at the point in the stream it was seen.
+    fn loss(&mut self, _l: &Loss) -> io::Result<()> {
+        Ok(())
+    }
+    /// The last record: final counts and why the run stopped.
+    fn trailer(&mut self, _t: &Trailer) -> io::Result<()> {
+        Ok(())
+    }
+    /// Called every 100 ms during a run: a buffering sink writes out what it holds, so a
+    /// killed run loses at most the last 100 ms.
+    fn tick(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()>;
+}
+
+/// Several sinks as one; the first error of any of them is returned.
+impl Sink for Vec<Box<dyn Sink>> {
+    fn event(&mut self, ev: &Event) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.event(ev))
+    }
+    fn stats(&mut self, st: &Stats) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.stats(st))
+    }
+    fn loss(&mut self, l: &Loss) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.loss(l))
+    }
+    fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.trailer(t))
+    }
+    fn tick(&mut self) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.tick())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.flush())
+    }
 }

@@ -139,6 +139,20 @@ impl SiteStats {
     }
 }
 
+impl SiteStats {
+    /// This account as a capture records it. `live`: mid-run, records counted but not read
+    /// yet are in flight, not lost.
+    pub fn count(&self, live: bool) -> crate::capture::SiteCount {
+        let mut lost: std::collections::BTreeMap<String, u64> =
+            self.loss_reasons().into_iter().map(|(r, n)| (r.to_string(), n)).collect();
+        let mut in_flight = 0;
+        if live {
+            in_flight = lost.remove("held past shutdown").unwrap_or(0);
+        }
+        crate::capture::SiteCount { site: self.site.clone(), hits: self.hits, delivered: self.delivered, in_flight, lost }
+    }
+}
+
 fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, site: usize) -> SiteStats {
     let at = |what: usize| c.get(site * COUNTERS + what).copied().unwrap_or(0);
     let (hits, ringbuf_full, no_scratch) = (at(CNT_HITS), at(CNT_RINGBUF_FULL), at(CNT_NO_SCRATCH));

@@ -56,6 +56,8 @@ impl Enricher<'_> {
             context: None,
             fd_kind: None,
             latency_ns: None,
+            seq: None,
+            errors: BTreeMap::new(),
         };
         match raw {
             Raw::Probe { hdr, is_return, vals, stack } => {

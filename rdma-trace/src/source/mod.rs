@@ -8,6 +8,8 @@
 //! behind it only wait. (The eBPF side never holds a reservation while it works, so such
 //! waits are as short as one copy.)
 
+pub mod capture;
+
 use aya::maps::{MapData, RingBuf};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};

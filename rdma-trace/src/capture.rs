@@ -1,0 +1,174 @@
+//! Capture format v1: the records of a capture file, which is also the wire format of the
+//! daemon and of `trace -o -` (docs/event-format.md).
+//!
+//! One JSON object per line. Every v1 line starts `{"v":1,"seq":N,` — `seq` counts the
+//! records of the stream from 0, so a reader tells a gap from a quiet period. Events are
+//! the `Event` record (no `type` key); every other record names itself with `"type"`:
+//! one `header` first, `stats` at most a second apart, a `loss` where loss was seen, one
+//! `trailer` last. A stream without its trailer was cut short.
+//!
+//! Version rule: a reader reads every version up to its own; a newer minor addition is a
+//! new optional key (ignored by older readers); anything else is a new version. v0 files
+//! (bare events, `"v":0`) are still read.
+
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const VERSION: u32 = 1;
+
+/// The first record: what ran, where, and what was attached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// "rdma-trace 0.1.0".
+    pub tool: String,
+    pub hostname: String,
+    pub kernel_release: String,
+    /// /proc/sys/kernel/random/boot_id: timestamps of two files compare only within a boot.
+    pub boot_id: String,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC at start, in ns: `ts_ns + this` is wall-clock time.
+    pub realtime_offset_ns: i64,
+    pub command_line: Vec<String>,
+    pub ring_bytes: u32,
+    pub return_instances: u32,
+    pub probes: Vec<ProbeStatus>,
+    /// The libibverbs the uprobes went on, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libibverbs: Option<String>,
+}
+
+/// One catalog probe in this run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeStatus {
+    pub id: String,
+    /// The symbol it resolved to (absent when skipped before resolving).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub attached: bool,
+    /// Why it was skipped, or how it was attached otherwise than asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One probe's account at a moment: `hits = delivered + lost + in_flight`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteCount {
+    pub site: String,
+    pub hits: u64,
+    pub delivered: u64,
+    /// Counted by the program, not read yet (0 in the trailer, or lost as "held").
+    pub in_flight: u64,
+    /// Lost, by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lost: BTreeMap<String, u64>,
+}
+
+/// Periodic accounting, at most a second apart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub ts_ns: u64,
+    pub sites: Vec<SiteCount>,
+}
+
+/// Loss seen since the previous stats record, where it happened in the stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub ts_ns: u64,
+    pub site: String,
+    pub reason: String,
+    pub count: u64,
+}
+
+/// The last record: final counts and why the run stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trailer {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub ts_ns: u64,
+    pub stopped: String,
+    pub exit_code: i32,
+    pub delivered: u64,
+    pub lost: u64,
+    pub sites: Vec<SiteCount>,
+}
+
+/// A record of a capture stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    Header(Box<Header>),
+    Event(Box<Event>),
+    Stats(Stats),
+    Loss(Loss),
+    Trailer(Trailer),
+}
+
+impl Record {
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Record::Header(h) => Some(h.seq),
+            Record::Event(e) => e.seq,
+            Record::Stats(s) => Some(s.seq),
+            Record::Loss(l) => Some(l.seq),
+            Record::Trailer(t) => Some(t.seq),
+        }
+    }
+}
+
+/// A kernel function's ERR_PTR return, as a capture writes it: never a pointer-sized number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelError {
+    /// "ENOMEM".
+    pub err: String,
+    /// 12.
+    pub errno: i64,
+}
+
+/// The pointer fields (render `PtrOrErr`) of an event's probe.
+fn pointer_fields(ev: &Event) -> impl Iterator<Item = &'static str> {
+    use crate::event::EventKind;
+    use crate::plan::catalog::{self, Render};
+    let spec = ev.probe().map(catalog::by_id);
+    let fields = match (spec, ev.kind) {
+        (Some(s), EventKind::Return) => s.ret,
+        (Some(s), _) => s.entry,
+        (None, _) => &[],
+    };
+    fields.iter().filter(|f| f.render == Render::PtrOrErr).map(|f| f.name)
+}
+
+/// For writing: ERR_PTR values of pointer fields move to `errors`, by name.
+pub fn split_errors(ev: &mut Event) {
+    let names: Vec<&'static str> = pointer_fields(ev).collect();
+    for name in names {
+        let Some(e) = ev.field(name).and_then(crate::pipeline::render::err_ptr) else { continue };
+        ev.fields.remove(name);
+        let errno = -e;
+        ev.errors.insert(
+            name.to_string(),
+            KernelError { err: crate::pipeline::render::errno_name(errno).to_string(), errno },
+        );
+    }
+}
+
+/// For reading: `errors` back into the ERR_PTR values the pipeline works on.
+pub fn join_errors(ev: &mut Event) {
+    for (name, e) in std::mem::take(&mut ev.errors) {
+        ev.fields.insert(name, crate::event::Value::U((-e.errno) as u64));
+    }
+}

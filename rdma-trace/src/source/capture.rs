@@ -1,0 +1,251 @@
+//! Reading capture streams (v0 and v1) line by line, in constant memory: a file, `-`
+//! (stdin) or a FIFO. A damaged line is skipped, counted and named by its line and byte
+//! offset (or, with `strict`, is an error); a line longer than `MAX_LINE` is refused (the
+//! input is not a capture); a v1 stream without its trailer is reported as cut short.
+
+use crate::capture::{self, Header, Loss, Record, Stats, Trailer};
+use crate::event::Event;
+use std::io::{self, BufRead};
+
+/// No record comes near this; a longer line means the input is not a capture.
+pub const MAX_LINE: usize = 1 << 20;
+/// Damaged lines described one by one (the rest are only counted).
+const DESCRIBED: usize = 10;
+
+/// A line that could not be read as a record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// 1-based line number and the byte offset of the line's start.
+    pub line: u64,
+    pub offset: u64,
+    pub why: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {} (byte {}): {}", self.line, self.offset, self.why)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("reading: {0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Damaged(Damage),
+    #[error("line {line} (byte {offset}) is longer than {MAX_LINE} bytes: this is not a capture")]
+    TooLong { line: u64, offset: u64 },
+}
+
+/// What a reader saw besides the records it returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadReport {
+    /// The stream's format version (of its first record).
+    pub version: Option<u32>,
+    pub damaged: u64,
+    /// The first damaged lines.
+    pub described: Vec<Damage>,
+    /// Records missing between two sequence numbers (v1).
+    pub seq_gaps: u64,
+    /// A v1 stream that ended without its trailer.
+    pub cut_short: bool,
+    pub saw_trailer: bool,
+}
+
+impl ReadReport {
+    /// One line per thing worth saying, for stderr; empty when the stream was whole.
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.damaged > 0 {
+            let first: Vec<String> = self.described.iter().map(ToString::to_string).collect();
+            out.push(format!("skipped {} damaged lines: {}", self.damaged, first.join("; ")));
+        }
+        if self.seq_gaps > 0 {
+            out.push(format!("{} records are missing (gaps in their sequence numbers)", self.seq_gaps));
+        }
+        if self.cut_short {
+            out.push("the capture was cut short: it has no trailer (the run was killed or is still writing)".into());
+        }
+        out
+    }
+}
+
+pub struct Reader<R> {
+    input: R,
+    strict: bool,
+    line: u64,
+    /// Bytes read so far, and where the current line started.
+    offset: u64,
+    line_start: u64,
+    buf: Vec<u8>,
+    next_seq: Option<u64>,
+    done: bool,
+    pub report: ReadReport,
+}
+
+/// Where the record type is named: v1 non-event records start `{"v":1,"seq":N,"type":"`.
+fn record_type(line: &str) -> Option<&str> {
+    let head = &line.as_bytes()[..line.len().min(48)];
+    let key = b"\"type\":\"";
+    let at = head.windows(key.len()).position(|w| w == key)? + key.len();
+    let rest = &line[at..];
+    rest.find('"').map(|end| &rest[..end])
+}
+
+/// Parses one line into a record (not checking its version).
+pub fn parse_line(line: &str) -> Result<Record, String> {
+    let e = |e: serde_json::Error| e.to_string();
+    Ok(match record_type(line) {
+        None => {
+            let mut ev: Event = serde_json::from_str(line).map_err(e)?;
+            capture::join_errors(&mut ev);
+            Record::Event(Box::new(ev))
+        }
+        Some("header") => Record::Header(Box::new(serde_json::from_str::<Header>(line).map_err(e)?)),
+        Some("stats") => Record::Stats(serde_json::from_str::<Stats>(line).map_err(e)?),
+        Some("loss") => Record::Loss(serde_json::from_str::<Loss>(line).map_err(e)?),
+        Some("trailer") => Record::Trailer(serde_json::from_str::<Trailer>(line).map_err(e)?),
+        Some(other) => return Err(format!("unknown record type {other:?}")),
+    })
+}
+
+fn version_of(r: &Record) -> u32 {
+    match r {
+        Record::Header(h) => h.v,
+        Record::Event(e) => e.v,
+        Record::Stats(s) => s.v,
+        Record::Loss(l) => l.v,
+        Record::Trailer(t) => t.v,
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(input: R, strict: bool) -> Self {
+        Self {
+            input,
+            strict,
+            line: 0,
+            offset: 0,
+            line_start: 0,
+            buf: Vec::new(),
+            next_seq: None,
+            done: false,
+            report: ReadReport::default(),
+        }
+    }
+
+    /// The next line into `buf` (without its newline); false at the end. Refuses a line
+    /// over `MAX_LINE` without reading the rest of it.
+    fn next_line(&mut self) -> Result<bool, ReadError> {
+        self.buf.clear();
+        loop {
+            let chunk = match self.input.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if chunk.is_empty() {
+                return Ok(!self.buf.is_empty());
+            }
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            self.buf.extend_from_slice(&chunk[..take]);
+            self.input.consume(take);
+            if self.buf.len() > MAX_LINE + 1 {
+                return Err(ReadError::TooLong { line: self.line + 1, offset: self.offset });
+            }
+            if end {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn damaged(&mut self, why: String) -> Option<Result<Record, ReadError>> {
+        let d = Damage { line: self.line, offset: self.line_start, why };
+        if self.strict {
+            self.done = true;
+            return Some(Err(ReadError::Damaged(d)));
+        }
+        self.report.damaged += 1;
+        if self.report.described.len() < DESCRIBED {
+            self.report.described.push(d);
+        }
+        None
+    }
+
+    /// Checks the version and the sequence of a parsed record.
+    fn accept(&mut self, rec: Record) -> Option<Result<Record, ReadError>> {
+        let v = version_of(&rec);
+        if v > capture::VERSION {
+            return self.damaged(format!("format version {v} (this build reads up to {})", capture::VERSION));
+        }
+        let version = *self.report.version.get_or_insert(v);
+        if v != version {
+            return self.damaged(format!("format version {v} in a version {version} stream"));
+        }
+        if let Some(seq) = rec.seq() {
+            if let Some(want) = self.next_seq
+                && seq > want
+            {
+                self.report.seq_gaps += seq - want;
+            }
+            self.next_seq = Some(seq + 1);
+        }
+        if matches!(rec, Record::Trailer(_)) {
+            self.report.saw_trailer = true;
+        }
+        Some(Ok(rec))
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        self.report.cut_short = self.report.version.unwrap_or(0) >= 1 && !self.report.saw_trailer;
+    }
+}
+
+impl<R: BufRead> Iterator for Reader<R> {
+    type Item = Result<Record, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.line_start = self.offset;
+            match self.next_line() {
+                Ok(false) => self.finish(),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                Ok(true) => {
+                    self.line += 1;
+                    self.offset += self.buf.len() as u64;
+                    let cut = self.buf.last() != Some(&b'\n');
+                    let text = match std::str::from_utf8(&self.buf) {
+                        Ok(t) => t.trim_end_matches('\n').to_owned(),
+                        Err(e) => {
+                            let why = format!("not UTF-8 ({e})");
+                            if let Some(r) = self.damaged(why) {
+                                return Some(r);
+                            }
+                            continue;
+                        }
+                    };
+                    if text.trim().is_empty() {
+                        continue;
+                    }
+                    let parsed = parse_line(&text);
+                    let out = match parsed {
+                        Ok(rec) => self.accept(rec),
+                        Err(why) if cut => self.damaged(format!("cut short (no newline): {why}")),
+                        Err(why) => self.damaged(why),
+                    };
+                    if let Some(r) = out {
+                        return Some(r);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
