@@ -17,6 +17,10 @@ use std::collections::BTreeMap;
 
 pub const VERSION: u32 = 1;
 
+/// Stats records come this often while a run lasts (the format promises at most a second
+/// between two; the margin absorbs a late timer).
+pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_millis(800);
+
 /// The first record: what ran, where, and what was attached.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Header {

@@ -6,7 +6,9 @@ fn run() -> anyhow::Result<i32> {
     match Cli::parse().cmd {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Probes { no_attach } => cmd::probes::run(!no_attach),
-        Cmd::Story { capture, steps, json, strict } => cmd::story::story(&capture, steps.as_deref(), json, strict),
+        Cmd::Story { capture, steps, json, strict } => {
+            cmd::story::story(&capture, steps.as_deref(), json, strict)
+        }
         Cmd::Replay { file, stacks, strict } => cmd::story::replay(&file, stacks, strict),
     }
 }

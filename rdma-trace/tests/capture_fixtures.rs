@@ -90,7 +90,8 @@ fn corrupt_line_is_skipped_and_named_or_with_strict_refused() {
     assert!(err.contains(&format!("skipped 1 damaged lines: line 7 (byte {offset})")), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 9);
     // --strict: the first damaged line is an error naming it.
-    let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "--strict"]).arg(&p).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "--strict"]).arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("line 7 (byte {offset})")), "{err}");

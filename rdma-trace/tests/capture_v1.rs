@@ -44,7 +44,8 @@ fn header() -> Header {
 }
 
 fn site(lost: u64) -> SiteCount {
-    let mut s = SiteCount { site: "umem_get return".into(), hits: 9, delivered: 9 - lost, ..Default::default() };
+    let mut s =
+        SiteCount { site: "umem_get return".into(), hits: 9, delivered: 9 - lost, ..Default::default() };
     if lost > 0 {
         s.lost.insert("ring full".into(), lost);
     }
@@ -58,7 +59,8 @@ fn stream(events: &[Event]) -> Vec<u8> {
     for (i, e) in events.iter().enumerate() {
         w.event(e).unwrap();
         if i == 3 {
-            w.stats(&Stats { v: 0, seq: 0, ty: String::new(), ts_ns: e.ts_ns, sites: vec![site(0)] }).unwrap();
+            w.stats(&Stats { v: 0, seq: 0, ty: String::new(), ts_ns: e.ts_ns, sites: vec![site(0)] })
+                .unwrap();
             w.loss(&Loss {
                 v: 0,
                 seq: 0,
@@ -119,7 +121,8 @@ fn a_stream_reads_back_record_for_record() {
     for (a, b) in back.iter().zip(&events) {
         assert_eq!(Event { v: 0, seq: None, ..a.clone() }, *b, "the pipeline sees the event it was given");
     }
-    let refused = back.iter().filter(|e| e.is(rdma_trace::event::ProbeId::UmemGet) && e.kind == EventKind::Return);
+    let refused =
+        back.iter().filter(|e| e.is(rdma_trace::event::ProbeId::UmemGet) && e.kind == EventKind::Return);
     assert!(refused.filter_map(|e| e.field("umem")).any(|u| u == (-12i64) as u64), "the ERR_PTR is back");
 }
 

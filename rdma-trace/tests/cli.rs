@@ -198,12 +198,21 @@ fn a_write_error_stops_the_run_at_once_naming_the_output() {
     require_root();
     let t0 = std::time::Instant::now();
     let out = Command::new(bin())
-        .args(["trace", "-q", "-o", "/dev/full", "--duration", "30", "--", "sh", "-c", "while :; do cat /dev/null; done"])
+        .args(["trace", "-q", "-o", "/dev/full", "--duration", "30", "--", "sh", "-c"])
+        // The command's own output goes elsewhere: it outlives the run (said in the notice)
+        // and must not hold this test's pipes open.
+        .arg("exec >/dev/null 2>&1 </dev/null; while :; do cat /dev/null; done")
         .env_remove("LD_LIBRARY_PATH")
         .output()
         .unwrap();
     let took = t0.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
+    let still = err.split("the command (pid ").nth(1).and_then(|r| r.split(')').next()?.parse::<i32>().ok());
+    if let Some(pid) = still {
+        // SAFETY: kill(2) of the command this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(still.is_some(), "the notice names the command left running:\n{err}");
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("writing /dev/full: No space left on device"), "{err}");
     assert!(err.contains("events delivered"), "the summary is still printed:\n{err}");

@@ -60,7 +60,9 @@ pub fn story(capture: &Path, steps: Option<&Path>, json: bool, strict: bool) -> 
 
 /// Whether an error is the reader of our stdout going away (`replay … | head`).
 fn closed_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 pub fn replay(file: &Path, stacks: bool, strict: bool) -> Result<i32> {

@@ -1,10 +1,10 @@
 //! `rdma-trace trace`: runs the tracer, prints its notices and the run's summary, and the
 //! joined story at the end when asked.
 
+use crate::capture::{Loss, Stats, Trailer};
 use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::capture::{Loss, Stats, Trailer};
 use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
 use anyhow::{Context, Result, bail};

@@ -7,9 +7,10 @@
 
 use super::attach::{Loaded, Outcome};
 use super::spawn::spawn_held;
+use crate::capture::{self, Header, Loss, ProbeStatus, SiteCount, Stats};
 use crate::event::Event;
-use crate::capture::{Header, Loss, ProbeStatus, SiteCount, Stats};
 use crate::output::Sink;
+use crate::output::jsonl::FLUSH_EVERY;
 use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
 use crate::pipeline::correlate::Correlator;
 use crate::pipeline::decode;
@@ -161,8 +162,12 @@ impl Tracer {
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
         let Self { opts, planning, loaded, ring, child, .. } = self;
         let ksyms = Ksyms::parse(&planning.kallsyms);
-        let mut enricher =
-            Enricher { plan: &planning.plan, ksyms: &ksyms, fds: FdCache::default(), memlock: Default::default() };
+        let mut enricher = Enricher {
+            plan: &planning.plan,
+            ksyms: &ksyms,
+            fds: FdCache::default(),
+            memlock: Default::default(),
+        };
         let mut correlator = Correlator::default();
         let tally = RefCell::new(Tally::default());
         let sink = RefCell::new(sink);
@@ -193,7 +198,8 @@ impl Tracer {
                     Periodic::Stats => {
                         let counters = loaded.counters().unwrap_or_default();
                         let missed = loaded.kernel_missed();
-                        let sites = summary::per_site(&planning.plan, &counters, &tally.borrow(), missed.as_deref());
+                        let sites =
+                            summary::per_site(&planning.plan, &counters, &tally.borrow(), missed.as_deref());
                         let ts_ns = monotonic_ns();
                         let counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
                         let mut out = sink.borrow_mut();
@@ -250,7 +256,7 @@ fn realtime_offset_ns() -> i64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: clock_gettime(2) with a valid timespec.
         unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     };
     now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
 }
@@ -331,12 +337,19 @@ async fn event_loop(
     let mut sigterm = signal(SignalKind::terminate())?;
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
     tokio::pin!(deadline);
-    let every = |ms| {
-        let mut i = tokio::time::interval(Duration::from_millis(ms));
-        i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let every = |period, missed| {
+        let mut i = tokio::time::interval(period);
+        i.set_missed_tick_behavior(missed);
         i
     };
-    let (mut watchdog, mut child_check, mut flush, mut stats) = (every(250), every(100), every(100), every(1000));
+    let (mut watchdog, mut child_check) = (
+        every(Duration::from_millis(250), MissedTickBehavior::Delay),
+        every(Duration::from_millis(100), MissedTickBehavior::Delay),
+    );
+    // On a fixed schedule (a late tick does not push the next one back): the bounds the
+    // capture format promises.
+    let (mut flush, mut stats) =
+        (every(FLUSH_EVERY, MissedTickBehavior::Skip), every(capture::STATS_EVERY, MissedTickBehavior::Skip));
     loop {
         if let Some(e) = failed.borrow().as_ref() {
             return Ok(Stopped { why: format!("an output failed ({e})"), code: 1 });

@@ -8,7 +8,7 @@ use crate::event::Event;
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A killed run loses at most this much of its stream.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -18,7 +18,8 @@ pub struct Jsonl<W: Write> {
     /// What the errors name (the file, or "stdout").
     name: String,
     seq: u64,
-    last_flush: Instant,
+    /// Written since the last flush.
+    dirty: bool,
 }
 
 impl Jsonl<io::BufWriter<std::fs::File>> {
@@ -37,7 +38,7 @@ impl Jsonl<io::BufWriter<std::fs::File>> {
 
 impl<W: Write> Jsonl<W> {
     pub fn new(out: W, name: String) -> Self {
-        Self { out, name, seq: 0, last_flush: Instant::now() }
+        Self { out, name, seq: 0, dirty: false }
     }
 
     /// The writer, for a stream written to memory.
@@ -53,6 +54,7 @@ impl<W: Write> Jsonl<W> {
         let res = serde_json::to_writer(&mut self.out, rec).map_err(io::Error::from);
         let res = res.and_then(|()| self.out.write_all(b"\n"));
         self.seq += 1;
+        self.dirty = true;
         res.map_err(|e| self.named(e))
     }
 
@@ -81,11 +83,12 @@ impl<W: Write> Sink for Jsonl<W> {
         self.line(&Trailer { v: capture::VERSION, seq: self.seq, ty: "trailer".into(), ..t.clone() })?;
         self.flush()
     }
+    /// Called every `FLUSH_EVERY`: what was written since is written out.
     fn tick(&mut self) -> io::Result<()> {
-        if self.last_flush.elapsed() >= FLUSH_EVERY { self.flush() } else { Ok(()) }
+        if self.dirty { self.flush() } else { Ok(()) }
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.last_flush = Instant::now();
+        self.dirty = false;
         self.out.flush().map_err(|e| self.named(e))
     }
 }

@@ -149,7 +149,13 @@ impl SiteStats {
         if live {
             in_flight = lost.remove("held past shutdown").unwrap_or(0);
         }
-        crate::capture::SiteCount { site: self.site.clone(), hits: self.hits, delivered: self.delivered, in_flight, lost }
+        crate::capture::SiteCount {
+            site: self.site.clone(),
+            hits: self.hits,
+            delivered: self.delivered,
+            in_flight,
+            lost,
+        }
     }
 }
 

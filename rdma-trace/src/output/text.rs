@@ -86,7 +86,11 @@ impl<W: Write> Sink for Text<W> {
     /// Loss is never silent: a line in the stream where it was seen.
     fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
         let secs = l.ts_ns as f64 / 1e9;
-        writeln!(self.out, "{secs:>14.6} {:<10} ! {} events of {} lost: {}", "lost", l.count, l.site, l.reason)
+        writeln!(
+            self.out,
+            "{secs:>14.6} {:<10} ! {} events of {} lost: {}",
+            "lost", l.count, l.site, l.reason
+        )
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()

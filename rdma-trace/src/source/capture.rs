@@ -64,7 +64,10 @@ impl ReadReport {
             out.push(format!("{} records are missing (gaps in their sequence numbers)", self.seq_gaps));
         }
         if self.cut_short {
-            out.push("the capture was cut short: it has no trailer (the run was killed or is still writing)".into());
+            out.push(
+                "the capture was cut short: it has no trailer (the run was killed or is still writing)"
+                    .into(),
+            );
         }
         out
     }

@@ -1,0 +1,220 @@
+//! Capture format v1 written by a real run (lab guest, both kernels):
+//!
+//! * a whole capture: its header says which kernel, boot and probes; stats records come at
+//!   most a second apart; the trailer's counts are the summary's and the events the file
+//!   holds; the sequence has no gap;
+//! * a run killed with SIGKILL: the file reads back to within 100 ms of the kill, and the
+//!   reader says it was cut short;
+//! * a run writing to a full tmpfs: it stops at once, names the file, prints its summary,
+//!   and what it wrote reads back.
+
+mod common;
+
+use common::*;
+use rdma_trace::capture::{Header, Record, Stats, Trailer};
+use rdma_trace::event::Event;
+use rdma_trace::source::capture::{ReadReport, Reader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const SERVER_IP: &str = "10.0.0.1";
+
+/// Every record of a capture, read leniently, with the reader's report.
+fn read_back(path: &Path) -> (Vec<Record>, ReadReport) {
+    let f = std::io::BufReader::new(std::fs::File::open(path).expect("capture exists"));
+    let mut r = Reader::new(f, false);
+    let recs: Vec<Record> = r.by_ref().map(|x| x.expect("readable")).collect();
+    (recs, r.report)
+}
+
+fn start_tracer(capture: &Path, stderr: &Path) -> Child {
+    let mut tracer = Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(capture)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(stderr).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    wait_for(stderr, "rdma-trace: tracing", &mut tracer, 180).expect("rdma-trace attaches");
+    tracer
+}
+
+/// An event-mode pingpong of `n` round trips: a steady stream of completion events.
+fn pingpong(dir: &Path, n: &str) -> (Child, Child) {
+    pair(
+        dir,
+        "rc_pingpong",
+        &["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", n],
+        &["ibv_rc_pingpong", "-e", "-d", "rxe0", "-g", "1", "-n", n, SERVER_IP],
+    )
+}
+
+fn stop_pair((mut s, mut c): (Child, Child)) {
+    for p in [&mut c, &mut s] {
+        p.kill().ok();
+        p.wait().ok();
+    }
+}
+
+fn events(recs: &[Record]) -> Vec<&Event> {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(&**e),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_capture_has_header_stats_and_trailer() {
+    let dir = out_dir("capture");
+    let capture = dir.join("whole.jsonl");
+    let err = dir.join("whole.stderr");
+    let mut tracer = start_tracer(&capture, &err);
+    let t_start = monotonic_ns();
+    let (s, c) = pingpong(&dir, "300");
+    finish(s, c, "ibv_rc_pingpong -e");
+    std::thread::sleep(Duration::from_millis(2500)); // a few stats records after the work
+    interrupt(&tracer);
+    let st = wait_timeout(&mut tracer, 60);
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(st.success(), "{st}:\n{stderr}");
+    let t_end = monotonic_ns();
+
+    let (recs, report) = read_back(&capture);
+    assert_eq!(report.version, Some(1));
+    assert_eq!((report.damaged, report.seq_gaps, report.cut_short), (0, 0, false), "{report:?}");
+
+    let Some(Record::Header(h)) = recs.first() else { panic!("the header comes first: {:?}", recs.first()) };
+    let h: &Header = h;
+    let trimmed = |p: &str| std::fs::read_to_string(p).unwrap().trim().to_string();
+    assert_eq!(h.kernel_release, trimmed("/proc/sys/kernel/osrelease"));
+    assert_eq!(h.boot_id, trimmed("/proc/sys/kernel/random/boot_id"));
+    assert_eq!(h.hostname, trimmed("/proc/sys/kernel/hostname"));
+    assert!(h.command_line.iter().any(|a| a == "-o"), "{:?}", h.command_line);
+    let attached = |id: &str| h.probes.iter().any(|p| p.id == id && p.attached);
+    assert!(attached("umem_get") && attached("comp_handler") && attached("reg_mr"), "{:?}", h.probes);
+    assert!(
+        h.probes.iter().filter(|p| !p.attached).all(|p| p.reason.is_some()),
+        "every skipped probe says why: {:?}",
+        h.probes
+    );
+    // Wall clock = monotonic + offset: the header's offset puts the run at now.
+    let wall_now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let wall_of_mono = monotonic_ns() as i64 + h.realtime_offset_ns;
+    assert!((wall_now - wall_of_mono).abs() < 1_000_000_000, "offset {} is off", h.realtime_offset_ns);
+
+    let stats: Vec<&Stats> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stats(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let run_s = (t_end - t_start) / 1_000_000_000;
+    assert!(stats.len() as u64 >= run_s, "{} stats records in a {run_s} s run", stats.len());
+    let first_gap = stats[0].ts_ns.saturating_sub(t_start);
+    assert!(first_gap <= 1_000_000_000, "first stats {first_gap} ns after start");
+    for w in stats.windows(2) {
+        let gap = w[1].ts_ns - w[0].ts_ns;
+        assert!(gap <= 1_000_000_000, "stats records {gap} ns apart");
+    }
+
+    let Some(Record::Trailer(t)) = recs.last() else { panic!("the trailer comes last") };
+    let t: &Trailer = t;
+    assert_eq!(t.stopped, "SIGINT");
+    let evs = events(&recs);
+    assert_eq!(t.delivered, evs.len() as u64, "the trailer counts the events the file holds");
+    assert_eq!(t.lost, 0, "{stderr}");
+    assert!(stderr.contains(&format!("{} events delivered", t.delivered)), "the summary agrees:\n{stderr}");
+    let delivered_per_site: u64 = t.sites.iter().map(|s| s.delivered).sum();
+    assert_eq!(delivered_per_site, t.delivered);
+    // The last stats record never counts more than the trailer.
+    let last = stats.last().unwrap();
+    for s in &last.sites {
+        let end = t.sites.iter().find(|e| e.site == s.site).expect("same sites");
+        assert!(s.hits <= end.hits && s.delivered <= end.delivered, "{s:?} vs {end:?}");
+    }
+    // A refused pin or any ERR_PTR return is an error, never a pointer-sized number: no
+    // kernel pointer field in the file holds an errno's ERR_PTR.
+    for e in &evs {
+        for (k, v) in &e.fields {
+            if let rdma_trace::event::Value::U(n) = v {
+                assert!(*n < u64::MAX - 4095 || !e.errors.is_empty(), "{k} = {n} in {e:?}");
+            }
+        }
+    }
+    let mr = evs.iter().filter(|e| e.is(rdma_trace::event::ProbeId::UmemGet)).count();
+    assert!(mr > 0, "the pingpong's MRs were pinned");
+    std::fs::write(dir.join("whole.summary.txt"), format!("{} records, {} stats\n", recs.len(), stats.len()))
+        .ok();
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_capture_of_a_killed_run_reads_back_to_within_100ms() {
+    let dir = out_dir("capture");
+    let capture = dir.join("killed.jsonl");
+    let err = dir.join("killed.stderr");
+    let mut tracer = start_tracer(&capture, &err);
+    let pp = pingpong(&dir, "100000");
+    std::thread::sleep(Duration::from_secs(4));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGKILL) };
+    let killed_at = monotonic_ns();
+    tracer.wait().ok();
+    stop_pair(pp);
+
+    let (recs, report) = read_back(&capture);
+    assert!(report.cut_short, "{report:?}");
+    assert!(report.notes().iter().any(|n| n.contains("cut short")), "{:?}", report.notes());
+    assert!(report.damaged <= 1, "at most the last line is partial: {report:?}");
+    let newest = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e.ts_ns),
+            Record::Stats(s) => Some(s.ts_ns),
+            _ => None,
+        })
+        .max()
+        .expect("records before the kill");
+    let lag_ms = killed_at.saturating_sub(newest) as f64 / 1e6;
+    std::fs::write(
+        dir.join("killed.summary.txt"),
+        format!("{} records; newest {lag_ms:.1} ms before the kill; {:?}\n", recs.len(), report),
+    )
+    .ok();
+    assert!(lag_ms <= 100.0, "the file ends {lag_ms:.1} ms before the kill");
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_capture_on_a_full_tmpfs_stops_the_run_naming_the_file() {
+    let dir = out_dir("capture");
+    let mnt = Path::new("/tmp/rdma-trace-full");
+    std::fs::create_dir_all(mnt).unwrap();
+    let m =
+        Command::new("mount").args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"]).arg(mnt).status().unwrap();
+    assert!(m.success(), "mount tmpfs");
+    let capture = mnt.join("capture.jsonl");
+    let err = dir.join("full.stderr");
+    let mut tracer = start_tracer(&capture, &err);
+    let pp = pingpong(&dir, "100000");
+    let st = wait_timeout(&mut tracer, 120);
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    stop_pair(pp);
+    let (recs, report) = read_back(&capture);
+    std::fs::copy(&capture, dir.join("full.jsonl")).ok();
+    Command::new("umount").arg(mnt).status().ok();
+
+    assert_eq!(st.code(), Some(1), "{stderr}");
+    let named = format!("writing {}: No space left on device", capture.display());
+    assert!(stderr.contains(&named), "names the file:\n{stderr}");
+    assert!(stderr.contains("events delivered"), "the summary is printed:\n{stderr}");
+    assert!(matches!(recs.first(), Some(Record::Header(_))), "the header was written");
+    assert!(!events(&recs).is_empty(), "events before the disk filled read back");
+    assert!(report.cut_short && report.damaged <= 1, "{report:?}");
+}
