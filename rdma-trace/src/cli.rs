@@ -38,7 +38,8 @@ and shown.")]
     Trace(TraceArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
     #[command(long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
-and its module, BTF for parameter positions and field offsets) and, as root, attach it. Functions only a \
+and its module, BTF for parameter positions and field offsets) and attach it, which needs root like `trace` \
+(`--no-attach` only resolves, unprivileged). Functions only a \
 hardware NIC driver calls (mlx5_ib_mmap, rdma_user_mmap_io, mlx5_ib_reg_user_mr) are labelled: they \
 attach on any kernel with the module loaded but fire only with a ConnectX NIC.")]
     Probes {

@@ -45,16 +45,82 @@ fn help_teaches_each_subcommand_in_rdma_terms() {
     }
 }
 
+/// Runs the binary as nobody, without capabilities.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .arg(bin())
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux, installed by cargo xtask setup)")
+}
+
 #[test]
-fn probes_on_a_kernel_without_rdma_says_so() {
+fn probes_lists_every_catalog_probe_and_attaching_needs_root() {
     // Independent of the tool's own kallsyms reading: the kernel lists a loaded (or
     // built-in) ib_core under /sys/module.
     let has_rdma = std::path::Path::new("/sys/module/ib_core").exists();
-    let out = Command::new(bin()).args(["probes", "--no-attach"]).output().unwrap();
+    let out = as_nobody(&["probes", "--no-attach"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
-    // This machine's kernel has no RDMA stack; the lab guest's has (lab_probes tests that side).
-    assert_eq!(text.contains("no RDMA stack"), !has_rdma, "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for spec in rdma_trace::plan::catalog::CATALOG {
+        let row = text.lines().find(|l| l.split_whitespace().next() == Some(spec.id.as_str()));
+        let row = row.unwrap_or_else(|| panic!("{} is not listed:\n{text}", spec.id));
+        if !has_rdma {
+            // This machine's kernel has no RDMA stack; the lab guest's has (lab_probes
+            // tests that side).
+            assert!(row.contains("skipped") && row.contains("no RDMA stack"), "{row}");
+        }
+    }
+    assert_eq!(err.contains("nothing to trace here"), !has_rdma, "{err}");
+    // Attaching is refused like trace.
+    let out = as_nobody(&["probes"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs root (or CAP_BPF and CAP_PERFMON)") && err.contains("--no-attach"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn trace_without_rdma_stops_unless_asked_for_syscalls() {
+    require_root();
+    if std::path::Path::new("/sys/module/ib_core").exists() {
+        return; // the lab guest tests the traced side
+    }
+    let out = Command::new(bin()).args(["trace", "--duration", "30"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing to trace here"), "{err}");
+    let out = Command::new(bin()).args(["trace", "-q", "--", "true"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("only the syscalls of the traced processes will be shown"), "{err}");
+}
+
+#[test]
+fn an_unknown_probe_id_is_refused_naming_the_ids() {
+    let out = Command::new(bin()).args(["trace", "--probe", "bogus", "--duration", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown probe id bogus"), "{err}");
+    for spec in rdma_trace::plan::catalog::CATALOG {
+        assert!(err.contains(spec.id.as_str()), "{} not named:\n{err}", spec.id);
+    }
+}
+
+#[test]
+fn control_characters_in_a_process_name_are_escaped() {
+    require_root();
+    // The shell renames itself (ESC, a newline) and then reads a file with a builtin, so
+    // the syscalls are its own under that name.
+    let script = r#"printf 'ev\nil\033[2J' > /proc/self/comm; read x < /etc/hostname; true"#;
+    let out = Command::new(bin()).args(["trace", "--", "sh", "-c", script]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("ev\\nil\\x1b[2J["), "the name is shown escaped:\n{text}");
+    assert!(!text.contains('\x1b'), "no raw ESC reaches the terminal");
+    assert!(text.lines().all(|l| !l.starts_with("il")), "no fake line");
 }
 
 fn require_root() {

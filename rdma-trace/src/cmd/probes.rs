@@ -5,18 +5,20 @@ use crate::plan::here;
 
 use std::fmt::Write;
 
+/// Lists the plan; with `attach`, attaches each probe to prove it loads (which needs the
+/// privileges `trace` needs: refused like `trace` without them).
 pub fn run(attach: bool) -> anyhow::Result<i32> {
+    if attach && let Err(msg) = crate::live::privilege::check() {
+        eprintln!("{msg}");
+        eprintln!("rdma-trace: `rdma-trace probes --no-attach` shows the plan without privileges");
+        return Ok(2);
+    }
     let planning = here::plan_here(&[]);
     let mut out = String::new();
     if let Some(why) = &planning.blocked {
-        println!("rdma-trace: {why}");
-        return Ok(0);
+        eprintln!("rdma-trace: {why}");
     }
-    let can_attach = attach && crate::live::privilege::check().is_ok();
-    if attach && !can_attach {
-        eprintln!("rdma-trace: not root: showing the plan without attaching");
-    }
-    let outcomes = if can_attach {
+    let outcomes = if attach && !planning.plan.probes.is_empty() {
         crate::plan::kernel::ensure_tracefs().ok();
         let (_loaded, o) = crate::live::attach::Loaded::attach_new(
             &planning.plan,

@@ -18,6 +18,12 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
     if !(1..=MAX_INSTANCES).contains(&a.kretprobe_instances) {
         bail!("--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})", a.kretprobe_instances);
     }
+    let unknown: Vec<&str> =
+        a.probes.iter().map(String::as_str).filter(|p| crate::plan::catalog::by_name(p).is_none()).collect();
+    if !unknown.is_empty() {
+        let ids: Vec<&str> = crate::plan::catalog::CATALOG.iter().map(|s| s.id.as_str()).collect();
+        bail!("unknown probe id {} (the ids are: {})", unknown.join(", "), ids.join(", "));
+    }
     Ok(TraceOptions {
         probes: a.probes.clone(),
         pids: a.pids.clone(),

@@ -20,7 +20,7 @@ use crate::pipeline::ksyms::Ksyms;
 use crate::plan::here::Planning;
 use crate::plan::{kernel, syscalls};
 use crate::source::{AsyncRing, Leftover, Ring};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
 use std::io::Write;
 use std::time::Duration;
@@ -103,11 +103,18 @@ impl Tracer {
         kernel::ensure_tracefs().context("tracefs")?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
         let planning = crate::plan::here::plan_here(&wanted);
-        if let Some(why) = &planning.blocked {
-            notice(Notice::Blocked(why.clone()));
-        }
-        for s in &planning.plan.skipped {
-            notice(Notice::Skipped { id: s.spec.id, reason: s.reason.clone() });
+        let watch_syscalls = !opts.pids.is_empty() || !opts.command.is_empty();
+        match &planning.blocked {
+            // Nothing to attach and nothing else asked for: running on would show nothing.
+            Some(why) if !watch_syscalls => bail!("{why}"),
+            Some(why) => notice(Notice::Blocked(format!(
+                "{why}\nrdma-trace: only the syscalls of the traced processes will be shown"
+            ))),
+            None => {
+                for s in &planning.plan.skipped {
+                    notice(Notice::Skipped { id: s.spec.id, reason: s.reason.clone() });
+                }
+            }
         }
         let stale = super::kprobe_events::remove_stale(std::path::Path::new(kernel::TRACEFS));
         notice(Notice::StaleEvents(stale.map(|v| v.len()).map_err(|e| e.to_string())));
@@ -119,7 +126,6 @@ impl Tracer {
         for o in outcomes.into_iter().filter(|o| o.attached.is_err() || o.note.is_some()) {
             notice(Notice::Attach(o));
         }
-        let watch_syscalls = !opts.pids.is_empty() || !opts.command.is_empty();
         if watch_syscalls {
             loaded.attach_syscalls(syscalls::system_layout()?, &syscalls::all_nrs())?;
             for p in &opts.pids {

@@ -33,7 +33,7 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         out,
         "process {} ({}): {} events, {} verbs calls, {} completion events{}, pinned peak {}",
         ps.pid,
-        ps.comm,
+        crate::pipeline::render::printable(&ps.comm),
         ps.events.len(),
         ps.calls.len(),
         ps.completions.len(),

@@ -48,15 +48,15 @@ pub fn line(ev: &Event) -> String {
         EventKind::SyscallEnter => "»",
         EventKind::SyscallExit => "«",
     };
-    let mut s =
-        format!("{secs:>14.6} {:<10} {arrow} {:<14} {}[{}/{}]", ev.path, ev.name, ev.comm, ev.pid, ev.tid);
+    let comm = render::printable(&ev.comm);
+    let mut s = format!("{secs:>14.6} {:<10} {arrow} {:<14} {comm}[{}/{}]", ev.path, ev.name, ev.pid, ev.tid);
     if let Some(c) = ev.context
         && ev.path == Path::Completion
     {
         s.push_str(&format!(" ctx={c:?}").to_lowercase());
     }
     if let Some(fd) = &ev.fd_kind {
-        s.push_str(&format!(" [{fd}]"));
+        s.push_str(&format!(" [{}]", render::printable(fd)));
     }
     let fields = fields_text(ev);
     if !fields.is_empty() {

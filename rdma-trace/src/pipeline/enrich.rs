@@ -135,9 +135,11 @@ impl Enricher<'_> {
         ev.name = spec.name.to_string();
         ev.path = Path::Syscall;
         let opens = spec.name == "open" || spec.name == "openat";
+        let may_return_fd = opens || matches!(spec.name, "dup" | "dup2" | "dup3" | "fcntl");
         if is_exit {
             ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
-            if opens {
+            // Binds the new fd if the entry said what it will be.
+            if may_return_fd {
                 self.fds.opened(tgid, tid, args[0] as i64);
             }
         } else {
@@ -150,8 +152,13 @@ impl Enricher<'_> {
             }
             if let Some(i) = spec.fd_arg {
                 ev.fd_kind = self.fds.kind(tgid, args[i]);
+                let dups = matches!(spec.name, "dup" | "dup2" | "dup3")
+                    || (spec.name == "fcntl"
+                        && matches!(args[1] as i32, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC));
                 if spec.name == "close" {
                     self.fds.forget(tgid, args[i]);
+                } else if dups {
+                    self.fds.duping(tgid, tid, args[i]);
                 }
             }
         }

@@ -19,15 +19,17 @@ pub fn classify_target(target: &str) -> String {
 }
 
 /// What each (pid, fd) is. An fd opened while traced is bound from the path its
-/// open/openat carried (exact even when the fd number is reused later); a completion
-/// channel from the fd ibv_create_comp_channel returned; other fds (opened before tracing)
-/// are looked up in /proc/<pid>/fd once and cached until closed — a lookup that fails once
-/// the process is gone, since events are processed after the fact.
+/// open/openat carried (exact even when the fd number is reused later), a duplicate
+/// (dup, dup2, dup3, fcntl F_DUPFD) from the fd it copies; a completion channel from the
+/// fd ibv_create_comp_channel returned; other fds (opened before tracing) are looked up in
+/// /proc/<pid>/fd once and cached until closed — a lookup that fails once the process is
+/// gone, since events are processed after the fact.
 #[derive(Default)]
 pub struct FdCache {
     known: HashMap<(u32, u64), String>,
-    /// open/openat in flight, per thread: the path.
-    opening: HashMap<u32, String>,
+    /// A syscall in flight per thread that will return a new fd: what that fd will be
+    /// (`None`: not known, so whatever the number meant before is forgotten).
+    pending: HashMap<u32, Option<String>>,
 }
 
 impl FdCache {
@@ -46,15 +48,26 @@ impl FdCache {
 
     /// An open/openat of `path` started on thread `tid`.
     pub fn opening(&mut self, tid: u32, path: &str) {
-        self.opening.insert(tid, path.to_string());
+        self.pending.insert(tid, Some(classify_target(path)));
     }
 
-    /// The open/openat on `tid` returned `ret` (an fd, or -errno).
+    /// A dup of `old` started on thread `tid` (dup, dup2, dup3, fcntl F_DUPFD*): the new
+    /// fd will be what `old` is.
+    pub fn duping(&mut self, pid: u32, tid: u32, old: u64) {
+        let k = self.kind(pid, old);
+        self.pending.insert(tid, k);
+    }
+
+    /// The open or dup on `tid` returned `ret` (an fd, or -errno).
     pub fn opened(&mut self, pid: u32, tid: u32, ret: i64) {
-        if let Some(path) = self.opening.remove(&tid)
-            && ret >= 0
-        {
-            self.known.insert((pid, ret as u64), classify_target(&path));
+        match self.pending.remove(&tid) {
+            Some(Some(k)) if ret >= 0 => {
+                self.known.insert((pid, ret as u64), k);
+            }
+            Some(None) if ret >= 0 => {
+                self.known.remove(&(pid, ret as u64));
+            }
+            _ => {}
         }
     }
 
@@ -88,6 +101,29 @@ mod tests {
         c.opening(7, "/dev/infiniband/uverbs9");
         c.opened(7, 7, -2);
         assert_eq!(c.known.get(&(7, 4)), None);
+    }
+
+    #[test]
+    fn a_duplicated_fd_is_what_it_copies() {
+        let mut c = FdCache::default();
+        // dd's shape: fd 0 is /dev/null, then open /dev/zero as 3, dup2(3, 0), close(3).
+        c.bind(9, 0, "/dev/null");
+        c.opening(9, "/dev/zero");
+        c.opened(9, 9, 3);
+        c.duping(9, 9, 3);
+        c.opened(9, 9, 0);
+        c.forget(9, 3);
+        assert_eq!(c.kind(9, 0).as_deref(), Some("/dev/zero"));
+        // A failed dup leaves the target as it was.
+        c.duping(9, 9, 0);
+        c.opened(9, 9, -9);
+        assert_eq!(c.kind(9, 0).as_deref(), Some("/dev/zero"));
+        // A dup of an fd nobody can name forgets what the new number meant (pid 0 has no
+        // /proc fd directory).
+        c.bind(0, 5, "uverbs");
+        c.duping(0, 0, 77);
+        c.opened(0, 0, 5);
+        assert_eq!(c.known.get(&(0, 5)), None);
     }
 
     #[test]

@@ -162,6 +162,26 @@ pub fn text(render: Render, v: Value) -> String {
     }
 }
 
+/// A string from outside (a process name, a path) made safe for a terminal: control
+/// characters (ESC, newline, …) are written as escapes, so they can neither move the
+/// cursor nor fake a line of output.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +223,13 @@ mod tests {
         );
         assert!(mlx5_pgoff(9 << 8).contains("mmap entry key"));
         assert!(mlx5_pgoff(4 << 8).contains("unknown mlx5 mmap command 4"));
+    }
+
+    #[test]
+    fn outside_strings_cannot_drive_the_terminal() {
+        assert_eq!(printable("ib_send_bw"), "ib_send_bw");
+        assert_eq!(printable("a\x1b[2Jb\nfake line"), "a\\x1b[2Jb\\nfake line");
+        assert_eq!(printable("\u{9b}31m"), "\\x9b31m");
     }
 
     #[test]

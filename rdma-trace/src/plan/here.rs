@@ -4,7 +4,7 @@
 use crate::plan::btf::BtfSource;
 use crate::plan::catalog::{CATALOG, Kind};
 use crate::plan::kernel::{self, Symbols};
-use crate::plan::select::{self, KernelView, Library, Plan};
+use crate::plan::select::{self, KernelView, Library, Plan, Skipped};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -25,40 +25,29 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
     let kallsyms = match std::fs::read_to_string("/proc/kallsyms") {
         Ok(k) => k,
         Err(e) => {
-            return Planning {
-                symbols: Symbols::parse(""),
-                kallsyms: String::new(),
-                plan: Plan::default(),
-                blocked: Some(format!("cannot read /proc/kallsyms: {e}")),
-                took: t0.elapsed(),
-            };
+            let why = format!("cannot read /proc/kallsyms: {e}");
+            return blocked(Symbols::parse(""), String::new(), &why, why.clone(), t0, wanted);
         }
     };
     let symbols = Symbols::parse(&kallsyms);
     if !symbols.has_rdma() {
-        return Planning {
+        return blocked(
             symbols,
             kallsyms,
-            plan: Plan::default(),
-            blocked: Some(
-                "this kernel has no RDMA stack loaded (no ib_core in /proc/kallsyms): nothing to trace here; \
-                 load the RDMA modules (ib_core, ib_uverbs, a provider such as rdma_rxe or mlx5_ib), \
-                 or try the soft-RoCE lab: cargo xtask demo"
-                    .into(),
-            ),
-            took: t0.elapsed(),
-        };
+            "no RDMA stack in this kernel (no ib_core in /proc/kallsyms)",
+            "this kernel has no RDMA stack loaded (no ib_core in /proc/kallsyms): nothing to trace here; \
+             load the RDMA modules (ib_core, ib_uverbs, a provider such as rdma_rxe or mlx5_ib), \
+             or try the soft-RoCE lab: cargo xtask demo"
+                .into(),
+            t0,
+            wanted,
+        );
     }
     let mut btf = match BtfSource::system() {
         Ok(b) => b,
         Err(e) => {
-            return Planning {
-                symbols,
-                kallsyms,
-                plan: Plan::default(),
-                blocked: Some(format!("{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)")),
-                took: t0.elapsed(),
-            };
+            let why = format!("{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)");
+            return blocked(symbols, kallsyms, "no kernel BTF", why, t0, wanted);
         }
     };
     let tp = |cat: &str, name: &str| kernel::tracepoint_format(cat, name).ok();
@@ -68,6 +57,29 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         wanted,
     );
     Planning { symbols, kallsyms, plan, blocked: None, took: t0.elapsed() }
+}
+
+/// No plan can be made: every catalog probe is skipped with `short`, and `why` says it all.
+fn blocked(
+    symbols: Symbols,
+    kallsyms: String,
+    short: &str,
+    why: String,
+    t0: Instant,
+    wanted: &[&str],
+) -> Planning {
+    let skipped = CATALOG
+        .iter()
+        .filter(|s| wanted.is_empty() || wanted.contains(&s.id.as_str()))
+        .map(|spec| Skipped { spec, reason: short.to_string() })
+        .collect();
+    Planning {
+        symbols,
+        kallsyms,
+        plan: Plan { probes: Vec::new(), skipped },
+        blocked: Some(why),
+        took: t0.elapsed(),
+    }
 }
 
 /// The user-space libraries the catalog probes, each parsed once.
