@@ -63,9 +63,8 @@ kernel events it caused and its values are checked against theirs.")]
         /// Print the joined story as JSON.
         #[arg(long)]
         json: bool,
-        /// Fail on the first damaged line instead of skipping (and naming) it.
-        #[arg(long)]
-        strict: bool,
+        #[command(flatten)]
+        read: ReadOpts,
     },
     /// Print a capture (from `trace -o`; a file, a FIFO or `-`) as the text stream.
     Replay {
@@ -73,10 +72,21 @@ kernel events it caused and its values are checked against theirs.")]
         /// Print kernel stacks under control-path events.
         #[arg(long)]
         stacks: bool,
-        /// Fail on the first damaged line instead of skipping (and naming) it.
-        #[arg(long)]
-        strict: bool,
+        #[command(flatten)]
+        read: ReadOpts,
     },
+}
+
+/// How a capture is read (plain or zstd, recognised by content).
+#[derive(clap::Args, Clone, Copy)]
+pub struct ReadOpts {
+    /// Fail on the first damaged line instead of skipping (and naming) it.
+    #[arg(long)]
+    pub strict: bool,
+    /// Keep reading a capture that is still being written, until its trailer (a plain
+    /// file; not zstd).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 #[derive(clap::Args)]
@@ -87,11 +97,19 @@ pub struct TraceArgs {
     /// Also watch this process's verbs-related syscalls; repeatable.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Write the capture stream (format v1, docs/event-format.md) to this file (mode 0600),
-    /// or to stdout with `-`: a header, every event, stats each second, loss notices, a
-    /// trailer; written out at least every 100 ms.
+    /// Write the capture stream (format v1, docs/event-format.md) to this file (mode 0600;
+    /// zstd if it ends in .zst), or to stdout with `-`: a header, every event, stats each
+    /// second, loss notices, a trailer; written out at least every 100 ms.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// With -o FILE: start a new file once this one holds SIZE bytes (K, M, G suffixes), as
+    /// tcpdump -C. Each file is whole: it starts with the header and ends with a trailer.
+    /// Files after the first are FILE with a number before its extensions (run.1.jsonl.zst).
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// With --max-size: keep only the newest N files, as tcpdump -W.
+    #[arg(long, value_name = "N")]
+    pub rotate: Option<u32>,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

@@ -6,10 +6,10 @@ fn run() -> anyhow::Result<i32> {
     match Cli::parse().cmd {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Probes { no_attach } => cmd::probes::run(!no_attach),
-        Cmd::Story { capture, steps, json, strict } => {
-            cmd::story::story(&capture, steps.as_deref(), json, strict)
+        Cmd::Story { capture, steps, json, read } => {
+            cmd::story::story(&capture, steps.as_deref(), json, read)
         }
-        Cmd::Replay { file, stacks, strict } => cmd::story::replay(&file, stacks, strict),
+        Cmd::Replay { file, stacks, read } => cmd::story::replay(&file, stacks, read),
     }
 }
 

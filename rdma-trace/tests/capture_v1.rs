@@ -54,7 +54,7 @@ fn site(lost: u64) -> SiteCount {
 
 /// A whole v1 stream of the memlock capture's events (it has refused pins: ERR_PTRs).
 fn stream(events: &[Event]) -> Vec<u8> {
-    let mut w = Jsonl::new(Vec::new(), "memory".into());
+    let mut w = Jsonl::new(Vec::new());
     w.header(&header()).unwrap();
     for (i, e) in events.iter().enumerate() {
         w.event(e).unwrap();

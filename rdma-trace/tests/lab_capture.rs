@@ -77,11 +77,11 @@ fn lab_capture_has_header_stats_and_trailer() {
     let (s, c) = pingpong(&dir, "300");
     finish(s, c, "ibv_rc_pingpong -e");
     std::thread::sleep(Duration::from_millis(2500)); // a few stats records after the work
+    let t_stop = monotonic_ns();
     interrupt(&tracer);
     let st = wait_timeout(&mut tracer, 60);
     let stderr = std::fs::read_to_string(&err).unwrap();
     assert!(st.success(), "{st}:\n{stderr}");
-    let t_end = monotonic_ns();
 
     let (recs, report) = read_back(&capture);
     assert_eq!(report.version, Some(1));
@@ -114,15 +114,13 @@ fn lab_capture_has_header_stats_and_trailer() {
             _ => None,
         })
         .collect();
-    let run_s = (t_end - t_start) / 1_000_000_000;
-    assert!(stats.len() as u64 >= run_s, "{} stats records in a {run_s} s run", stats.len());
-    let first_gap = stats[0].ts_ns.saturating_sub(t_start);
-    assert!(first_gap <= 1_000_000_000, "first stats {first_gap} ns after start");
-    for w in stats.windows(2) {
-        let gap = w[1].ts_ns - w[0].ts_ns;
-        assert!(gap <= 1_000_000_000, "stats records {gap} ns apart");
-    }
-
+    // At most a second apart from the start to the stop (then the trailer closes it).
+    let mut times = vec![t_start];
+    times.extend(stats.iter().map(|s| s.ts_ns));
+    times.push(t_stop);
+    let gaps: Vec<u64> = times.windows(2).map(|w| w[1].saturating_sub(w[0]) / 1_000_000).collect();
+    std::fs::write(dir.join("whole.stats-gaps-ms.txt"), format!("{gaps:?}\n")).ok();
+    assert!(gaps.iter().all(|&g| g <= 1000), "stats gaps (ms) from start to stop: {gaps:?}");
     let Some(Record::Trailer(t)) = recs.last() else { panic!("the trailer comes last") };
     let t: &Trailer = t;
     assert_eq!(t.stopped, "SIGINT");

@@ -2,27 +2,26 @@
 //! `-` for stdin) as a stream, print the joined story or the text stream.
 
 use crate::capture::Record;
+use crate::cli::ReadOpts;
 use crate::event::Event;
 use crate::output::{Sink, text::Text};
 use crate::source::capture::{ReadReport, Reader};
 use crate::steps::StepRecord;
 use anyhow::{Context, Result};
-use std::io::BufRead;
 use std::path::Path;
-
-/// The capture as a buffered stream.
-fn open(file: &Path) -> Result<Box<dyn BufRead>> {
-    if file == Path::new("-") {
-        return Ok(Box::new(std::io::stdin().lock()));
-    }
-    let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-    Ok(Box::new(std::io::BufReader::with_capacity(1 << 16, f)))
-}
 
 /// Runs `each` on every record of `file`; afterwards says on stderr what was damaged,
 /// missing or cut.
-fn each_record(file: &Path, strict: bool, mut each: impl FnMut(Record) -> Result<()>) -> Result<ReadReport> {
-    let mut reader = Reader::new(open(file)?, strict);
+fn each_record(
+    file: &Path,
+    opts: ReadOpts,
+    mut each: impl FnMut(Record) -> Result<()>,
+) -> Result<ReadReport> {
+    let input = crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut reader = Reader::new(input, opts.strict);
+    if opts.follow {
+        reader = reader.following();
+    }
     for r in reader.by_ref() {
         each(r.with_context(|| file.display().to_string())?)?;
     }
@@ -40,9 +39,9 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
         .map_err(anyhow::Error::msg)
 }
 
-pub fn story(capture: &Path, steps: Option<&Path>, json: bool, strict: bool) -> Result<i32> {
+pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -> Result<i32> {
     let mut events: Vec<Event> = Vec::new();
-    each_record(capture, strict, |r| {
+    each_record(capture, opts, |r| {
         if let Record::Event(e) = r {
             events.push(*e);
         }
@@ -65,10 +64,10 @@ fn closed_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-pub fn replay(file: &Path, stacks: bool, strict: bool) -> Result<i32> {
+pub fn replay(file: &Path, stacks: bool, opts: ReadOpts) -> Result<i32> {
     let mut t = Text::new(std::io::stdout().lock());
     t.stacks = stacks;
-    let res = each_record(file, strict, |r| {
+    let res = each_record(file, opts, |r| {
         match r {
             Record::Event(e) => t.event(&e)?,
             Record::Loss(l) => t.loss(&l)?,

@@ -6,6 +6,7 @@ use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
+use crate::output::target::{Rotation, parse_size};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -17,6 +18,10 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
     }
     if !(1..=MAX_INSTANCES).contains(&a.kretprobe_instances) {
         bail!("--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})", a.kretprobe_instances);
+    }
+    rotation(a)?;
+    if a.max_size.is_some() && a.output.as_deref().is_none_or(|o| o == std::path::Path::new("-")) {
+        bail!("--max-size needs -o FILE");
     }
     let unknown: Vec<&str> =
         a.probes.iter().map(String::as_str).filter(|p| crate::plan::catalog::by_name(p).is_none()).collect();
@@ -32,6 +37,21 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
     })
+}
+
+/// `--max-size`/`--rotate`: when a capture file moves on to the next.
+fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
+    match (&a.max_size, a.rotate) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => bail!("--rotate needs --max-size"),
+        (Some(size), keep) => {
+            let max_bytes = parse_size(size).map_err(anyhow::Error::msg).context("--max-size")?;
+            if keep == Some(0) {
+                bail!("--rotate must keep at least one file");
+            }
+            Ok(Some(Rotation { max_bytes, keep }))
+        }
+    }
 }
 
 /// The text stream and the capture, plus the events kept for `--story`. Opened only once
@@ -53,12 +73,13 @@ impl Outputs {
         }
         match &a.output {
             Some(_) if to_stdout => {
-                let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()), "stdout".into());
+                let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()));
                 w.header(&tracer.header())?;
                 sinks.push(Box::new(w));
             }
             Some(p) => {
-                let mut w = Jsonl::create(p).with_context(|| format!("creating {}", p.display()))?;
+                let mut w =
+                    Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?;
                 w.header(&tracer.header())?;
                 sinks.push(Box::new(w));
             }

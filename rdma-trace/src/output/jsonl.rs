@@ -3,42 +3,38 @@
 //! Written to a file (mode 0600: it holds kernel addresses) or any writer (stdout, a socket).
 
 use super::Sink;
+use super::target::{CaptureFile, Rotation, Target};
 use crate::capture::{self, Header, Loss, Stats, Trailer};
 use crate::event::Event;
 use serde::Serialize;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 use std::time::Duration;
 
 /// A killed run loses at most this much of its stream.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-pub struct Jsonl<W: Write> {
+pub struct Jsonl<W: Target> {
     out: W,
-    /// What the errors name (the file, or "stdout").
-    name: String,
     seq: u64,
     /// Written since the last flush.
     dirty: bool,
+    /// Repeated at the top of each rotated file, so every file describes itself.
+    header: Option<Header>,
+    /// The accounting so far, for the trailer that closes a rotated file.
+    last_stats: Option<Stats>,
 }
 
-impl Jsonl<io::BufWriter<std::fs::File>> {
-    /// Creates (or truncates) `path` with mode 0600.
-    pub fn create(path: &Path) -> io::Result<Self> {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        // An existing file keeps its mode through open(2): set it (on regular files only:
-        // never chmod a device such as /dev/full or a FIFO someone made).
-        if f.metadata()?.is_file() {
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        }
-        Ok(Self::new(io::BufWriter::new(f), path.display().to_string()))
+impl Jsonl<CaptureFile> {
+    /// Creates (or truncates) `path` with mode 0600; zstd if it ends in `.zst`.
+    pub fn create(path: &Path, rotation: Option<Rotation>) -> io::Result<Self> {
+        Ok(Self::new(CaptureFile::create(path, rotation)?))
     }
 }
 
-impl<W: Write> Jsonl<W> {
-    pub fn new(out: W, name: String) -> Self {
-        Self { out, name, seq: 0, dirty: false }
+impl<W: Target> Jsonl<W> {
+    pub fn new(out: W) -> Self {
+        Self { out, seq: 0, dirty: false, header: None, last_stats: None }
     }
 
     /// The writer, for a stream written to memory.
@@ -47,7 +43,7 @@ impl<W: Write> Jsonl<W> {
     }
 
     fn named(&self, e: io::Error) -> io::Error {
-        io::Error::new(e.kind(), format!("writing {}: {e}", self.name))
+        io::Error::new(e.kind(), format!("writing {}: {e}", self.out.name()))
     }
 
     fn line<T: Serialize>(&mut self, rec: &T) -> io::Result<()> {
@@ -61,27 +57,60 @@ impl<W: Write> Jsonl<W> {
     /// The header: the first record (written out with the first tick).
     pub fn header(&mut self, h: &Header) -> io::Result<()> {
         let h = Header { v: capture::VERSION, seq: self.seq, ty: "header".into(), ..h.clone() };
+        self.header = Some(h.clone());
         self.line(&h)
+    }
+
+    /// At a record boundary: a full file is closed with a trailer (the counts so far) and
+    /// the stream goes on in the next file, which starts with the header again.
+    fn rotate_if_due(&mut self) -> io::Result<()> {
+        if !self.out.rotate_due() {
+            return Ok(());
+        }
+        let next = self.out.next_name();
+        let sites = self.last_stats.as_ref().map(|s| s.sites.clone()).unwrap_or_default();
+        let t = Trailer {
+            v: capture::VERSION,
+            seq: self.seq,
+            ty: "trailer".into(),
+            ts_ns: self.last_stats.as_ref().map_or(0, |s| s.ts_ns),
+            stopped: format!("continued in the next file ({next})"),
+            exit_code: 0,
+            delivered: sites.iter().map(|s| s.delivered).sum(),
+            lost: sites.iter().flat_map(|s| s.lost.values()).sum(),
+            sites,
+        };
+        self.line(&t)?;
+        self.out.rotate().map_err(|e| self.named(e))?;
+        if let Some(h) = self.header.clone() {
+            self.line(&Header { seq: self.seq, ..h })?;
+        }
+        Ok(())
     }
 }
 
-impl<W: Write> Sink for Jsonl<W> {
+impl<W: Target> Sink for Jsonl<W> {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
         let mut e = ev.clone();
         e.v = capture::VERSION;
         e.seq = Some(self.seq);
         capture::split_errors(&mut e);
-        self.line(&e)
+        self.line(&e)?;
+        self.rotate_if_due()
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
-        self.line(&Stats { v: capture::VERSION, seq: self.seq, ty: "stats".into(), ..s.clone() })
+        let s = Stats { v: capture::VERSION, seq: self.seq, ty: "stats".into(), ..s.clone() };
+        self.line(&s)?;
+        self.last_stats = Some(s);
+        self.rotate_if_due()
     }
     fn loss(&mut self, l: &Loss) -> io::Result<()> {
         self.line(&Loss { v: capture::VERSION, seq: self.seq, ty: "loss".into(), ..l.clone() })
     }
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
         self.line(&Trailer { v: capture::VERSION, seq: self.seq, ty: "trailer".into(), ..t.clone() })?;
-        self.flush()
+        self.dirty = false;
+        self.out.finish().map_err(|e| self.named(e))
     }
     /// Called every `FLUSH_EVERY`: what was written since is written out.
     fn tick(&mut self) -> io::Result<()> {

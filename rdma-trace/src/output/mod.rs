@@ -4,6 +4,7 @@
 pub mod jsonl;
 pub mod report;
 pub mod summary;
+pub mod target;
 pub mod text;
 
 use crate::capture::{Loss, Stats, Trailer};

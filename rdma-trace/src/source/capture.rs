@@ -9,6 +9,10 @@ use std::io::{self, BufRead};
 
 /// No record comes near this; a longer line means the input is not a capture.
 pub const MAX_LINE: usize = 1 << 20;
+/// How often `--follow` looks for more at the end of the input.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The zstd frame magic: a compressed capture is recognised by its content.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Damaged lines described one by one (the rest are only counted).
 const DESCRIBED: usize = 10;
 
@@ -73,6 +77,41 @@ impl ReadReport {
     }
 }
 
+/// A capture as a buffered stream: `-` is stdin; zstd is decompressed (recognised by its
+/// magic, whatever the name). A compressed capture cut mid-frame (a killed run) ends where
+/// its data ends; the reader then reports it cut short.
+pub fn open(path: &std::path::Path) -> io::Result<Box<dyn BufRead>> {
+    let mut input: Box<dyn BufRead> = if path == std::path::Path::new("-") {
+        Box::new(io::BufReader::with_capacity(1 << 16, io::stdin()))
+    } else {
+        Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?))
+    };
+    let head = loop {
+        match input.fill_buf() {
+            Ok(b) => break b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    if head.starts_with(&ZSTD_MAGIC) {
+        let z = zstd::stream::read::Decoder::with_buffer(input)?;
+        return Ok(Box::new(io::BufReader::with_capacity(1 << 16, CutIsEnd(z))));
+    }
+    Ok(input)
+}
+
+/// A decoder whose "incomplete frame" at the end of its input is the end of the stream.
+struct CutIsEnd<R>(R);
+
+impl<R: io::Read> io::Read for CutIsEnd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.0.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+            r => r,
+        }
+    }
+}
+
 pub struct Reader<R> {
     input: R,
     strict: bool,
@@ -83,6 +122,8 @@ pub struct Reader<R> {
     buf: Vec<u8>,
     next_seq: Option<u64>,
     done: bool,
+    /// At the end of the input, wait for more until the trailer comes (`--follow`).
+    follow: bool,
     pub report: ReadReport,
 }
 
@@ -133,8 +174,16 @@ impl<R: BufRead> Reader<R> {
             buf: Vec::new(),
             next_seq: None,
             done: false,
+            follow: false,
             report: ReadReport::default(),
         }
+    }
+
+    /// Reads a growing capture: at its end, waits for more (as `tail -f`) until its
+    /// trailer is read. A cut line at the end is waited on, not counted as damaged.
+    pub fn following(mut self) -> Self {
+        self.follow = true;
+        self
     }
 
     /// The next line into `buf` (without its newline); false at the end. Refuses a line
@@ -148,6 +197,10 @@ impl<R: BufRead> Reader<R> {
                 Err(e) => return Err(e.into()),
             };
             if chunk.is_empty() {
+                if self.follow && !self.report.saw_trailer {
+                    std::thread::sleep(FOLLOW_POLL);
+                    continue;
+                }
                 return Ok(!self.buf.is_empty());
             }
             let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
