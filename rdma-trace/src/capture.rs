@@ -43,6 +43,9 @@ pub struct Header {
     /// The libibverbs the uprobes went on, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libibverbs: Option<String>,
+    /// Written with `--redact`: kernel addresses and page frames are stand-ins.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
 }
 
 /// One catalog probe in this run.

@@ -110,6 +110,11 @@ pub struct TraceArgs {
     /// With --max-size: keep only the newest N files, as tcpdump -W.
     #[arg(long, value_name = "N")]
     pub rotate: Option<u32>,
+    /// Replace kernel addresses (struct pointers, page frame numbers) with stand-ins in
+    /// every output, for a capture to share: the same address gets the same stand-in, so
+    /// the story still joins. Stacks are symbols already; user-space addresses stay.
+    #[arg(long)]
+    pub redact: bool,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

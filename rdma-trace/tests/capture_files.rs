@@ -42,6 +42,7 @@ fn header() -> Header {
             reason: None,
         }],
         libibverbs: None,
+        redacted: false,
     }
 }
 

@@ -40,6 +40,7 @@ fn header() -> Header {
             reason: None,
         }],
         libibverbs: None,
+        redacted: false,
     }
 }
 
@@ -203,4 +204,44 @@ fn replay_reads_stdin() {
     let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "-"]).stdin(f).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), lab_events("session-6.12.jsonl").len());
+}
+
+#[test]
+fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
+    use rdma_trace::pipeline::correlate::story;
+    use rdma_trace::pipeline::redact::{KERNEL_HALF, KERNEL_STAND_IN, Redactor};
+    for name in ["companion-7.3.jsonl", "companion-6.12.jsonl", "memlock-7.3.jsonl"] {
+        let events = lab_events(name);
+        let mut r = Redactor::default();
+        let redacted: Vec<Event> = events
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                r.event(&mut e);
+                e
+            })
+            .collect();
+        let kernel_values: Vec<u64> = events
+            .iter()
+            .flat_map(|e| e.fields.values().map(|v| v.as_u64()))
+            .filter(|&v| (KERNEL_HALF..u64::MAX - 4095).contains(&v))
+            .collect();
+        assert!(!kernel_values.is_empty(), "{name} has kernel addresses to hide");
+        for e in &redacted {
+            for (k, v) in &e.fields {
+                let v = v.as_u64();
+                assert!(!kernel_values.contains(&v) || v >= KERNEL_STAND_IN, "{name}: {k} = {v:#x} kept");
+            }
+        }
+        let (a, b) = (story::build(&events, &[]), story::build(&redacted, &[]));
+        assert_eq!(a.unjoined, b.unjoined, "{name}");
+        assert_eq!(a.processes.len(), b.processes.len(), "{name}");
+        for (pa, pb) in a.processes.values().zip(b.processes.values()) {
+            assert_eq!(
+                (&pa.events, pa.calls.len(), pa.completions.len()),
+                (&pb.events, pb.calls.len(), pb.completions.len()),
+                "{name}: the same joins"
+            );
+        }
+    }
 }

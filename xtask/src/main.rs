@@ -4,6 +4,7 @@
 //! `test` is the one gate (fmt, clippy, host tests, lab tests), `lab`/`vm-test`/`demo`
 //! run the soft-RoCE QEMU lab (see `lab/`).
 
+mod fuzz;
 mod gate;
 mod lab;
 mod setup;
@@ -34,6 +35,8 @@ enum Cmd {
     VmTest(lab::VmTestArgs),
     /// The main job: boot the lab and show rdma-trace watching real verbs workloads over rxe0.
     Demo(lab::DemoArgs),
+    /// Fuzz the capture reader (cargo-fuzz, libFuzzer) for a bounded time.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() {
@@ -44,6 +47,7 @@ fn main() {
         Cmd::Lab(a) => setup::run().and_then(|()| lab::lab(a)),
         Cmd::VmTest(a) => setup::run().and_then(|()| lab::vm_test(a)),
         Cmd::Demo(a) => setup::run().and_then(|()| lab::demo(a)),
+        Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

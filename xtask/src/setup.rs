@@ -46,10 +46,14 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The cargo-deny release the licence policy (`deny.toml`) is written for.
 const CARGO_DENY_VERSION: &str = "0.20.2";
 
+/// The cargo-fuzz release the reader's fuzz target (`fuzz/`) is run with.
+const CARGO_FUZZ_VERSION: &str = "0.13.1";
+
 pub fn run() -> Result<()> {
     nightly_rust_src()?;
     bpf_linker()?;
     cargo_deny()?;
+    cargo_fuzz()?;
     debian_packages()?;
     step("setup: done");
     Ok(())
@@ -58,6 +62,30 @@ pub fn run() -> Result<()> {
 /// Where setup installs cargo-deny (the project's cache, not ~/.cargo/bin).
 pub fn cargo_deny_path() -> PathBuf {
     util::cache_dir().join("tools/bin/cargo-deny")
+}
+
+/// Where setup installs cargo-fuzz.
+pub fn cargo_fuzz_path() -> PathBuf {
+    util::cache_dir().join("tools/bin/cargo-fuzz")
+}
+
+/// cargo-fuzz (libFuzzer driver for `fuzz/`), built like cargo-deny.
+fn cargo_fuzz() -> Result<()> {
+    let bin = cargo_fuzz_path();
+    let have = util::output(Command::new(&bin).arg("--version")).unwrap_or_default();
+    if have.trim() == format!("cargo-fuzz {CARGO_FUZZ_VERSION}") {
+        step(&format!("setup: cargo-fuzz {CARGO_FUZZ_VERSION} present ({})", bin.display()));
+        return Ok(());
+    }
+    step(&format!(
+        "setup: building cargo-fuzz {CARGO_FUZZ_VERSION} (the capture reader's fuzz target; ~2 min once)"
+    ));
+    let root = util::cache_dir().join("tools");
+    util::run(
+        util::cargo()
+            .args(["install", "cargo-fuzz", "--version", CARGO_FUZZ_VERSION, "--locked", "--root"])
+            .arg(&root),
+    )
 }
 
 /// cargo-deny, built from crates.io at a pinned version with its locked dependencies.

@@ -8,6 +8,7 @@ use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
+use crate::pipeline::redact::Redactor;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::time::Duration;
@@ -39,6 +40,11 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
     })
 }
 
+/// The capture header, saying whether addresses were redacted.
+fn header(a: &TraceArgs, tracer: &Tracer) -> crate::capture::Header {
+    crate::capture::Header { redacted: a.redact, ..tracer.header() }
+}
+
 /// `--max-size`/`--rotate`: when a capture file moves on to the next.
 fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
     match (&a.max_size, a.rotate) {
@@ -60,6 +66,8 @@ fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
 struct Outputs {
     sinks: Vec<Box<dyn Sink>>,
     kept: Option<Vec<Event>>,
+    /// `--redact`: kernel addresses replaced before any output sees the event.
+    redact: Option<Redactor>,
 }
 
 impl Outputs {
@@ -74,23 +82,33 @@ impl Outputs {
         match &a.output {
             Some(_) if to_stdout => {
                 let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()));
-                w.header(&tracer.header())?;
+                w.header(&header(a, tracer))?;
                 sinks.push(Box::new(w));
             }
             Some(p) => {
                 let mut w =
                     Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?;
-                w.header(&tracer.header())?;
+                w.header(&header(a, tracer))?;
                 sinks.push(Box::new(w));
             }
             None => {}
         }
-        Ok(Self { sinks, kept: a.story.then(Vec::new) })
+        Ok(Self { sinks, kept: a.story.then(Vec::new), redact: a.redact.then(Redactor::default) })
     }
 }
 
 impl Sink for Outputs {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        let redacted;
+        let ev = match &mut self.redact {
+            Some(r) => {
+                let mut e = ev.clone();
+                r.event(&mut e);
+                redacted = e;
+                &redacted
+            }
+            None => ev,
+        };
         if let Some(k) = &mut self.kept {
             k.push(ev.clone());
         }

@@ -160,6 +160,7 @@ impl Tracer {
             return_instances: self.opts.return_instances,
             probes: self.probes.clone(),
             libibverbs: lib.map(|p| p.display().to_string()),
+            redacted: false,
         }
     }
 

@@ -7,4 +7,5 @@ pub mod enrich;
 pub mod fds;
 pub mod ksyms;
 pub mod limits;
+pub mod redact;
 pub mod render;

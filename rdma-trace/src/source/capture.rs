@@ -81,11 +81,16 @@ impl ReadReport {
 /// magic, whatever the name). A compressed capture cut mid-frame (a killed run) ends where
 /// its data ends; the reader then reports it cut short.
 pub fn open(path: &std::path::Path) -> io::Result<Box<dyn BufRead>> {
-    let mut input: Box<dyn BufRead> = if path == std::path::Path::new("-") {
+    let input: Box<dyn BufRead> = if path == std::path::Path::new("-") {
         Box::new(io::BufReader::with_capacity(1 << 16, io::stdin()))
     } else {
         Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?))
     };
+    decoded(input)
+}
+
+/// `input` as it reads, decompressed if it starts with the zstd magic.
+pub fn decoded<'a>(mut input: Box<dyn BufRead + 'a>) -> io::Result<Box<dyn BufRead + 'a>> {
     let head = loop {
         match input.fill_buf() {
             Ok(b) => break b,
@@ -245,9 +250,10 @@ impl<R: BufRead> Reader<R> {
             if let Some(want) = self.next_seq
                 && seq > want
             {
-                self.report.seq_gaps += seq - want;
+                self.report.seq_gaps = self.report.seq_gaps.saturating_add(seq - want);
             }
-            self.next_seq = Some(seq + 1);
+            // (A damaged file may say u64::MAX: nothing can follow it without a gap.)
+            self.next_seq = seq.checked_add(1);
         }
         if matches!(rec, Record::Trailer(_)) {
             self.report.saw_trailer = true;

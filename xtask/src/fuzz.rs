@@ -1,0 +1,36 @@
+//! `cargo xtask fuzz`: the capture reader under libFuzzer (`fuzz/`, cargo-fuzz on the
+//! nightly toolchain), seeded with real captures, for a bounded time. The gate runs a short
+//! session; a finding fails it and leaves the input in `fuzz/artifacts/reader/`.
+
+use crate::util::{self, step};
+use anyhow::Result;
+
+#[derive(clap::Args)]
+pub struct FuzzArgs {
+    /// How long to fuzz.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u32,
+}
+
+pub fn run(a: &FuzzArgs) -> Result<()> {
+    let root = util::workspace_root();
+    // libFuzzer adds what it finds to the first corpus directory: a scratch one under
+    // target/, seeded read-only from the committed seeds.
+    let corpus = root.join("target/fuzz-corpus/reader");
+    std::fs::create_dir_all(&corpus)?;
+    step(&format!("fuzz: the capture reader for {} s (seeds: fuzz/seeds/reader)", a.seconds));
+    let mut c = std::process::Command::new(crate::setup::cargo_fuzz_path());
+    c.current_dir(&root)
+        .env("RUSTUP_TOOLCHAIN", "nightly")
+        .args(["run", "reader"])
+        .arg(&corpus)
+        .arg(root.join("fuzz/seeds/reader"))
+        .arg("--")
+        .arg(format!("-max_total_time={}", a.seconds))
+        // Bounded memory is part of what is tested: a reader that buffers without limit
+        // fails here.
+        .arg("-rss_limit_mb=512")
+        .arg("-max_len=262144")
+        .arg("-print_final_stats=1");
+    util::run(&mut c)
+}
