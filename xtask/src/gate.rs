@@ -27,6 +27,8 @@ pub fn run(no_lab: bool) -> Result<()> {
     util::run(&mut deny)?;
     step("gate: host tests");
     util::run(util::cargo().args(["test"]))?;
+    step("gate: fuzz the capture reader (60 s)");
+    crate::fuzz::run(&crate::fuzz::FuzzArgs { seconds: 60 })?;
     if no_lab {
         step("gate: lab tests skipped (--no-lab)");
         return Ok(());
