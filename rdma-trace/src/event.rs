@@ -103,6 +103,18 @@ impl Event {
         }
     }
 
+    /// How field `name` of this event is shown: the hint its probe's catalog entry gives
+    /// (or the syscall table's), so every output renders a value alike.
+    pub fn render_of(&self, name: &str) -> crate::plan::catalog::Render {
+        if let Some(spec) = self.probe().map(crate::plan::catalog::by_id) {
+            let fields = if self.kind == EventKind::Return { spec.ret } else { spec.entry };
+            if let Some(f) = fields.iter().find(|f| f.name == name) {
+                return f.render;
+            }
+        }
+        crate::plan::syscalls::render_of(name)
+    }
+
     /// Whether this event came from probe `id`.
     pub fn is(&self, id: ProbeId) -> bool {
         self.probe() == Some(id)

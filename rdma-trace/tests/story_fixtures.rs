@@ -2,6 +2,7 @@
 //! workload with its step records, and perftest + rping traced by command.
 
 use rdma_trace::event::{Event, parse_jsonl};
+use rdma_trace::pipeline::correlate::live::{Limits, Live};
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::steps::StepName;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ fn perftest_and_rping_every_completion_joins_its_process() {
             let woke = p.completions.iter().filter(|c| c.wakeup.is_some()).count();
             assert!(woke > 0 || p.completions.is_empty(), "{k} {} {}", p.comm, p.pid);
             assert!(
-                p.completions[..woke].iter().all(|c| c.wakeup.is_some()),
+                p.completions.iter().take(woke).all(|c| c.wakeup.is_some()),
                 "{k} {} {}: unread events only at the end",
                 p.comm,
                 p.pid
@@ -139,4 +140,59 @@ fn pinning_over_memlock_is_explained() {
         );
         assert!(text.contains("pin errno 12 ✓"), "{k}: {text}");
     }
+}
+
+/// The story fed one event at a time, bounded as `story` runs it.
+fn streamed(evs: &[Event], steps: &[rdma_trace::steps::StepRecord], limits: Limits) -> String {
+    let mut live = Live::new(steps.to_vec(), limits);
+    for e in evs {
+        live.push(e.clone());
+    }
+    let (st, kept, steps) = live.finish();
+    rdma_trace::output::report::text(&st, &kept, &steps)
+}
+
+#[test]
+fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
+    let cases = [
+        ("companion-7.3.jsonl", Some("companion-7.3.steps.jsonl")),
+        ("companion-6.12.jsonl", Some("companion-6.12.steps.jsonl")),
+        ("memlock-7.3.jsonl", Some("memlock-7.3.steps.jsonl")),
+        ("memlock-6.12.jsonl", Some("memlock-6.12.steps.jsonl")),
+        ("perftest-rping-7.3.jsonl.zst", None),
+        ("perftest-rping-6.12.jsonl.zst", None),
+        ("session-7.3.jsonl", None),
+        ("session-6.12.jsonl", None),
+    ];
+    for (capture, steps) in cases {
+        let evs = events(capture);
+        let steps = steps.map(|s| story::read_steps(&fixture(s)).unwrap()).unwrap_or_default();
+        let whole = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
+        assert_eq!(streamed(&evs, &steps, Limits::default()), whole, "{capture}");
+    }
+}
+
+#[test]
+fn a_bounded_story_keeps_its_counts_and_says_what_it_let_go() {
+    let evs = events("perftest-rping-7.3.jsonl.zst");
+    let whole = story::build(&evs, &[]);
+    let small = Limits { events: 200, per_list: 50, reorder_ns: 1_000_000_000, reorder_max: 1000 };
+    let text = streamed(&evs, &[], small);
+    let mut live = Live::new(vec![], small);
+    for e in &evs {
+        live.push(e.clone());
+    }
+    let (st, _, _) = live.finish();
+    assert_eq!(st.evicted_events, evs.len() as u64 - 200);
+    for (pid, ps) in &whole.processes {
+        let b = &st.processes[pid];
+        let counts = |p: &rdma_trace::pipeline::correlate::story::ProcessStory| {
+            (p.event_count, p.calls_total, p.completions_total, p.pinned_peak_bytes)
+        };
+        assert_eq!(counts(b), counts(ps), "pid {pid}: counts are aggregates");
+        assert_eq!(b.data_phase_syscalls, ps.data_phase_syscalls, "pid {pid}");
+        assert!(b.events.len() <= 50 && b.calls.len() <= 50 && b.completions.len() <= 50);
+    }
+    assert!(text.contains("events were let go to bound memory"), "{text}");
+    assert!(text.contains("earlier calls not kept"), "{text}");
 }

@@ -1,34 +1,28 @@
 //! `rdma-trace story` and `rdma-trace replay`: read a capture (v0 or v1; a file, a FIFO, or
 //! `-` for stdin) as a stream, print the joined story or the text stream.
 
-use crate::capture::Record;
 use crate::cli::ReadOpts;
 use crate::event::Event;
 use crate::output::{Sink, text::Text};
+use crate::pipeline::correlate::live::{Limits, Live, StorySink};
+use crate::pipeline::feed;
 use crate::source::capture::{ReadReport, Reader};
 use crate::steps::StepRecord;
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// Runs `each` on every record of `file`; afterwards says on stderr what was damaged,
-/// missing or cut.
-fn each_record(
-    file: &Path,
-    opts: ReadOpts,
-    mut each: impl FnMut(Record) -> Result<()>,
-) -> Result<ReadReport> {
+/// The capture as a reader (plain or zstd; `-` is stdin; `--follow` waits for more).
+fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead>>> {
     let input = crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let mut reader = Reader::new(input, opts.strict);
-    if opts.follow {
-        reader = reader.following();
-    }
-    for r in reader.by_ref() {
-        each(r.with_context(|| file.display().to_string())?)?;
-    }
-    for n in reader.report.notes() {
+    let reader = Reader::new(input, opts.strict);
+    Ok(if opts.follow { reader.following() } else { reader })
+}
+
+/// Says on stderr what the reader found damaged, missing or cut.
+fn report_damage(file: &Path, report: &ReadReport) {
+    for n in report.notes() {
         eprintln!("rdma-trace: {}: {n}", file.display());
     }
-    Ok(reader.report)
 }
 
 /// The companion's step records, if a file is given.
@@ -39,20 +33,19 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
         .map_err(anyhow::Error::msg)
 }
 
+/// `story`: the capture fed through the story (bounded: `Limits::default`), then printed.
 pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -> Result<i32> {
-    let mut events: Vec<Event> = Vec::new();
-    each_record(capture, opts, |r| {
-        if let Record::Event(e) = r {
-            events.push(*e);
-        }
-        Ok(())
-    })?;
     let steps = read_steps(steps)?;
-    let story = crate::pipeline::correlate::story::build(&events, &steps);
+    let mut r = reader(capture, opts)?;
+    let mut sink = StorySink(Live::new(steps, Limits::default()));
+    let fed = feed(&mut r, &mut sink).with_context(|| capture.display().to_string());
+    report_damage(capture, &r.report);
+    fed?;
+    let (story, kept, steps) = sink.0.finish();
     if json {
         println!("{}", serde_json::to_string_pretty(&story)?);
     } else {
-        print!("{}", crate::output::report::text(&story, &events, &steps));
+        print!("{}", crate::output::report::text(&story, &kept, &steps));
     }
     Ok(0)
 }
@@ -64,25 +57,41 @@ fn closed_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-pub fn replay(file: &Path, stacks: bool, opts: ReadOpts) -> Result<i32> {
-    let mut t = Text::new(std::io::stdout().lock());
-    t.stacks = stacks;
-    let res = each_record(file, opts, |r| {
-        match r {
-            Record::Event(e) => t.event(&e)?,
-            Record::Loss(l) => t.loss(&l)?,
-            Record::Trailer(tr) => eprintln!(
-                "rdma-trace: {}: {} events delivered, {} lost; stopped on {}",
-                file.display(),
-                tr.delivered,
-                tr.lost,
-                tr.stopped
-            ),
-            Record::Header(_) | Record::Stats(_) => {}
-        }
+/// The text stream of a replay, and the trailer's account on stderr.
+struct Replay<'a> {
+    text: Text<std::io::StdoutLock<'static>>,
+    file: &'a Path,
+}
+
+impl Sink for Replay<'_> {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.text.event(ev)
+    }
+    fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
+        self.text.loss(l)
+    }
+    fn trailer(&mut self, t: &crate::capture::Trailer) -> std::io::Result<()> {
+        eprintln!(
+            "rdma-trace: {}: {} events delivered, {} lost; stopped on {}",
+            self.file.display(),
+            t.delivered,
+            t.lost,
+            t.stopped
+        );
         Ok(())
-    })
-    .and_then(|_| t.flush().map_err(anyhow::Error::from));
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.text.flush()
+    }
+}
+
+/// `replay`: the capture fed to the text stream.
+pub fn replay(file: &Path, stacks: bool, opts: ReadOpts) -> Result<i32> {
+    let mut text = Text::new(std::io::stdout().lock());
+    text.stacks = stacks;
+    let mut r = reader(file, opts)?;
+    let res = feed(&mut r, &mut Replay { text, file }).with_context(|| file.display().to_string());
+    report_damage(file, &r.report);
     match res {
         Err(e) if closed_pipe(&e) => Ok(0),
         Err(e) => Err(e),

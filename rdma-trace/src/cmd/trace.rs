@@ -8,6 +8,7 @@ use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
+use crate::pipeline::correlate::live::{Limits, Live, StorySink};
 use crate::pipeline::redact::Redactor;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -60,12 +61,12 @@ fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
     }
 }
 
-/// The text stream and the capture, plus the events kept for `--story`. Opened only once
-/// the tracer has started (privileges checked, probes attached): a refused run truncates
-/// no file.
+/// The text stream, the capture and, with `--story`, the story (bounded, kept current as
+/// events arrive). Opened only once the tracer has started (privileges checked, probes
+/// attached): a refused run truncates no file.
 struct Outputs {
     sinks: Vec<Box<dyn Sink>>,
-    kept: Option<Vec<Event>>,
+    story: Option<StorySink>,
     /// `--redact`: kernel addresses replaced before any output sees the event.
     redact: Option<Redactor>,
 }
@@ -93,7 +94,9 @@ impl Outputs {
             }
             None => {}
         }
-        Ok(Self { sinks, kept: a.story.then(Vec::new), redact: a.redact.then(Redactor::default) })
+        // The companion's step file is read at the end (it is written during the run).
+        let story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
+        Ok(Self { sinks, story, redact: a.redact.then(Redactor::default) })
     }
 }
 
@@ -109,8 +112,8 @@ impl Sink for Outputs {
             }
             None => ev,
         };
-        if let Some(k) = &mut self.kept {
-            k.push(ev.clone());
+        if let Some(s) = &mut self.story {
+            s.event(ev)?;
         }
         self.sinks.event(ev)
     }
@@ -206,10 +209,10 @@ pub fn run(a: TraceArgs) -> Result<i32> {
         bail!("{e}; the run was stopped (what was written before is readable)");
     }
     closed?;
-    if let Some(kept) = &out.kept {
-        let steps = super::story::read_steps(a.steps.as_deref())?;
-        let story = crate::pipeline::correlate::story::build(kept, &steps);
-        print!("{}", crate::output::report::text(&story, kept, &steps));
+    if let Some(StorySink(mut live)) = out.story {
+        live.add_steps(super::story::read_steps(a.steps.as_deref())?);
+        let (story, kept, steps) = live.finish();
+        print!("{}", crate::output::report::text(&story, &kept, &steps));
     }
     Ok(finished.stopped.code)
 }

@@ -2,7 +2,8 @@
 //! them, MR pinning, completions with their wakeup latency, the data-phase syscalls, and
 //! (with companion steps) each step's checks.
 
-use crate::event::{Event, EventKind, Path, ProbeId};
+use crate::event::{EventKind, Path, ProbeId};
+use crate::pipeline::correlate::live::Events;
 use crate::pipeline::correlate::story::{ProcessStory, Story};
 use crate::steps::StepRecord;
 use std::fmt::Write;
@@ -27,34 +28,40 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
     v.get(v.len() / 2).copied()
 }
 
-fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::Result {
-    let wake: Vec<u64> = ps.completions.iter().filter_map(|c| c.wakeup_latency_ns).collect();
+fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) -> std::fmt::Result {
+    let wake = ps.wakeup_latencies_ns.clone();
     writeln!(
         out,
         "process {} ({}): {} events, {} verbs calls, {} completion events{}, pinned peak {}",
         ps.pid,
         crate::pipeline::render::printable(&ps.comm),
-        ps.events.len(),
-        ps.calls.len(),
-        ps.completions.len(),
+        ps.event_count,
+        ps.calls_total,
+        ps.completions_total,
         median(wake.clone())
             .map(|m| format!(" (wakeup median {} over {})", ms(m), wake.len()))
             .unwrap_or_default(),
         size(ps.pinned_peak_bytes)
     )?;
+    if ps.calls_total > ps.calls.len() as u64 {
+        writeln!(out, "  ({} earlier calls not kept)", ps.calls_total - ps.calls.len() as u64)?;
+    }
     for c in &ps.calls {
-        let e = &events[c.entry];
+        let Some(e) = events.ev(c.entry) else {
+            writeln!(out, "  {} (its events are no longer kept)", c.name)?;
+            continue;
+        };
         let kernel: Vec<String> = c
             .nested
             .iter()
-            .map(|&i| &events[i])
+            .filter_map(|&i| events.ev(i))
             .filter(|k| k.kind == EventKind::Entry)
             .map(|k| match (k.probe(), k.field("pages")) {
                 (Some(ProbeId::UmemGet), Some(p)) => format!("umem_get pins {p} pages"),
                 _ => k.name.clone(),
             })
             .collect();
-        let r = c.ret.map(|i| &events[i]);
+        let r = c.ret.and_then(|i| events.ev(i));
         let mut line = format!("  {} {}", e.name, crate::output::text::fields_text(e));
         if let Some(r) = r {
             line.push_str(&format!(
@@ -79,9 +86,15 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
         )?,
         None => {}
     }
-    for &i in &ps.failed_pins {
-        let e = &events[i];
+    for e in ps.failed_pins.iter().filter_map(|&i| events.ev(i)) {
         writeln!(out, "  pin REFUSED by the umem function: {}", crate::output::text::fields_text(e))?;
+    }
+    if ps.failed_pins_total > ps.failed_pins.len() as u64 {
+        writeln!(
+            out,
+            "  ({} more refused pins not kept)",
+            ps.failed_pins_total - ps.failed_pins.len() as u64
+        )?;
     }
     if !ps.data_phase_syscalls.is_empty() {
         let s: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -90,14 +103,19 @@ fn process(out: &mut String, ps: &ProcessStory, events: &[Event]) -> std::fmt::R
     Ok(())
 }
 
-pub fn text(story: &Story, events: &[Event], steps: &[StepRecord]) -> String {
+pub fn text<E: Events + ?Sized>(story: &Story, events: &E, steps: &[StepRecord]) -> String {
     let mut out = String::new();
     write_text(&mut out, story, events, steps).expect("formatting into a String cannot fail");
     out
 }
 
-fn write_text(out: &mut String, story: &Story, events: &[Event], steps: &[StepRecord]) -> std::fmt::Result {
-    for ps in story.processes.values().filter(|p| !p.comm.starts_with("kworker") && !p.events.is_empty()) {
+fn write_text<E: Events + ?Sized>(
+    out: &mut String,
+    story: &Story,
+    events: &E,
+    steps: &[StepRecord],
+) -> std::fmt::Result {
+    for ps in story.processes.values().filter(|p| !p.comm.starts_with("kworker") && p.event_count > 0) {
         process(out, ps, events)?;
     }
     if !story.steps.is_empty() {
@@ -115,13 +133,17 @@ fn write_text(out: &mut String, story: &Story, events: &[Event], steps: &[StepRe
                     }
                 })
                 .collect();
-            let kernel =
-                j.events.iter().filter(|&&i| !matches!(events[i].path, Path::Syscall | Path::Verbs)).count();
+            let kernel = j
+                .events
+                .iter()
+                .filter_map(|&i| events.ev(i))
+                .filter(|e| !matches!(e.path, Path::Syscall | Path::Verbs))
+                .count();
             // The step's syscalls on RDMA fds (rxe's doorbell is a write on the uverbs fd).
             let sys: Vec<String> = j
                 .events
                 .iter()
-                .map(|&i| &events[i])
+                .filter_map(|&i| events.ev(i))
                 .filter(|e| e.kind == EventKind::SyscallEnter)
                 .filter_map(|e| e.fd_kind.as_ref().filter(|k| RDMA_FDS.contains(&k.as_str())).map(|k| (e, k)))
                 .map(|(e, k)| format!("{}[{k}]", e.name))
@@ -141,6 +163,14 @@ fn write_text(out: &mut String, story: &Story, events: &[Event], steps: &[StepRe
     writeln!(
         out,
         "unjoined events: {} (completions on CQs created before tracing started); failed checks: {failed}",
-        story.unjoined.len()
-    )
+        story.unjoined_total
+    )?;
+    if story.evicted_events > 0 {
+        writeln!(
+            out,
+            "({} events were let go to bound memory: the counts above include them, the lines above do not)",
+            story.evicted_events
+        )?;
+    }
+    Ok(())
 }

@@ -3,7 +3,6 @@
 use super::Sink;
 use crate::event::{Event, EventKind, Path};
 use crate::pipeline::render;
-use crate::plan::catalog::{self, Render};
 use std::io::Write;
 
 pub struct Text<W: Write> {
@@ -20,20 +19,10 @@ impl<W: Write> Text<W> {
     }
 }
 
-fn render_of(ev: &Event, field: &str) -> Render {
-    if let Some(spec) = ev.probe().map(catalog::by_id) {
-        let fields = if ev.kind == EventKind::Return { spec.ret } else { spec.entry };
-        if let Some(f) = fields.iter().find(|f| f.name == field) {
-            return f.render;
-        }
-    }
-    crate::plan::syscalls::render_of(field)
-}
-
 /// The event's fields as `name=value` pairs, values in RDMA terms.
 pub fn fields_text(ev: &Event) -> String {
     let mut parts: Vec<String> =
-        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::text(render_of(ev, k), *v))).collect();
+        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::text(ev.render_of(k), *v))).collect();
     parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
     parts.extend(ev.not_followed.iter().map(|k| format!("{k}=<null/err>")));
     parts.join(" ")

@@ -1,5 +1,10 @@
 //! From raw records to events: decode (bytes → typed records), enrich (names, rendered
 //! values, symbolized stacks, fds), correlate (latency pairs, the story).
+//!
+//! The live tracer runs all of it and hands each event to its outputs (`live::trace`); a
+//! capture's events went through it when they were recorded, so a capture source hands its
+//! records straight to the outputs (`feed`). Either way the outputs are `Sink`s: the text
+//! stream, a capture writer, the story (`correlate::live::StorySink`).
 
 pub mod correlate;
 pub mod decode;
@@ -9,3 +14,23 @@ pub mod ksyms;
 pub mod limits;
 pub mod redact;
 pub mod render;
+
+/// Hands every record of a capture stream to `sink`, in order. Stops at the first error of
+/// the reader or of the sink (a closed pipe included).
+pub fn feed<R: std::io::BufRead>(
+    reader: &mut crate::source::capture::Reader<R>,
+    sink: &mut dyn crate::output::Sink,
+) -> anyhow::Result<()> {
+    use crate::capture::Record;
+    for r in reader.by_ref() {
+        match r? {
+            Record::Event(e) => sink.event(&e)?,
+            Record::Stats(s) => sink.stats(&s)?,
+            Record::Loss(l) => sink.loss(&l)?,
+            Record::Trailer(t) => sink.trailer(&t)?,
+            Record::Header(_) => {}
+        }
+    }
+    sink.flush()?;
+    Ok(())
+}

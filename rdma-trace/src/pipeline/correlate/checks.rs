@@ -1,6 +1,7 @@
 //! What a companion step says, against what the kernel did: one check per value both
 //! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
 
+use super::live::Events;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 
@@ -26,14 +27,14 @@ fn check(what: &str, step: u64, kernel: Option<u64>) -> Check {
     }
 }
 
-fn find<'a>(events: &'a [Event], mine: &[usize], ids: &[ProbeId], kind: EventKind) -> Option<&'a Event> {
-    mine.iter().map(|&i| &events[i]).find(|e| e.is_any(ids) && e.kind == kind)
+fn find<'a>(events: &'a dyn Events, mine: &[usize], ids: &[ProbeId], kind: EventKind) -> Option<&'a Event> {
+    mine.iter().filter_map(|&i| events.ev(i)).find(|e| e.is_any(ids) && e.kind == kind)
 }
 
 const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
 const CREATE_CQ: [ProbeId; 2] = [ProbeId::RxeCreateCq, ProbeId::Mlx5CreateCq];
 
-pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check> {
+pub fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Check> {
     let mut out = Vec::new();
     match s.name {
         StepName::RegMr if !s.ok => {
@@ -68,15 +69,17 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &[Event]) -> Vec<Check
             out.push(check("ibv_create_cq result", cq.handle, user.and_then(|e| e.field("cq"))));
             // …and the completions the kernel raises on the CQ created here carry it.
             if let Some(kcq) = find(events, mine, &CREATE_CQ, EventKind::Entry).and_then(|e| e.field("cq"))
-                && let Some(c) =
-                    events.iter().find(|e| e.is(ProbeId::CompHandler) && e.field("cq") == Some(kcq))
+                && let Some(c) = events
+                    .all()
+                    .map(|(_, e)| e)
+                    .find(|e| e.is(ProbeId::CompHandler) && e.field("cq") == Some(kcq))
             {
                 out.push(check("user handle of its completions", cq.handle, c.field("cq_user_handle")));
             }
         }
         StepName::GetCqEvent => {
             let Some(want) = s.event_cq else { return out };
-            let comp = mine.iter().map(|&i| &events[i]).find(|e| e.is(ProbeId::CompHandler));
+            let comp = mine.iter().filter_map(|&i| events.ev(i)).find(|e| e.is(ProbeId::CompHandler));
             out.push(check("completion's CQ", want, comp.and_then(|e| e.field("cq_user_handle"))));
         }
         StepName::DeregMr => {

@@ -3,6 +3,7 @@
 //! measures (pages pinned by a umem).
 
 pub mod checks;
+pub mod live;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};

@@ -3,9 +3,12 @@
 //! kernel work nested in the libibverbs call that caused it, and (with the companion
 //! workload's step records) each step joined to the kernel events it caused.
 //!
-//! Pure: events (and steps) in, story out. Time is the events' own clock.
+//! Pure: events (and steps) in, story out. Time is the events' own clock. The builder takes
+//! one event at a time in time order (`live::Live` feeds it, bounded); `build` is the whole
+//! capture at once.
 
 use super::checks::{Check, checks_for};
+use super::live::{Events, Limits, Live};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -18,6 +21,10 @@ pub struct Call {
     pub entry: usize,
     pub ret: Option<usize>,
     pub nested: Vec<usize>,
+    #[serde(skip)]
+    pid: u32,
+    #[serde(skip)]
+    entry_ts_ns: u64,
 }
 
 /// A completion event and, when seen, the workload's wakeup that consumed it.
@@ -34,17 +41,27 @@ pub struct Completion {
 pub struct ProcessStory {
     pub pid: u32,
     pub comm: String,
-    /// Every event attributed to the process (completions included), by index.
-    pub events: Vec<usize>,
-    pub calls: Vec<Call>,
-    pub completions: Vec<Completion>,
+    /// Events attributed to the process (completions included), by index: the newest
+    /// `Limits::per_list`; `event_count` counts them all.
+    pub events: VecDeque<usize>,
+    pub event_count: u64,
+    /// Its libibverbs calls (the newest kept; `calls_total` counts them all).
+    pub calls: VecDeque<Call>,
+    pub calls_total: u64,
+    pub completions: VecDeque<Completion>,
+    pub completions_total: u64,
+    /// Wakeup latencies (ns) of its completions, in order (up to `Limits::per_list`).
+    pub wakeup_latencies_ns: Vec<u64>,
     /// Largest sum of pinned bytes (whole pages of live umems) over the run.
     pub pinned_peak_bytes: u64,
+    /// Bytes pinned now (live umems).
+    pub pinned_bytes: u64,
     /// RLIMIT_MEMLOCK the pins are charged against (`u64::MAX`: unlimited), when known.
     pub memlock_limit: Option<u64>,
     /// Pins the kernel refused (the umem function returned an error, e.g. -ENOMEM over
     /// the memlock limit).
-    pub failed_pins: Vec<usize>,
+    pub failed_pins: VecDeque<usize>,
+    pub failed_pins_total: u64,
     /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
     /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
     pub data_phase_syscalls: BTreeMap<String, u64>,
@@ -63,7 +80,10 @@ pub struct Story {
     pub processes: BTreeMap<u32, ProcessStory>,
     pub steps: Vec<StepJoin>,
     /// Events no process could be found for (completions on CQs created before the trace).
-    pub unjoined: Vec<usize>,
+    pub unjoined: VecDeque<usize>,
+    pub unjoined_total: u64,
+    /// Events no longer kept for lookups (a bounded story on a long stream).
+    pub evicted_events: u64,
 }
 
 fn is_user_call(e: &Event) -> bool {
@@ -74,8 +94,16 @@ fn is_completion(e: &Event) -> bool {
     e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry
 }
 
+/// Appends to a bounded list, letting the oldest go.
+fn push_capped<T>(list: &mut VecDeque<T>, cap: usize, v: T) {
+    list.push_back(v);
+    if list.len() > cap {
+        list.pop_front();
+    }
+}
+
 /// Which process owns each CQ: by the user handle (ibv_create_cq, companion steps) and
-/// by the kernel `struct ib_cq *` (the provider's create_cq).
+/// by the kernel `struct ib_cq *` (the provider's create_cq), learned as they are seen.
 #[derive(Default)]
 struct CqOwners {
     by_handle: HashMap<u64, u32>,
@@ -83,24 +111,8 @@ struct CqOwners {
 }
 
 impl CqOwners {
-    fn learn(events: &[Event], steps: &[StepRecord]) -> Self {
+    fn from_steps(steps: &[StepRecord]) -> Self {
         let mut o = CqOwners::default();
-        for e in events {
-            match (e.probe(), e.kind) {
-                // The user handle is only set after the driver returns: join by the kernel CQ.
-                (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
-                    if let Some(c) = e.field("cq") {
-                        o.by_kernel_cq.insert(c, e.pid);
-                    }
-                }
-                (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
-                    if let Some(h) = e.field("cq").filter(|h| *h != 0) {
-                        o.by_handle.insert(h, e.pid);
-                    }
-                }
-                _ => {}
-            }
-        }
         for s in steps.iter().filter(|s| s.name == StepName::CreateCq) {
             if let Some(cq) = &s.cq {
                 o.by_handle.insert(cq.handle, s.pid);
@@ -109,65 +121,104 @@ impl CqOwners {
         o
     }
 
+    fn learn(&mut self, e: &Event) {
+        match (e.probe(), e.kind) {
+            // The user handle is only set after the driver returns: join by the kernel CQ.
+            (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
+                if let Some(c) = e.field("cq") {
+                    self.by_kernel_cq.insert(c, e.pid);
+                }
+            }
+            (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
+                if let Some(h) = e.field("cq").filter(|h| *h != 0) {
+                    self.by_handle.insert(h, e.pid);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn owner(&self, e: &Event) -> Option<u32> {
         let by_handle = e.field("cq_user_handle").and_then(|h| self.by_handle.get(&h));
         by_handle.or_else(|| e.field("cq").and_then(|c| self.by_kernel_cq.get(&c))).copied()
     }
 }
 
-/// Indices of `events` in time order (records from different CPUs interleave).
-fn time_order(events: &[Event]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..events.len()).collect();
-    idx.sort_by_key(|&i| (events[i].ts_ns, i));
-    idx
+/// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
+/// Kept as it goes: a later set-up event clears what was counted before it (those
+/// syscalls were still set-up), the first teardown event closes the count.
+#[derive(Default)]
+struct Phase {
+    setup_done_at: Option<u64>,
+    teardown_at: Option<u64>,
 }
 
+const SETUP: [ProbeId; 5] = [
+    ProbeId::RxeCreateCq,
+    ProbeId::Mlx5CreateCq,
+    ProbeId::UmemGet,
+    ProbeId::UverbsMmap,
+    ProbeId::IbvCreateQp,
+];
+const TEARDOWN: [ProbeId; 3] = [ProbeId::UmemRelease, ProbeId::MrDereg, ProbeId::IbvDeregMr];
+
 /// The story as it is built, one event at a time in time order.
-struct Builder<'a> {
-    events: &'a [Event],
-    /// ibv_get_cq_event returns count as wakeups only where the kernel read was not probed.
+pub(super) struct Builder {
+    per_list: usize,
+    /// ibv_get_cq_event returns count as wakeups only where the kernel read is probed
+    /// (seen so far: its entry comes before the library call returns).
     kernel_reads: bool,
     owners: CqOwners,
     story: Story,
     /// libibverbs calls open per thread.
     open_calls: HashMap<u32, Vec<Call>>,
-    /// Completions awaiting a wakeup, per process.
-    pending: HashMap<u32, VecDeque<usize>>,
-    /// Pinned umems (kernel pointer → bytes charged) and the total, per process.
+    /// Completions awaiting a wakeup, per process: (completion number, its time).
+    pending: HashMap<u32, VecDeque<(u64, u64)>>,
+    /// Pinned umems (kernel pointer → bytes charged), per process.
     live_umems: HashMap<u32, HashMap<u64, u64>>,
-    pinned: HashMap<u32, u64>,
+    phases: HashMap<u32, Phase>,
 }
 
+/// The whole capture at once: every event kept, all sorted by time before joining.
 pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
-    let order = time_order(events);
-    let mut b = Builder {
-        events,
-        kernel_reads: events.iter().any(|e| e.is(ProbeId::CompEventRead)),
-        owners: CqOwners::learn(events, steps),
-        story: Story::default(),
-        open_calls: HashMap::new(),
-        pending: HashMap::new(),
-        live_umems: HashMap::new(),
-        pinned: HashMap::new(),
-    };
-    for &i in &order {
-        b.event(i);
+    let mut live = Live::new(steps.to_vec(), Limits::unbounded());
+    for e in events {
+        live.push(e.clone());
     }
-    let mut story = b.finish();
-    story.steps = join_steps(events, &order, steps, &story);
-    story
+    live.finish().0
 }
 
-impl Builder<'_> {
+impl Builder {
+    pub(super) fn new(steps: &[StepRecord], per_list: usize) -> Self {
+        Builder {
+            per_list,
+            kernel_reads: false,
+            owners: CqOwners::from_steps(steps),
+            story: Story::default(),
+            open_calls: HashMap::new(),
+            pending: HashMap::new(),
+            live_umems: HashMap::new(),
+            phases: HashMap::new(),
+        }
+    }
+
+    pub(super) fn learn_steps(&mut self, steps: &[StepRecord]) {
+        let o = CqOwners::from_steps(steps);
+        self.owners.by_handle.extend(o.by_handle);
+    }
+
     /// The process an event belongs to: a completion's is its CQ's owner.
     fn owner(&self, e: &Event) -> Option<u32> {
         if is_completion(e) { self.owners.owner(e) } else { Some(e.pid) }
     }
 
-    fn event(&mut self, i: usize) {
-        let e = &self.events[i];
+    /// Joins event `i` (the next in time order).
+    pub(super) fn event(&mut self, i: usize, e: &Event) {
+        self.owners.learn(e);
+        self.kernel_reads |= e.is(ProbeId::CompEventRead);
         let Some(pid) = self.owner(e) else {
-            self.story.unjoined.push(i);
+            push_capped(&mut self.story.unjoined, self.per_list, i);
+            self.story.unjoined_total += 1;
             return;
         };
         let ps =
@@ -176,72 +227,118 @@ impl Builder<'_> {
             // The latest name: a forked shell becomes the program it execs.
             ps.comm.clone_from(&e.comm);
         }
-        ps.events.push(i);
+        push_capped(&mut ps.events, self.per_list, i);
+        ps.event_count += 1;
         if is_completion(e) {
-            ps.completions.push(Completion {
-                event: i,
-                cq_user_handle: e.field("cq_user_handle").unwrap_or(0),
-                wakeup: None,
-                wakeup_latency_ns: None,
-            });
-            self.pending.entry(pid).or_default().push_back(ps.completions.len() - 1);
+            push_capped(
+                &mut ps.completions,
+                self.per_list,
+                Completion {
+                    event: i,
+                    cq_user_handle: e.field("cq_user_handle").unwrap_or(0),
+                    wakeup: None,
+                    wakeup_latency_ns: None,
+                },
+            );
+            self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns));
+            ps.completions_total += 1;
             return;
         }
         if let Some(l) = e.field("memlock_limit") {
             ps.memlock_limit = Some(l);
         }
-        self.wakeup(pid, i);
-        self.pins(pid, i);
-        self.nest(pid, i);
+        self.wakeup(pid, i, e);
+        self.pins(pid, i, e);
+        self.phase(pid, e);
+        self.nest(pid, i, e);
+    }
+
+    fn process(&mut self, pid: u32) -> &mut ProcessStory {
+        self.story.processes.get_mut(&pid).expect("placed by event()")
     }
 
     /// The wakeup: the channel read returning with an event, or ibv_get_cq_event returning,
     /// consumes the oldest completion waiting in its process.
-    fn wakeup(&mut self, pid: u32, i: usize) {
-        let e = &self.events[i];
+    fn wakeup(&mut self, pid: u32, i: usize, e: &Event) {
         let wakeup = e.kind == EventKind::Return
             && ((e.is(ProbeId::CompEventRead) && e.field("ret").is_some_and(|r| (r as i64) > 0))
                 || (e.is(ProbeId::IbvGetCqEvent) && !self.kernel_reads));
-        let ps = self.story.processes.get_mut(&pid).expect("placed by event()");
-        if wakeup && let Some(ci) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) {
-            let c = &mut ps.completions[ci];
+        if !wakeup {
+            return;
+        }
+        let Some((n, at)) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) else { return };
+        let per_list = self.per_list;
+        let ps = self.process(pid);
+        let latency = e.ts_ns.saturating_sub(at);
+        if ps.wakeup_latencies_ns.len() < per_list {
+            ps.wakeup_latencies_ns.push(latency);
+        }
+        // The completion itself, if it is still in the kept list.
+        let first_kept = ps.completions_total - ps.completions.len() as u64;
+        if let Some(c) = n.checked_sub(first_kept).and_then(|k| ps.completions.get_mut(k as usize)) {
             c.wakeup = Some(i);
-            c.wakeup_latency_ns = Some(e.ts_ns.saturating_sub(self.events[c.event].ts_ns));
+            c.wakeup_latency_ns = Some(latency);
         }
     }
 
     /// Pinned bytes over time.
-    fn pins(&mut self, pid: u32, i: usize) {
-        let e = &self.events[i];
-        let ps = self.story.processes.get_mut(&pid).expect("placed by event()");
+    fn pins(&mut self, pid: u32, i: usize, e: &Event) {
+        let per_list = self.per_list;
         let err = |u: Option<u64>| u.and_then(crate::pipeline::render::err_ptr).is_some();
         match (e.probe(), e.kind) {
-            (Some(ProbeId::UmemGet), EventKind::Return) if err(e.field("umem")) => ps.failed_pins.push(i),
+            (Some(ProbeId::UmemGet), EventKind::Return) if err(e.field("umem")) => {
+                let ps = self.process(pid);
+                push_capped(&mut ps.failed_pins, per_list, i);
+                ps.failed_pins_total += 1;
+            }
             (Some(ProbeId::UmemGet), EventKind::Return) => {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len) {
                     self.live_umems.entry(pid).or_default().insert(u, len);
-                    let now = self.pinned.entry(pid).or_default();
-                    *now += len;
-                    ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(*now);
+                    let ps = self.process(pid);
+                    ps.pinned_bytes += len;
+                    ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(ps.pinned_bytes);
                 }
             }
             (Some(ProbeId::UmemRelease), EventKind::Entry) => {
                 let released =
                     e.field("umem").and_then(|u| self.live_umems.entry(pid).or_default().remove(&u));
                 if let Some(len) = released {
-                    let now = self.pinned.entry(pid).or_default();
-                    *now = now.saturating_sub(len);
+                    let ps = self.process(pid);
+                    ps.pinned_bytes = ps.pinned_bytes.saturating_sub(len);
                 }
             }
             _ => {}
         }
     }
 
+    /// The data-phase syscalls (see `Phase`).
+    fn phase(&mut self, pid: u32, e: &Event) {
+        let ph = self.phases.entry(pid).or_default();
+        if e.is_any(&SETUP) {
+            ph.setup_done_at = Some(e.ts_ns);
+            self.story.processes.get_mut(&pid).expect("placed by event()").data_phase_syscalls.clear();
+            return;
+        }
+        if e.is_any(&TEARDOWN) {
+            ph.teardown_at.get_or_insert(e.ts_ns);
+            return;
+        }
+        let in_phase = ph.setup_done_at.is_some_and(|s| e.ts_ns > s) && ph.teardown_at.is_none();
+        if e.kind == EventKind::SyscallEnter && in_phase {
+            let key = match &e.fd_kind {
+                Some(k) if k == "uverbs" || k == "comp_channel" || k == "rdma_cm" => {
+                    format!("{}[{k}]", e.name)
+                }
+                _ => e.name.clone(),
+            };
+            *self.process(pid).data_phase_syscalls.entry(key).or_default() += 1;
+        }
+    }
+
     /// Kernel work nests inside the libibverbs call open on the same thread.
-    fn nest(&mut self, pid: u32, i: usize) {
-        let e = &self.events[i];
+    fn nest(&mut self, pid: u32, i: usize, e: &Event) {
         if !is_user_call(e) {
             if let Some(c) = self.open_calls.get_mut(&e.tid).and_then(|s| s.last_mut()) {
                 c.nested.push(i);
@@ -250,70 +347,57 @@ impl Builder<'_> {
         }
         let stack = self.open_calls.entry(e.tid).or_default();
         match e.kind {
-            EventKind::Entry => {
-                stack.push(Call { name: e.name.clone(), tid: e.tid, entry: i, ret: None, nested: vec![] })
-            }
+            EventKind::Entry => stack.push(Call {
+                name: e.name.clone(),
+                tid: e.tid,
+                entry: i,
+                ret: None,
+                nested: vec![],
+                pid: e.pid,
+                entry_ts_ns: e.ts_ns,
+            }),
             EventKind::Return => {
                 if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
                     let mut c = stack.remove(pos);
                     c.ret = Some(i);
-                    self.story.processes.get_mut(&pid).expect("placed by event()").calls.push(c);
+                    let per_list = self.per_list;
+                    let ps = self.process(pid);
+                    push_capped(&mut ps.calls, per_list, c);
+                    ps.calls_total += 1;
                 }
             }
             _ => {}
         }
     }
 
-    /// Calls still open when the trace stopped are kept; calls in time order; the
-    /// data-phase syscalls of each process.
-    fn finish(mut self) -> Story {
-        let events = self.events;
-        for c in self.open_calls.into_values().flatten() {
-            let pid = events[c.entry].pid;
-            self.story
+    /// The story now: calls still open are shown (in time order with the others), and
+    /// the companion's steps joined to the events kept.
+    pub(super) fn snapshot(&self, events: &dyn Events, steps: &[StepRecord]) -> Story {
+        let mut story = self.story.clone();
+        for c in self.open_calls.values().flatten() {
+            let ps = story
                 .processes
-                .entry(pid)
-                .or_insert_with(|| ProcessStory { pid, ..Default::default() })
-                .calls
-                .push(c);
+                .entry(c.pid)
+                .or_insert_with(|| ProcessStory { pid: c.pid, ..Default::default() });
+            ps.calls.push_back(c.clone());
+            ps.calls_total += 1;
         }
-        for ps in self.story.processes.values_mut() {
-            ps.calls.sort_by_key(|c| events[c.entry].ts_ns);
-            ps.data_phase_syscalls = data_phase(events, &ps.events);
+        for ps in story.processes.values_mut() {
+            ps.calls.make_contiguous().sort_by_key(|c| c.entry_ts_ns);
         }
-        self.story
+        story.steps = join_steps(events, steps, &story);
+        story
     }
-}
-
-/// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
-fn data_phase(events: &[Event], mine: &[usize]) -> BTreeMap<String, u64> {
-    use ProbeId::*;
-    let setup = [RxeCreateCq, Mlx5CreateCq, UmemGet, UverbsMmap, IbvCreateQp];
-    let teardown = [UmemRelease, MrDereg, IbvDeregMr];
-    let start = mine.iter().filter(|&&i| events[i].is_any(&setup)).map(|&i| events[i].ts_ns).max();
-    let end = mine.iter().filter(|&&i| events[i].is_any(&teardown)).map(|&i| events[i].ts_ns).min();
-    let (Some(start), end) = (start, end.unwrap_or(u64::MAX)) else {
-        return BTreeMap::new();
-    };
-    let mut out = BTreeMap::new();
-    for &i in mine {
-        let e = &events[i];
-        if e.kind == EventKind::SyscallEnter && e.ts_ns > start && e.ts_ns < end {
-            let key = match &e.fd_kind {
-                Some(k) if k == "uverbs" || k == "comp_channel" || k == "rdma_cm" => {
-                    format!("{}[{k}]", e.name)
-                }
-                _ => e.name.clone(),
-            };
-            *out.entry(key).or_default() += 1;
-        }
-    }
-    out
 }
 
 /// Each companion step gets the events of its thread inside its time window; a
 /// get_cq_event step also gets the completion its wakeup consumed.
-fn join_steps(events: &[Event], order: &[usize], steps: &[StepRecord], story: &Story) -> Vec<StepJoin> {
+fn join_steps(events: &dyn Events, steps: &[StepRecord], story: &Story) -> Vec<StepJoin> {
+    if steps.is_empty() {
+        return Vec::new();
+    }
+    let mut order: Vec<(u64, usize)> = events.all().map(|(i, e)| (e.ts_ns, i)).collect();
+    order.sort_unstable();
     let mut out = Vec::new();
     for (si, s) in steps.iter().enumerate() {
         if s.name == StepName::Start {
@@ -321,10 +405,11 @@ fn join_steps(events: &[Event], order: &[usize], steps: &[StepRecord], story: &S
         }
         let mut mine: Vec<usize> = order
             .iter()
-            .copied()
+            .map(|&(_, i)| i)
             .filter(|&i| {
-                let e = &events[i];
-                e.tid == s.tid && e.ts_ns >= s.t_start_ns && e.ts_ns <= s.t_end_ns && !is_completion(e)
+                events.ev(i).is_some_and(|e| {
+                    e.tid == s.tid && e.ts_ns >= s.t_start_ns && e.ts_ns <= s.t_end_ns && !is_completion(e)
+                })
             })
             .collect();
         if let Some(ps) = story.processes.get(&s.pid) {

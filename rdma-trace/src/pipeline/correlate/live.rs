@@ -1,0 +1,200 @@
+//! The story kept current as events arrive: events are fed one at a time (from the ring, a
+//! capture stream or a daemon), put back in time order through a short reorder window
+//! (records from different CPUs interleave), and joined into the story as they leave it.
+//!
+//! Memory is bounded on an endless stream: the events themselves are kept up to
+//! `Limits::events` (the oldest go first), and every per-process list up to
+//! `Limits::per_list`; what was let go is counted. Counts, peaks and the data-phase
+//! syscalls are aggregates and never let go of anything.
+
+use super::story::{Builder, Story};
+use crate::event::Event;
+use crate::steps::StepRecord;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+/// Events a story can look up by the index it gives them (the order they were fed in).
+pub trait Events {
+    fn ev(&self, i: usize) -> Option<&Event>;
+    /// Every event still kept, with its index, in the order fed.
+    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_>;
+}
+
+impl Events for [Event] {
+    fn ev(&self, i: usize) -> Option<&Event> {
+        self.get(i)
+    }
+    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
+        Box::new(self.iter().enumerate())
+    }
+}
+
+impl Events for Vec<Event> {
+    fn ev(&self, i: usize) -> Option<&Event> {
+        self.get(i)
+    }
+    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
+        Box::new(self.iter().enumerate())
+    }
+}
+
+/// What the story keeps, and how long it waits for a late record.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Events kept for lookups (the report's call lines, step joins).
+    pub events: usize,
+    /// Entries kept per list (a process's events, calls, completions, refused pins).
+    pub per_list: usize,
+    /// An event is joined once one this much newer has arrived…
+    pub reorder_ns: u64,
+    /// …or once this many wait.
+    pub reorder_max: usize,
+}
+
+impl Default for Limits {
+    /// Bounded: about 100 MiB at most on an endless stream of lab-sized events.
+    fn default() -> Self {
+        Limits { events: 50_000, per_list: 20_000, reorder_ns: 1_000_000_000, reorder_max: 50_000 }
+    }
+}
+
+impl Limits {
+    /// Everything kept, everything sorted before joining: a whole capture in memory.
+    pub fn unbounded() -> Self {
+        Limits { events: usize::MAX, per_list: usize::MAX, reorder_ns: u64::MAX, reorder_max: usize::MAX }
+    }
+}
+
+/// The events kept, by index; the oldest joined are let go first.
+#[derive(Default)]
+pub struct Store {
+    by_index: BTreeMap<usize, Event>,
+    joined: VecDeque<usize>,
+    cap: usize,
+    /// Events let go.
+    pub evicted: u64,
+}
+
+impl Store {
+    fn keep(&mut self, i: usize, ev: Event) {
+        self.by_index.insert(i, ev);
+        self.joined.push_back(i);
+        while self.joined.len() > self.cap {
+            if let Some(old) = self.joined.pop_front() {
+                self.by_index.remove(&old);
+                self.evicted += 1;
+            }
+        }
+    }
+}
+
+/// The story as an output of the pipeline: every event is fed to it.
+pub struct StorySink(pub Live);
+
+impl crate::output::Sink for StorySink {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.0.push(ev.clone());
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Events for Store {
+    fn ev(&self, i: usize) -> Option<&Event> {
+        self.by_index.get(&i)
+    }
+    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
+        Box::new(self.by_index.iter().map(|(&i, e)| (i, e)))
+    }
+}
+
+/// An event waiting in the reorder window, ordered by (time, index).
+struct Waiting {
+    ts_ns: u64,
+    index: usize,
+    ev: Event,
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, o: &Self) -> bool {
+        (self.ts_ns, self.index) == (o.ts_ns, o.index)
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.ts_ns, self.index).cmp(&(o.ts_ns, o.index))
+    }
+}
+
+pub struct Live {
+    limits: Limits,
+    steps: Vec<StepRecord>,
+    next_index: usize,
+    newest_ns: u64,
+    window: BinaryHeap<Reverse<Waiting>>,
+    store: Store,
+    builder: Builder,
+}
+
+impl Live {
+    /// A story of the companion's `steps` (if any) and the events fed after.
+    pub fn new(steps: Vec<StepRecord>, limits: Limits) -> Self {
+        let builder = Builder::new(&steps, limits.per_list);
+        let store = Store { cap: limits.events, ..Default::default() };
+        Live { limits, steps, next_index: 0, newest_ns: 0, window: BinaryHeap::new(), store, builder }
+    }
+
+    /// Feeds one event; returns the index the story knows it by.
+    pub fn push(&mut self, ev: Event) -> usize {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.newest_ns = self.newest_ns.max(ev.ts_ns);
+        self.window.push(Reverse(Waiting { ts_ns: ev.ts_ns, index, ev }));
+        while let Some(Reverse(w)) = self.window.peek() {
+            let due = self.newest_ns.saturating_sub(w.ts_ns) >= self.limits.reorder_ns
+                || self.window.len() > self.limits.reorder_max;
+            if !due {
+                break;
+            }
+            self.join_next();
+        }
+        index
+    }
+
+    fn join_next(&mut self) {
+        if let Some(Reverse(w)) = self.window.pop() {
+            self.builder.event(w.index, &w.ev);
+            self.store.keep(w.index, w.ev);
+        }
+    }
+
+    /// The story so far (the events still in the reorder window not yet in it).
+    pub fn story(&self) -> Story {
+        self.builder.snapshot(&self.store, &self.steps)
+    }
+
+    /// Steps known only at the end (a step file the companion finished writing): joined
+    /// with the events kept. CQ owners they name count for completions joined after this.
+    pub fn add_steps(&mut self, steps: Vec<StepRecord>) {
+        self.builder.learn_steps(&steps);
+        self.steps.extend(steps);
+    }
+
+    /// Joins what waits and ends the story; the events kept come with it.
+    pub fn finish(mut self) -> (Story, Store, Vec<StepRecord>) {
+        while !self.window.is_empty() {
+            self.join_next();
+        }
+        let mut story = self.builder.snapshot(&self.store, &self.steps);
+        story.evicted_events = self.store.evicted;
+        (story, self.store, self.steps)
+    }
+}
