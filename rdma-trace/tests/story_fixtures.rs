@@ -176,7 +176,8 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
 fn a_bounded_story_keeps_its_counts_and_says_what_it_let_go() {
     let evs = events("perftest-rping-7.3.jsonl.zst");
     let whole = story::build(&evs, &[]);
-    let small = Limits { events: 200, per_list: 50, reorder_ns: 1_000_000_000, reorder_max: 1000 };
+    let small =
+        Limits { events: 200, per_list: 50, processes: 100, reorder_ns: 1_000_000_000, reorder_max: 1000 };
     let text = streamed(&evs, &[], small);
     let mut live = Live::new(vec![], small);
     for e in &evs {
@@ -195,4 +196,29 @@ fn a_bounded_story_keeps_its_counts_and_says_what_it_let_go() {
     }
     assert!(text.contains("events were let go to bound memory"), "{text}");
     assert!(text.contains("earlier calls not kept"), "{text}");
+}
+
+#[test]
+fn past_its_process_limit_the_story_retires_the_quietest() {
+    let evs = events("companion-7.3.jsonl");
+    let span = evs.iter().map(|e| e.ts_ns).max().unwrap() + 1;
+    let limits = Limits { processes: 2, ..Limits::default() };
+    let mut live = Live::new(vec![], limits);
+    // Five runs of the companion, one after the other, each as other processes.
+    for k in 0..5u32 {
+        for e in &evs {
+            let mut e = e.clone();
+            e.pid += 100_000 * k;
+            e.tid += 100_000 * k;
+            e.ts_ns += span * k as u64;
+            live.push(e);
+        }
+    }
+    let (st, kept, steps) = live.finish();
+    assert_eq!(st.processes.len(), 2);
+    assert!(st.processes.keys().all(|&p| p >= 400_000), "the last run's are kept: {:?}", st.processes.keys());
+    let whole = story::build(&evs, &[]);
+    assert_eq!(st.retired_processes as usize, 5 * whole.processes.len() - 2);
+    let text = rdma_trace::output::report::text(&st, &kept, &steps);
+    assert!(text.contains("processes were retired"), "{text}");
 }

@@ -29,6 +29,8 @@ pub fn run(no_lab: bool) -> Result<()> {
     util::run(util::cargo().args(["test"]))?;
     step("gate: fuzz the capture reader (60 s)");
     crate::fuzz::run(&crate::fuzz::FuzzArgs { seconds: 60 })?;
+    step("gate: story memory on a 10 M-event stream");
+    crate::memory::run(&crate::memory::MemoryArgs { events: 10_000_000, max_mib: 100 })?;
     if no_lab {
         step("gate: lab tests skipped (--no-lab)");
         return Ok(());

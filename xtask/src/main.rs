@@ -7,6 +7,7 @@
 mod fuzz;
 mod gate;
 mod lab;
+mod memory;
 mod setup;
 mod util;
 
@@ -37,6 +38,8 @@ enum Cmd {
     Demo(lab::DemoArgs),
     /// Fuzz the capture reader (cargo-fuzz, libFuzzer) for a bounded time.
     Fuzz(fuzz::FuzzArgs),
+    /// `rdma-trace story` on a long synthetic stream: its peak memory stays bounded.
+    StoryMemory(memory::MemoryArgs),
 }
 
 fn main() {
@@ -48,6 +51,7 @@ fn main() {
         Cmd::VmTest(a) => setup::run().and_then(|()| lab::vm_test(a)),
         Cmd::Demo(a) => setup::run().and_then(|()| lab::demo(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
+        Cmd::StoryMemory(a) => memory::run(&a),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -165,6 +165,13 @@ fn write_text<E: Events + ?Sized>(
         "unjoined events: {} (completions on CQs created before tracing started); failed checks: {failed}",
         story.unjoined_total
     )?;
+    if story.retired_processes > 0 {
+        writeln!(
+            out,
+            "({} processes were retired, the quietest first, to bound memory: not shown above)",
+            story.retired_processes
+        )?;
+    }
     if story.evicted_events > 0 {
         writeln!(
             out,

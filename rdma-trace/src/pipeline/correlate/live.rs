@@ -45,6 +45,8 @@ pub struct Limits {
     pub events: usize,
     /// Entries kept per list (a process's events, calls, completions, refused pins).
     pub per_list: usize,
+    /// Processes followed at once: past it, the one quiet longest is retired.
+    pub processes: usize,
     /// An event is joined once one this much newer has arrived…
     pub reorder_ns: u64,
     /// …or once this many wait.
@@ -54,14 +56,26 @@ pub struct Limits {
 impl Default for Limits {
     /// Bounded: about 100 MiB at most on an endless stream of lab-sized events.
     fn default() -> Self {
-        Limits { events: 50_000, per_list: 20_000, reorder_ns: 1_000_000_000, reorder_max: 50_000 }
+        Limits {
+            events: 20_000,
+            per_list: 2_000,
+            processes: 1_000,
+            reorder_ns: 1_000_000_000,
+            reorder_max: 50_000,
+        }
     }
 }
 
 impl Limits {
     /// Everything kept, everything sorted before joining: a whole capture in memory.
     pub fn unbounded() -> Self {
-        Limits { events: usize::MAX, per_list: usize::MAX, reorder_ns: u64::MAX, reorder_max: usize::MAX }
+        Limits {
+            events: usize::MAX,
+            per_list: usize::MAX,
+            processes: usize::MAX,
+            reorder_ns: u64::MAX,
+            reorder_max: usize::MAX,
+        }
     }
 }
 
@@ -147,7 +161,7 @@ pub struct Live {
 impl Live {
     /// A story of the companion's `steps` (if any) and the events fed after.
     pub fn new(steps: Vec<StepRecord>, limits: Limits) -> Self {
-        let builder = Builder::new(&steps, limits.per_list);
+        let builder = Builder::new(&steps, limits.per_list, limits.processes);
         let store = Store { cap: limits.events, ..Default::default() };
         Live { limits, steps, next_index: 0, newest_ns: 0, window: BinaryHeap::new(), store, builder }
     }

@@ -41,6 +41,8 @@ pub struct Completion {
 pub struct ProcessStory {
     pub pid: u32,
     pub comm: String,
+    /// Its latest event's time.
+    pub last_ts_ns: u64,
     /// Events attributed to the process (completions included), by index: the newest
     /// `Limits::per_list`; `event_count` counts them all.
     pub events: VecDeque<usize>,
@@ -84,6 +86,8 @@ pub struct Story {
     pub unjoined_total: u64,
     /// Events no longer kept for lookups (a bounded story on a long stream).
     pub evicted_events: u64,
+    /// Processes no longer followed (the quietest, past `Limits::processes`).
+    pub retired_processes: u64,
 }
 
 fn is_user_call(e: &Event) -> bool {
@@ -165,6 +169,7 @@ const TEARDOWN: [ProbeId; 3] = [ProbeId::UmemRelease, ProbeId::MrDereg, ProbeId:
 /// The story as it is built, one event at a time in time order.
 pub(super) struct Builder {
     per_list: usize,
+    max_processes: usize,
     /// ibv_get_cq_event returns count as wakeups only where the kernel read is probed
     /// (seen so far: its entry comes before the library call returns).
     kernel_reads: bool,
@@ -189,9 +194,10 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
 }
 
 impl Builder {
-    pub(super) fn new(steps: &[StepRecord], per_list: usize) -> Self {
+    pub(super) fn new(steps: &[StepRecord], per_list: usize, max_processes: usize) -> Self {
         Builder {
             per_list,
+            max_processes,
             kernel_reads: false,
             owners: CqOwners::from_steps(steps),
             story: Story::default(),
@@ -221,8 +227,12 @@ impl Builder {
             self.story.unjoined_total += 1;
             return;
         };
+        if !self.story.processes.contains_key(&pid) && self.story.processes.len() >= self.max_processes {
+            self.retire_quietest();
+        }
         let ps =
             self.story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
+        ps.last_ts_ns = e.ts_ns;
         if e.pid == pid && !is_user_call(e) {
             // The latest name: a forked shell becomes the program it execs.
             ps.comm.clone_from(&e.comm);
@@ -251,6 +261,24 @@ impl Builder {
         self.pins(pid, i, e);
         self.phase(pid, e);
         self.nest(pid, i, e);
+    }
+
+    /// Forgets the process quiet longest, and everything kept for it.
+    fn retire_quietest(&mut self) {
+        let Some(pid) = self.story.processes.values().min_by_key(|p| p.last_ts_ns).map(|p| p.pid) else {
+            return;
+        };
+        self.story.processes.remove(&pid);
+        self.story.retired_processes += 1;
+        self.pending.remove(&pid);
+        self.live_umems.remove(&pid);
+        self.phases.remove(&pid);
+        self.open_calls.retain(|_, calls| {
+            calls.retain(|c| c.pid != pid);
+            !calls.is_empty()
+        });
+        self.owners.by_handle.retain(|_, owner| *owner != pid);
+        self.owners.by_kernel_cq.retain(|_, owner| *owner != pid);
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessStory {

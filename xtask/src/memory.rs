@@ -1,0 +1,92 @@
+//! `cargo xtask story-memory`: `rdma-trace story` on an endless stream stays bounded. A
+//! synthetic capture of N events, built from the lab captures as many processes with their
+//! own MRs and CQs (`rdma-trace/examples/synth_capture.rs`), is piped into `story -`; the
+//! story's peak RSS (getrusage of the reaped child) must stay under the bound.
+
+use crate::util::{self, step};
+use anyhow::{Context, Result, bail};
+use std::process::{Command, Stdio};
+
+#[derive(clap::Args)]
+pub struct MemoryArgs {
+    /// Events in the synthetic capture.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events: u64,
+    /// The bound on the story's peak RSS, MiB.
+    #[arg(long, default_value_t = 100)]
+    pub max_mib: u64,
+}
+
+pub fn run(a: &MemoryArgs) -> Result<()> {
+    step(&format!(
+        "story-memory: {} events through `rdma-trace story -`, peak RSS under {} MiB",
+        a.events, a.max_mib
+    ));
+    util::run(util::cargo().args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "rdma-trace",
+        "--bin",
+        "rdma-trace",
+        "--example",
+        "synth_capture",
+    ]))?;
+    let release = util::workspace_root().join("target/release");
+    let mut synth = Command::new(release.join("examples/synth_capture"))
+        .arg(a.events.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting synth_capture")?;
+    let t0 = std::time::Instant::now();
+    let story = Command::new(release.join("rdma-trace"))
+        .args(["story", "-"])
+        .stdin(synth.stdout.take().expect("piped"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting rdma-trace story")?;
+    let pid = story.id() as i32;
+    // The report is read while the story runs (it prints at the end).
+    let mut out = story.stdout.expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).map(|_| s)
+    });
+    let (status, maxrss_kib) = wait_rusage(pid)?;
+    let took = t0.elapsed();
+    let synth_status = synth.wait()?;
+    let report = reader.join().map_err(|_| anyhow::anyhow!("reader thread"))??;
+    if status != 0 || !synth_status.success() {
+        bail!("story exited {status}, synth_capture {synth_status}");
+    }
+    let processes = report.lines().filter(|l| l.starts_with("process ")).count();
+    let mib = maxrss_kib / 1024;
+    println!(
+        "story-memory: {} events in {:.1} s ({:.0} k events/s), {processes} processes in the report, peak RSS {mib} MiB",
+        a.events,
+        took.as_secs_f64(),
+        a.events as f64 / took.as_secs_f64() / 1e3
+    );
+    if !report.contains("events were let go to bound memory") && a.events > 1_000_000 {
+        bail!("the report does not say what was let go:\n{}", report.lines().last().unwrap_or(""));
+    }
+    if mib >= a.max_mib {
+        bail!("peak RSS {mib} MiB is over {} MiB", a.max_mib);
+    }
+    Ok(())
+}
+
+/// Waits for `pid`; its exit code and peak RSS (KiB).
+fn wait_rusage(pid: i32) -> Result<(i32, u64)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child with valid out-pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    if r != pid {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
+    Ok((code, ru.ru_maxrss as u64))
+}
