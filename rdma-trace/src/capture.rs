@@ -116,9 +116,54 @@ pub struct Trailer {
 }
 
 /// A record of a capture stream.
+/// What exists when a subscriber joins a running daemon (after its header, before the
+/// live records): per process, the memory pinned and the uverbs mappings, so a viewer
+/// that joins late still sees what was set up before it came.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub ts_ns: u64,
+    pub processes: Vec<ProcessState>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub pid: u32,
+    pub comm: String,
+    pub pinned_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memlock_limit: Option<u64>,
+    pub mrs: Vec<PinnedRange>,
+    pub mappings: Vec<Mapping>,
+    pub completions: u64,
+    /// Known from the kernel's resource tables at start (`rdma res`), not from events seen.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seeded: bool,
+}
+
+/// A live pin: the user range and the bytes charged (whole pages).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedRange {
+    pub addr: u64,
+    pub length: u64,
+    pub charged: u64,
+}
+
+/// A uverbs mapping (doorbell/UAR or queue pages): the VMA and its page offset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Header(Box<Header>),
+    State(State),
     Event(Box<Event>),
     Stats(Stats),
     Loss(Loss),
@@ -129,6 +174,7 @@ impl Record {
     pub fn seq(&self) -> Option<u64> {
         match self {
             Record::Header(h) => Some(h.seq),
+            Record::State(s) => Some(s.seq),
             Record::Event(e) => e.seq,
             Record::Stats(s) => Some(s.seq),
             Record::Loss(l) => Some(l.seq),

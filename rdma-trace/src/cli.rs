@@ -36,6 +36,17 @@ the uverbs and completion-channel fds recognised. `--story` ends with the joined
 Ctrl-C stops; every captured event is kept, and events lost to a full ring buffer are counted per probe \
 and shown.")]
     Trace(TraceArgs),
+    /// Keep the probes attached and serve the stream to subscribers on a Unix socket.
+    #[command(
+        long_about = "Attach every probe this kernel supports and keep them, watching the syscalls of \
+every process seen using verbs. Subscribers connect to the Unix socket (`rdma-trace trace --connect SOCKET`, \
+no root or RDMA needed on their side): each gets a capture header, the state of what is pinned and mapped \
+per process when it joined, then the live records (format v1, docs/event-format.md). A subscriber that \
+falls behind loses records and is told how many; it never slows the daemon or the others. Only root, the \
+daemon's user and the uids given with --allow-uid may subscribe (SO_PEERCRED). SIGINT/SIGTERM: detach, \
+drain, send every subscriber the trailer, exit 0."
+    )]
+    Daemon(DaemonArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
     #[command(long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
 and its module, BTF for parameter positions and field offsets) and attach it, which needs root like `trace` \
@@ -75,6 +86,32 @@ kernel events it caused and its values are checked against theirs.")]
         #[command(flatten)]
         read: ReadOpts,
     },
+}
+
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    /// The Unix socket subscribers connect to.
+    #[arg(long, default_value = crate::serve::socket::DEFAULT_SOCKET, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Also let this uid subscribe (repeatable); the socket is then mode 0666 and the
+    /// kernel's peer credentials decide.
+    #[arg(long = "allow-uid", value_name = "UID")]
+    pub allow_uids: Vec<u32>,
+    /// Only these probes (ids from `rdma-trace probes`); repeatable. Default: all.
+    #[arg(long = "probe", value_name = "ID")]
+    pub probes: Vec<String>,
+    /// Also write the whole stream to this capture file (as `trace -o`).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Ring buffer size in KiB (a power of two, at least 4).
+    #[arg(long, default_value_t = 4096, value_name = "KIB")]
+    pub ring_kib: u32,
+    /// Instances per kernel return probe (see `trace --kretprobe-instances`).
+    #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
+    pub kretprobe_instances: u32,
 }
 
 /// How a capture is read (plain or zstd, recognised by content).
@@ -138,6 +175,10 @@ pub struct TraceArgs {
     /// counted as "missed by the kernel". At most 4096.
     #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
     pub kretprobe_instances: u32,
+    /// Show a daemon's stream instead of tracing here (`rdma-trace daemon`): no root or
+    /// RDMA needed. With -o the stream is also written to a capture file.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command", "redact"])]
+    pub connect: Option<PathBuf>,
     /// Run this command under the tracer and watch its syscalls from its first one.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -16,6 +16,7 @@ pub mod live;
 pub mod output;
 pub mod pipeline;
 pub mod plan;
+pub mod serve;
 pub mod source;
 pub mod steps;
 pub mod workload;

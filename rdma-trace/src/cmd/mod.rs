@@ -1,5 +1,6 @@
 //! The subcommands: each gathers what the libraries return and prints it.
 
+pub mod daemon;
 pub mod probes;
 pub mod story;
 pub mod trace;

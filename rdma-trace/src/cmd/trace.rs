@@ -38,6 +38,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         duration: a.duration.map(Duration::from_secs_f64),
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
+        watch_verbs_users: false,
     })
 }
 
@@ -135,7 +136,7 @@ impl Sink for Outputs {
 }
 
 /// The trailer of a finished run.
-fn trailer(f: &Finished) -> Trailer {
+pub(super) fn trailer(f: &Finished) -> Trailer {
     let a = &f.account;
     Trailer {
         v: 0,
@@ -151,7 +152,7 @@ fn trailer(f: &Finished) -> Trailer {
 }
 
 /// One line of stderr per notice.
-fn print_notice(n: Notice) {
+pub(super) fn print_notice(n: Notice) {
     match n {
         Notice::Blocked(why) => eprintln!("rdma-trace: {why}"),
         Notice::StaleEvents(Ok(0)) => {}
@@ -185,6 +186,9 @@ fn print_notice(n: Notice) {
 }
 
 pub fn run(a: TraceArgs) -> Result<i32> {
+    if let Some(socket) = &a.connect {
+        return connected(&a, socket);
+    }
     let opts = options(&a)?;
     let tracer = match Tracer::start(opts, &mut print_notice) {
         Ok(t) => t,
@@ -215,4 +219,113 @@ pub fn run(a: TraceArgs) -> Result<i32> {
         print!("{}", crate::output::report::text(&story, &kept, &steps));
     }
     Ok(finished.stopped.code)
+}
+
+/// `trace --connect SOCKET`: a daemon's stream shown (and, with -o, written) as if traced
+/// here. Each record is written out as it comes (Ctrl-C loses nothing received).
+fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
+    use crate::capture::Record;
+    use crate::serve::{Want, client};
+    let input = match client::connect(socket, Want::Both) {
+        Ok(i) => i,
+        Err(why) => {
+            eprintln!("rdma-trace: {why}");
+            return Ok(2);
+        }
+    };
+    let mut reader = crate::source::capture::Reader::new(input, false);
+    let mut text = (!a.quiet && a.output.as_deref() != Some(std::path::Path::new("-"))).then(|| {
+        let mut t = Text::new(std::io::stdout());
+        t.stacks = a.stacks;
+        t
+    });
+    let mut file = match &a.output {
+        Some(p) => Some(Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?),
+        None => None,
+    };
+    let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
+    let mut stopped = None;
+    for r in reader.by_ref() {
+        let r = r.with_context(|| socket.display().to_string())?;
+        let mut sinks: Vec<&mut dyn Sink> = Vec::new();
+        if let Some(t) = &mut text {
+            sinks.push(t);
+        }
+        if let Some(s) = &mut story {
+            sinks.push(s);
+        }
+        match &r {
+            Record::Header(h) => {
+                eprintln!(
+                    "rdma-trace: connected to {} ({}, {})",
+                    socket.display(),
+                    h.hostname,
+                    h.kernel_release
+                );
+                if let Some(f) = &mut file {
+                    f.header(h)?;
+                }
+            }
+            Record::State(st) => {
+                for p in &st.processes {
+                    eprintln!(
+                        "rdma-trace: when joined: {} [{}] {} MRs pinning {} bytes, {} uverbs mappings",
+                        crate::pipeline::render::printable(&p.comm),
+                        p.pid,
+                        p.mrs.len(),
+                        p.pinned_bytes,
+                        p.mappings.len()
+                    );
+                }
+                if let Some(f) = &mut file {
+                    f.state(st)?;
+                }
+            }
+            Record::Event(e) => {
+                for s in sinks {
+                    s.event(e)?;
+                }
+                if let Some(f) = &mut file {
+                    f.event(e)?;
+                }
+            }
+            Record::Stats(st) => {
+                if let Some(f) = &mut file {
+                    f.stats(st)?;
+                }
+            }
+            Record::Loss(l) => {
+                if let Some(t) = &mut text {
+                    t.loss(l)?;
+                }
+                if let Some(f) = &mut file {
+                    f.loss(l)?;
+                }
+            }
+            Record::Trailer(t) => {
+                stopped = Some(format!(
+                    "the daemon stopped on {}: {} events delivered, {} lost",
+                    t.stopped, t.delivered, t.lost
+                ));
+                if let Some(f) = &mut file {
+                    f.trailer(t)?;
+                }
+            }
+        }
+        if let Some(f) = &mut file {
+            f.flush()?;
+        }
+    }
+    for n in reader.report.notes() {
+        eprintln!("rdma-trace: {}: {n}", socket.display());
+    }
+    eprintln!(
+        "rdma-trace: {}",
+        stopped.as_deref().unwrap_or("the daemon's stream ended without its trailer")
+    );
+    if let Some(StorySink(live)) = story {
+        let (st, kept, steps) = live.finish();
+        print!("{}", crate::output::report::text(&st, &kept, &steps));
+    }
+    Ok(0)
 }

@@ -35,6 +35,9 @@ pub struct TraceOptions {
     pub ring_bytes: u32,
     /// Instances per kernel return probe (calls in flight it can follow).
     pub return_instances: u32,
+    /// Watch the syscalls of every process seen using verbs (opening a device, mapping
+    /// uverbs pages, pinning), from then on: the daemon's view, with no `--pid` or command.
+    pub watch_verbs_users: bool,
 }
 
 /// What the tracer has to tell while it starts and stops.
@@ -103,10 +106,11 @@ impl Tracer {
         kernel::ensure_tracefs().context("tracefs")?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
         let planning = crate::plan::here::plan_here(&wanted);
-        let watch_syscalls = !opts.pids.is_empty() || !opts.command.is_empty();
+        let explicit = !opts.pids.is_empty() || !opts.command.is_empty();
+        let watch_syscalls = explicit || opts.watch_verbs_users;
         match &planning.blocked {
-            // Nothing to attach and nothing else asked for: running on would show nothing.
-            Some(why) if !watch_syscalls => bail!("{why}"),
+            // Nothing to attach and no process asked for: running on would show nothing.
+            Some(why) if !explicit => bail!("{why}"),
             Some(why) => notice(Notice::Blocked(format!(
                 "{why}\nrdma-trace: only the syscalls of the traced processes will be shown"
             ))),
@@ -167,7 +171,7 @@ impl Tracer {
     /// Runs until told to stop, giving every event, the accounting every second and a
     /// tick every 100 ms to `sink`, then shuts down. A sink error stops the run at once.
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
-        let Self { opts, planning, loaded, ring, child, .. } = self;
+        let Self { opts, planning, mut loaded, ring, child, .. } = self;
         let ksyms = Ksyms::parse(&planning.kallsyms);
         let mut enricher = Enricher {
             plan: &planning.plan,
@@ -184,9 +188,17 @@ impl Tracer {
                 failed.borrow_mut().get_or_insert(e);
             }
         };
+        // Verbs users seen, and those still to be added to the watch map (at the next tick).
+        let users = RefCell::new((std::collections::HashSet::<u32>::new(), Vec::<u32>::new()));
         let mut handle = |b: &[u8]| {
             let Some(ev) = to_event(b, &mut tally.borrow_mut(), &mut enricher) else { return };
             let ev = correlator.feed(ev);
+            if opts.watch_verbs_users && uses_verbs(&ev) {
+                let (seen, new) = &mut *users.borrow_mut();
+                if seen.insert(ev.pid) {
+                    new.push(ev.pid);
+                }
+            }
             if failed.borrow().is_none() {
                 keep(sink.borrow_mut().event(&ev));
             }
@@ -201,7 +213,13 @@ impl Tracer {
             let stopped = {
                 let mut losses = LossWatch::default();
                 let mut periodic = |p: Periodic| match p {
-                    Periodic::Tick => keep(sink.borrow_mut().tick()),
+                    Periodic::Tick => {
+                        for pid in std::mem::take(&mut users.borrow_mut().1) {
+                            // A process gone by now cannot be watched: nothing to say.
+                            loaded.watch(pid).ok();
+                        }
+                        keep(sink.borrow_mut().tick())
+                    }
                     Periodic::Stats => {
                         let counters = loaded.counters().unwrap_or_default();
                         let missed = loaded.kernel_missed();
@@ -227,6 +245,13 @@ impl Tracer {
         let account = end.account(&planning, &tally.into_inner());
         Ok(Finished { stopped, ended_ns: monotonic_ns(), account, consumer_error: failed.into_inner() })
     }
+}
+
+/// An event that shows its process using verbs (it runs in the process, not a kworker).
+fn uses_verbs(ev: &Event) -> bool {
+    use crate::event::ProbeId;
+    ev.kind == crate::event::EventKind::Entry
+        && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
 }
 
 /// Every catalog probe: attached (with a note if not as asked) or skipped, and why.

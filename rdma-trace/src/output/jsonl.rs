@@ -34,7 +34,33 @@ impl Jsonl<CaptureFile> {
 
 impl<W: Target> Jsonl<W> {
     pub fn new(out: W) -> Self {
-        Self { out, seq: 0, dirty: false, header: None, last_stats: None }
+        Self::starting_at(out, 0)
+    }
+
+    /// A stream whose first record is number `seq` (a daemon numbers its shared stream,
+    /// and each subscriber's preamble just before the point it joined).
+    pub fn starting_at(out: W, seq: u64) -> Self {
+        Self { out, seq, dirty: false, header: None, last_stats: None }
+    }
+
+    /// The number the next record gets.
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// What was written since the last call (a stream written to memory).
+    pub fn take_written(&mut self) -> W
+    where
+        W: Default,
+    {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The state of a daemon's story when a subscriber joins.
+    pub fn state(&mut self, st: &crate::capture::State) -> io::Result<()> {
+        let st =
+            crate::capture::State { v: capture::VERSION, seq: self.seq, ty: "state".into(), ..st.clone() };
+        self.line(&st)
     }
 
     /// The writer, for a stream written to memory.

@@ -28,7 +28,7 @@ pub fn feed<R: std::io::BufRead>(
             Record::Stats(s) => sink.stats(&s)?,
             Record::Loss(l) => sink.loss(&l)?,
             Record::Trailer(t) => sink.trailer(&t)?,
-            Record::Header(_) => {}
+            Record::Header(_) | Record::State(_) => {}
         }
     }
     sink.flush()?;

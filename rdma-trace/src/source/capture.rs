@@ -152,6 +152,7 @@ pub fn parse_line(line: &str) -> Result<Record, String> {
         }
         Some("header") => Record::Header(Box::new(serde_json::from_str::<Header>(line).map_err(e)?)),
         Some("stats") => Record::Stats(serde_json::from_str::<Stats>(line).map_err(e)?),
+        Some("state") => Record::State(serde_json::from_str::<capture::State>(line).map_err(e)?),
         Some("loss") => Record::Loss(serde_json::from_str::<Loss>(line).map_err(e)?),
         Some("trailer") => Record::Trailer(serde_json::from_str::<Trailer>(line).map_err(e)?),
         Some(other) => return Err(format!("unknown record type {other:?}")),
@@ -161,6 +162,7 @@ pub fn parse_line(line: &str) -> Result<Record, String> {
 fn version_of(r: &Record) -> u32 {
     match r {
         Record::Header(h) => h.v,
+        Record::State(s) => s.v,
         Record::Event(e) => e.v,
         Record::Stats(s) => s.v,
         Record::Loss(l) => l.v,

@@ -190,6 +190,16 @@ impl Live {
         }
     }
 
+    /// What exists now (pinned ranges, mappings per process), for a subscriber joining:
+    /// everything fed so far counts (the reorder window is joined first, so the state
+    /// and the records the subscriber gets next meet exactly).
+    pub fn state(&mut self) -> crate::capture::State {
+        while !self.window.is_empty() {
+            self.join_next();
+        }
+        self.builder.state(self.newest_ns)
+    }
+
     /// The story so far (the events still in the reorder window not yet in it).
     pub fn story(&self) -> Story {
         self.builder.snapshot(&self.store, &self.steps)

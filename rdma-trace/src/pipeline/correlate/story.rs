@@ -9,6 +9,7 @@
 
 use super::checks::{Check, checks_for};
 use super::live::{Events, Limits, Live};
+use crate::capture::{Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -179,8 +180,10 @@ pub(super) struct Builder {
     open_calls: HashMap<u32, Vec<Call>>,
     /// Completions awaiting a wakeup, per process: (completion number, its time).
     pending: HashMap<u32, VecDeque<(u64, u64)>>,
-    /// Pinned umems (kernel pointer → bytes charged), per process.
-    live_umems: HashMap<u32, HashMap<u64, u64>>,
+    /// Pinned umems (kernel pointer → the range and bytes charged), per process.
+    live_umems: HashMap<u32, HashMap<u64, PinnedRange>>,
+    /// uverbs mappings by start address, per process (a munmap of the start ends one).
+    mappings: HashMap<u32, BTreeMap<u64, Mapping>>,
     phases: HashMap<u32, Phase>,
 }
 
@@ -204,6 +207,7 @@ impl Builder {
             open_calls: HashMap::new(),
             pending: HashMap::new(),
             live_umems: HashMap::new(),
+            mappings: HashMap::new(),
             phases: HashMap::new(),
         }
     }
@@ -259,6 +263,7 @@ impl Builder {
         }
         self.wakeup(pid, i, e);
         self.pins(pid, i, e);
+        self.maps(pid, e);
         self.phase(pid, e);
         self.nest(pid, i, e);
     }
@@ -272,6 +277,7 @@ impl Builder {
         self.story.retired_processes += 1;
         self.pending.remove(&pid);
         self.live_umems.remove(&pid);
+        self.mappings.remove(&pid);
         self.phases.remove(&pid);
         self.open_calls.retain(|_, calls| {
             calls.retain(|c| c.pid != pid);
@@ -323,7 +329,12 @@ impl Builder {
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len) {
-                    self.live_umems.entry(pid).or_default().insert(u, len);
+                    let range = PinnedRange {
+                        addr: e.field("umem_address").unwrap_or(0),
+                        length: e.field("umem_length").unwrap_or(0),
+                        charged: len,
+                    };
+                    self.live_umems.entry(pid).or_default().insert(u, range);
                     let ps = self.process(pid);
                     ps.pinned_bytes += len;
                     ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(ps.pinned_bytes);
@@ -332,13 +343,59 @@ impl Builder {
             (Some(ProbeId::UmemRelease), EventKind::Entry) => {
                 let released =
                     e.field("umem").and_then(|u| self.live_umems.entry(pid).or_default().remove(&u));
-                if let Some(len) = released {
+                if let Some(r) = released {
                     let ps = self.process(pid);
-                    ps.pinned_bytes = ps.pinned_bytes.saturating_sub(len);
+                    ps.pinned_bytes = ps.pinned_bytes.saturating_sub(r.charged);
                 }
             }
             _ => {}
         }
+    }
+
+    /// The mapping inventory: uverbs mmaps in, munmaps of their start out.
+    fn maps(&mut self, pid: u32, e: &Event) {
+        if e.is(ProbeId::UverbsMmap) && e.kind == EventKind::Entry {
+            if let (Some(start), Some(end)) = (e.field("vm_start"), e.field("vm_end")) {
+                let m = Mapping { start, end, pgoff: e.field("vm_pgoff").unwrap_or(0) };
+                self.mappings.entry(pid).or_default().insert(start, m);
+            }
+        } else if e.kind == EventKind::SyscallEnter
+            && e.name == "munmap"
+            && let Some(addr) = e.field("addr")
+            && let Some(maps) = self.mappings.get_mut(&pid)
+        {
+            maps.remove(&addr);
+        }
+    }
+
+    /// What exists now, per process: pinned ranges and mappings (for a late subscriber).
+    pub(super) fn state(&self, ts_ns: u64) -> State {
+        let processes = self
+            .story
+            .processes
+            .values()
+            .filter(|p| !p.comm.starts_with("kworker"))
+            .map(|p| {
+                let mut mrs: Vec<PinnedRange> =
+                    self.live_umems.get(&p.pid).map(|m| m.values().cloned().collect()).unwrap_or_default();
+                mrs.sort_by_key(|r| r.addr);
+                ProcessState {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    pinned_bytes: p.pinned_bytes,
+                    memlock_limit: p.memlock_limit,
+                    mrs,
+                    mappings: self
+                        .mappings
+                        .get(&p.pid)
+                        .map(|m| m.values().cloned().collect())
+                        .unwrap_or_default(),
+                    completions: p.completions_total,
+                    seeded: false,
+                }
+            })
+            .collect();
+        State { v: crate::capture::VERSION, seq: 0, ty: "state".into(), ts_ns, processes }
     }
 
     /// The data-phase syscalls (see `Phase`).

@@ -1,0 +1,135 @@
+//! `rdma-trace daemon`: the tracer with a broadcaster as its output, serving subscribers on
+//! a Unix socket until SIGINT/SIGTERM (or `--duration`); then every subscriber gets the
+//! trailer.
+
+use super::trace::{print_notice, trailer};
+use crate::capture::{Loss, Stats, Trailer};
+use crate::cli::DaemonArgs;
+use crate::event::Event;
+use crate::live::kprobe_events::MAX_INSTANCES;
+use crate::live::trace::{NotPrivileged, TraceOptions, Tracer};
+use crate::output::{Sink, jsonl::Jsonl};
+use crate::serve::socket::Listener;
+use crate::serve::{Broadcaster, ServeNotice};
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::sync::mpsc::Receiver;
+
+/// The broadcaster, the optional capture file, and the operator's notices (printed each
+/// tick: who joined, who left and what they lost, who was refused).
+struct Outputs {
+    broadcaster: Broadcaster,
+    file: Option<Jsonl<crate::output::target::CaptureFile>>,
+    refusals: Receiver<String>,
+}
+
+impl Outputs {
+    fn each(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) -> std::io::Result<()> {
+        f(&mut self.broadcaster)?;
+        if let Some(w) = &mut self.file {
+            f(w)?;
+        }
+        Ok(())
+    }
+
+    fn say(&mut self) {
+        for n in self.broadcaster.notices() {
+            match n {
+                ServeNotice::Joined { peer, at_seq } => {
+                    eprintln!("rdma-trace daemon: subscriber {peer} joined at record {at_seq}")
+                }
+                ServeNotice::Left { peer, lost } => {
+                    eprintln!(
+                        "rdma-trace daemon: subscriber {peer} left ({lost} records it had not been sent)"
+                    )
+                }
+            }
+        }
+        while let Ok(r) = self.refusals.try_recv() {
+            eprintln!("rdma-trace daemon: {r}");
+        }
+    }
+}
+
+impl Sink for Outputs {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.each(|s| s.event(ev))
+    }
+    fn stats(&mut self, st: &Stats) -> std::io::Result<()> {
+        self.each(|s| s.stats(st))
+    }
+    fn loss(&mut self, l: &Loss) -> std::io::Result<()> {
+        self.each(|s| s.loss(l))
+    }
+    fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
+        self.each(|s| s.trailer(t))
+    }
+    fn tick(&mut self) -> std::io::Result<()> {
+        self.say();
+        self.each(|s| s.tick())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.each(|s| s.flush())
+    }
+}
+
+pub fn run(a: DaemonArgs) -> Result<i32> {
+    if !a.ring_kib.is_power_of_two() || a.ring_kib < 4 {
+        bail!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
+    }
+    if !(1..=MAX_INSTANCES).contains(&a.kretprobe_instances) {
+        bail!("--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})", a.kretprobe_instances);
+    }
+    let opts = TraceOptions {
+        probes: a.probes.clone(),
+        pids: Vec::new(),
+        command: Vec::new(),
+        duration: a.duration.map(std::time::Duration::from_secs_f64),
+        ring_bytes: a.ring_kib * 1024,
+        return_instances: a.kretprobe_instances,
+        watch_verbs_users: true,
+    };
+    let tracer = match Tracer::start(opts, &mut print_notice) {
+        Ok(t) => t,
+        Err(e) => match e.downcast_ref::<NotPrivileged>() {
+            Some(NotPrivileged(msg)) => {
+                eprintln!("{msg}");
+                return Ok(2);
+            }
+            None => return Err(e),
+        },
+    };
+    let listener = Listener::bind(&a.socket, &a.allow_uids)
+        .with_context(|| format!("listening on {}", a.socket.display()))?;
+    eprintln!("rdma-trace daemon: serving on {} (SIGINT or SIGTERM stops)", listener.path().display());
+    let (joins_tx, joins) = std::sync::mpsc::channel();
+    let (refusals_tx, refusals) = std::sync::mpsc::channel();
+    let socket = listener.path().to_path_buf();
+    listener.serve(joins_tx, refusals_tx);
+    let file = match &a.output {
+        Some(p) => {
+            let mut w = Jsonl::create(p, None).with_context(|| format!("creating {}", p.display()))?;
+            w.header(&tracer.header())?;
+            Some(w)
+        }
+        None => None,
+    };
+    let mut out = Outputs { broadcaster: Broadcaster::new(tracer.header(), joins), file, refusals };
+    let finished = tracer.run(&mut print_notice, &mut out)?;
+    let closed = match &finished.consumer_error {
+        None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
+        Some(_) => Ok(()),
+    };
+    out.say();
+    let subscribers = out.broadcaster.subscribers();
+    out.broadcaster.close();
+    std::fs::remove_file(&socket).ok();
+    eprintln!("rdma-trace daemon: {subscribers} subscribers were sent the trailer");
+    eprint!("{}", finished.account.summary());
+    std::io::stderr().flush().ok();
+    if let Some(e) = finished.consumer_error {
+        bail!("{e}; the daemon stopped");
+    }
+    closed?;
+    Ok(finished.stopped.code)
+}

@@ -1,0 +1,27 @@
+//! Subscribing to a daemon (`trace --connect SOCKET`): no root and no RDMA needed on this
+//! side. The stream is read with the capture reader; a refusal is the daemon's one line.
+
+use super::{Hello, Want};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// Connects, says hello, and returns the stream (positioned at the daemon's first record),
+/// or the daemon's refusal as the error.
+pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead>, String> {
+    let mut s = UnixStream::connect(path)
+        .map_err(|e| format!("cannot connect to the daemon at {}: {e}", path.display()))?;
+    let hello = serde_json::to_string(&Hello::new(want)).expect("a hello serializes");
+    writeln!(s, "{hello}").map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = BufReader::new(s);
+    let first = r.fill_buf().map_err(|e| format!("{}: {e}", path.display()))?;
+    if first.starts_with(b"rdma-trace daemon:") {
+        let mut line = String::new();
+        r.read_line(&mut line).ok();
+        return Err(line.trim().to_string());
+    }
+    if first.is_empty() {
+        return Err(format!("{}: the daemon closed the connection", path.display()));
+    }
+    Ok(Box::new(r))
+}

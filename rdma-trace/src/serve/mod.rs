@@ -1,0 +1,245 @@
+//! Serving a running trace to subscribers (`rdma-trace daemon`): the capture stream, format
+//! v1, over a byte stream. Each subscriber gets its own preamble — a header, then the state
+//! of what is pinned and mapped when it joined — and from then on the shared records,
+//! numbered as the daemon numbers them, so two subscribers can be compared record by
+//! record.
+//!
+//! The broadcaster is a `Sink` of the tracer: it formats each record once and offers it to
+//! every subscriber's bounded queue without waiting. A subscriber that falls behind loses
+//! records, never slows the daemon or the others, and is told how many with a loss record
+//! (site `subscriber`) when it catches up.
+
+pub mod client;
+pub mod socket;
+
+use crate::capture::{Header, Loss, Stats, Trailer};
+use crate::event::Event;
+use crate::output::{Sink, jsonl::Jsonl};
+use crate::pipeline::correlate::live::{Limits, Live};
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+
+/// Records queued per subscriber before it starts losing them.
+pub const QUEUE: usize = 65_536;
+
+/// What a subscriber asks for in its hello line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Want {
+    /// The live records only (after the header).
+    Events,
+    /// The state when it joined, then the live records.
+    Both,
+}
+
+/// The first line a subscriber sends.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Hello {
+    /// Always "rdma-trace".
+    pub hello: String,
+    /// The newest capture format version the subscriber reads.
+    pub version: u32,
+    pub want: Want,
+}
+
+impl Hello {
+    pub fn new(want: Want) -> Self {
+        Hello { hello: "rdma-trace".into(), version: crate::capture::VERSION, want }
+    }
+}
+
+/// A subscriber accepted by the listener, waiting to be joined at a record boundary.
+pub struct Joining {
+    pub out: Box<dyn Write + Send>,
+    pub hello: Hello,
+    /// Who it is, for the daemon's notices (pid and uid from SO_PEERCRED).
+    pub peer: String,
+}
+
+struct Subscriber {
+    queue: SyncSender<Arc<[u8]>>,
+    /// Records it lost since it was last told, and the number of the last one.
+    dropped: u64,
+    last_dropped_seq: u64,
+    worker: std::thread::JoinHandle<()>,
+    peer: String,
+}
+
+/// What the broadcaster has to say to the daemon's operator.
+#[derive(Debug)]
+pub enum ServeNotice {
+    Joined { peer: String, at_seq: u64 },
+    Left { peer: String, lost: u64 },
+}
+
+pub struct Broadcaster {
+    format: Jsonl<Vec<u8>>,
+    header: Header,
+    story: Live,
+    joins: Receiver<Joining>,
+    subs: Vec<Subscriber>,
+    notices: Vec<ServeNotice>,
+}
+
+impl Broadcaster {
+    /// The shared stream starts at record 2: a subscriber joining first gets its header
+    /// and state as records 0 and 1.
+    pub fn new(header: Header, joins: Receiver<Joining>) -> Self {
+        Broadcaster {
+            format: Jsonl::starting_at(Vec::new(), 2),
+            header,
+            story: Live::new(Vec::new(), Limits::default()),
+            joins,
+            subs: Vec::new(),
+            notices: Vec::new(),
+        }
+    }
+
+    /// Notices since the last call.
+    pub fn notices(&mut self) -> Vec<ServeNotice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Joins waiting subscribers here, between two records: each gets its preamble,
+    /// numbered just before the next shared record.
+    fn admit(&mut self) -> io::Result<()> {
+        while let Ok(j) = self.joins.try_recv() {
+            let at = self.format.next_seq();
+            let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
+            pre.header(&self.header)?;
+            let state = self.story.state();
+            match j.hello.want {
+                Want::Both => pre.state(&state)?,
+                // The number is kept so the stream has no gap.
+                Want::Events => pre.state(&crate::capture::State { processes: Vec::new(), ..state })?,
+            }
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(QUEUE);
+            tx.send(Arc::from(pre.take_written())).ok();
+            let worker = std::thread::spawn(move || serve_one(j.out, rx));
+            self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });
+            self.subs.push(Subscriber { queue: tx, dropped: 0, last_dropped_seq: 0, worker, peer: j.peer });
+        }
+        Ok(())
+    }
+
+    /// Offers the record just formatted to every subscriber.
+    fn offer(&mut self) {
+        let line: Arc<[u8]> = Arc::from(self.format.take_written());
+        let seq = self.format.next_seq() - 1;
+        let mut gone = Vec::new();
+        for (k, s) in self.subs.iter_mut().enumerate() {
+            if s.dropped > 0 {
+                let loss = loss_line(s.last_dropped_seq, s.dropped);
+                match s.queue.try_send(loss) {
+                    Ok(()) => s.dropped = 0,
+                    Err(TrySendError::Full(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => gone.push(k),
+                }
+            }
+            if s.dropped > 0 {
+                s.dropped += 1;
+                s.last_dropped_seq = seq;
+                continue;
+            }
+            match s.queue.try_send(line.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    s.dropped += 1;
+                    s.last_dropped_seq = seq;
+                }
+                Err(TrySendError::Disconnected(_)) => gone.push(k),
+            }
+        }
+        for k in gone.into_iter().rev() {
+            let s = self.subs.swap_remove(k);
+            self.notices.push(ServeNotice::Left { peer: s.peer, lost: s.dropped });
+        }
+    }
+
+    /// Ends every subscriber's stream (after the trailer) and waits for each to write it
+    /// out; one still behind is told what it lost, waiting for room (the run is over).
+    pub fn close(self) {
+        for s in self.subs {
+            if s.dropped > 0 {
+                s.queue.send(loss_line(s.last_dropped_seq, s.dropped)).ok();
+            }
+            drop(s.queue);
+            s.worker.join().ok();
+        }
+    }
+
+    /// Subscribers connected now.
+    pub fn subscribers(&self) -> usize {
+        self.subs.len()
+    }
+}
+
+/// The loss record a subscriber gets for what it missed (numbered as the last record it
+/// lost, so its reader also sees the gap).
+fn loss_line(seq: u64, count: u64) -> Arc<[u8]> {
+    let l = Loss {
+        v: crate::capture::VERSION,
+        seq,
+        ty: "loss".into(),
+        ts_ns: 0,
+        site: "subscriber".into(),
+        reason: "this subscriber fell behind".into(),
+        count,
+    };
+    let mut line = serde_json::to_vec(&l).expect("a loss record serializes");
+    line.push(b'\n');
+    Arc::from(line)
+}
+
+/// One subscriber's writer: lines from its queue to its stream, flushed whenever the queue
+/// is momentarily empty; ends when the stream breaks or the queue closes.
+fn serve_one(out: Box<dyn Write + Send>, rx: Receiver<Arc<[u8]>>) {
+    let mut out = io::BufWriter::new(out);
+    while let Ok(line) = rx.recv() {
+        if out.write_all(&line).is_err() {
+            return;
+        }
+        while let Ok(more) = rx.try_recv() {
+            if out.write_all(&more).is_err() {
+                return;
+            }
+        }
+        if out.flush().is_err() {
+            return;
+        }
+    }
+    out.flush().ok();
+}
+
+impl Sink for Broadcaster {
+    fn event(&mut self, ev: &Event) -> io::Result<()> {
+        self.story.push(ev.clone());
+        self.format.event(ev)?;
+        self.offer();
+        Ok(())
+    }
+    fn stats(&mut self, s: &Stats) -> io::Result<()> {
+        self.format.stats(s)?;
+        self.offer();
+        Ok(())
+    }
+    fn loss(&mut self, l: &Loss) -> io::Result<()> {
+        self.format.loss(l)?;
+        self.offer();
+        Ok(())
+    }
+    fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
+        self.admit()?;
+        self.format.trailer(t)?;
+        self.offer();
+        Ok(())
+    }
+    /// Every 100 ms: subscribers waiting are joined.
+    fn tick(&mut self) -> io::Result<()> {
+        self.admit()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! The daemon's Unix socket: who may subscribe (SO_PEERCRED: root, the daemon's own user,
+//! and the uids given with `--allow-uid`), the hello line, and handing the connection to
+//! the broadcaster. Anyone else gets one line saying so, and the connection is closed.
+
+use super::{Hello, Joining};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+/// Where the daemon listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
+
+/// A subscriber has this long to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The peer's pid, uid and gid, from the kernel.
+pub fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) SO_PEERCRED into a ucred of the size given.
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &mut len)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred)
+}
+
+pub struct Listener {
+    listener: UnixListener,
+    path: PathBuf,
+    allowed: Vec<u32>,
+}
+
+impl Listener {
+    /// Binds `path` (a stale socket file of a killed daemon is replaced). The file is mode
+    /// 0600 unless other users are allowed, then 0666 and SO_PEERCRED decides.
+    pub fn bind(path: &Path, allow_uids: &[u32]) -> std::io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ));
+            }
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("a daemon already listens on {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)?;
+        // SAFETY: geteuid(2) cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let mut allowed = vec![0, me];
+        allowed.extend_from_slice(allow_uids);
+        allowed.sort_unstable();
+        allowed.dedup();
+        let others = allowed.iter().any(|&u| u != 0 && u != me);
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(if others { 0o666 } else { 0o600 }))?;
+        Ok(Listener { listener, path: path.to_path_buf(), allowed })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts subscribers until the process ends, each checked and greeted on a thread of
+    /// its own; accepted ones go to `joins`. Refusals and broken hellos are reported on
+    /// `notes`.
+    pub fn serve(self, joins: Sender<Joining>, notes: Sender<String>) {
+        std::thread::spawn(move || {
+            for conn in self.listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (joins, notes, allowed) = (joins.clone(), notes.clone(), self.allowed.clone());
+                std::thread::spawn(move || {
+                    if let Err(why) = greet(conn, &allowed, &joins) {
+                        notes.send(why).ok();
+                    }
+                });
+            }
+        });
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.path).ok();
+    }
+}
+
+/// Checks the peer, reads its hello, and passes the connection on.
+fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), String> {
+    let cred = peer_cred(&conn).map_err(|e| format!("a subscriber's credentials: {e}"))?;
+    let peer = format!("pid {} uid {}", cred.pid, cred.uid);
+    if !allowed.contains(&cred.uid) {
+        let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
+        writeln!(
+            conn,
+            "rdma-trace daemon: refused: uid {} may not subscribe (allowed uids: {}; the daemon's --allow-uid adds one)",
+            cred.uid,
+            list.join(", ")
+        )
+        .ok();
+        return Err(format!("refused {peer}: not an allowed uid"));
+    }
+    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).map_err(|e| format!("{peer}: no hello ({e})"))?;
+    let hello: Hello = match serde_json::from_str(line.trim()) {
+        Ok(h) => h,
+        Err(e) => {
+            writeln!(conn, "rdma-trace daemon: refused: the first line must be a hello ({e})").ok();
+            return Err(format!("{peer}: bad hello ({e})"));
+        }
+    };
+    if hello.hello != "rdma-trace" || hello.version < crate::capture::VERSION {
+        writeln!(conn, "rdma-trace daemon: refused: this daemon speaks format {}", crate::capture::VERSION)
+            .ok();
+        return Err(format!("{peer}: hello for format {}", hello.version));
+    }
+    conn.set_read_timeout(None).ok();
+    joins.send(Joining { out: Box::new(conn), hello, peer }).map_err(|_| "the daemon is stopping".to_string())
+}

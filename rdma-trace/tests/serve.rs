@@ -1,0 +1,156 @@
+//! The daemon's broadcaster on real lab events (the daemon itself runs in the lab): two
+//! subscribers, one joining late, get identical records after the late one's join point,
+//! the late one first the state of what is pinned and mapped; a subscriber that stops
+//! reading loses records and is told how many, while the other loses nothing.
+
+use rdma_trace::capture::{Header, Record};
+use rdma_trace::event::{Event, parse_jsonl};
+use rdma_trace::output::Sink;
+use rdma_trace::serve::{Broadcaster, Hello, Joining, Want};
+use rdma_trace::source::capture::Reader;
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+fn lab_events(name: &str) -> Vec<Event> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name);
+    parse_jsonl(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn header() -> Header {
+    Header {
+        v: 0,
+        seq: 0,
+        ty: String::new(),
+        tool: "test".into(),
+        hostname: "lab".into(),
+        kernel_release: "7.3.4+deb13-amd64".into(),
+        boot_id: String::new(),
+        realtime_offset_ns: 0,
+        command_line: vec![],
+        ring_bytes: 0,
+        return_instances: 0,
+        probes: vec![],
+        libibverbs: None,
+        redacted: false,
+    }
+}
+
+fn trailer() -> rdma_trace::capture::Trailer {
+    rdma_trace::capture::Trailer {
+        v: 0,
+        seq: 0,
+        ty: String::new(),
+        ts_ns: 0,
+        stopped: "SIGTERM".into(),
+        exit_code: 0,
+        delivered: 0,
+        lost: 0,
+        sites: vec![],
+    }
+}
+
+/// A subscriber: the daemon's end goes to the broadcaster, ours is read on a thread.
+fn subscribe(tx: &std::sync::mpsc::Sender<Joining>, name: &str) -> std::thread::JoinHandle<Vec<u8>> {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into() }).unwrap();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        (&ours).read_to_end(&mut buf).unwrap();
+        buf
+    })
+}
+
+fn records(bytes: &[u8]) -> Vec<Record> {
+    let mut r = Reader::new(bytes, true);
+    let out: Vec<Record> = r.by_ref().map(|x| x.unwrap()).collect();
+    assert_eq!((r.report.seq_gaps, r.report.cut_short), (0, false), "{:?}", r.report);
+    out
+}
+
+#[test]
+fn a_late_subscriber_gets_the_state_then_the_same_records() {
+    let events = lab_events("companion-7.3.jsonl");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx);
+    let early = subscribe(&tx, "early");
+    b.tick().unwrap();
+    // Joins in the data phase: MRs are pinned and the queues mapped by then.
+    let half = events.iter().position(|e| e.name == "comp_handler").expect("a completion");
+    for e in &events[..half] {
+        b.event(e).unwrap();
+    }
+    let late = subscribe(&tx, "late");
+    b.tick().unwrap();
+    for e in &events[half..] {
+        b.event(e).unwrap();
+    }
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let (early, late) = (records(&early.join().unwrap()), records(&late.join().unwrap()));
+    assert!(matches!(early[0], Record::Header(_)) && matches!(late[0], Record::Header(_)));
+    let Record::State(st) = &late[1] else { panic!("the late one's state: {:?}", late[1]) };
+    let joined_at = late[2].seq().unwrap();
+    // What the first half pinned and mapped is in the state.
+    let pinned_before: u64 = st.processes.iter().map(|p| p.pinned_bytes).sum();
+    assert!(pinned_before > 0 && st.processes.iter().any(|p| !p.mappings.is_empty()), "{st:?}");
+    let after = |rs: &[Record]| -> Vec<Record> {
+        rs.iter()
+            .filter(|r| !matches!(r, Record::Header(_) | Record::State(_)))
+            .filter(|r| r.seq().unwrap() >= joined_at)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(after(&early), after(&late[2..]), "the same records after the join point");
+    assert_eq!(after(&late[2..]).len(), events.len() - half + 1, "every later event and the trailer");
+    assert_eq!(early.len(), 2 + events.len() + 1);
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_nothing() {
+    let events = lab_events("session-7.3.jsonl");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx);
+    let reader = subscribe(&tx, "reader");
+    // The stalled one: nobody reads its socket until the end.
+    let (stalled_ours, theirs) = UnixStream::pair().unwrap();
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Events), peer: "stalled".into() })
+        .unwrap();
+    b.tick().unwrap();
+    let rounds = 2 * rdma_trace::serve::QUEUE / events.len() + 2;
+    let t0 = std::time::Instant::now();
+    for _ in 0..rounds {
+        for e in &events {
+            b.event(e).unwrap();
+        }
+    }
+    let took = t0.elapsed();
+    // Now it reads: the loss record comes where it resumed.
+    let stalled = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        (&stalled_ours).read_to_end(&mut buf).unwrap();
+        buf
+    });
+    for e in &events {
+        b.event(e).unwrap();
+    }
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let fed = (rounds + 1) * events.len();
+    let all = records(&reader.join().unwrap());
+    assert_eq!(all.iter().filter(|r| matches!(r, Record::Event(_))).count(), fed, "the reader lost nothing");
+    let bytes = stalled.join().unwrap();
+    let mut r = Reader::new(&bytes[..], true);
+    let got: Vec<Record> = r.by_ref().map(|x| x.unwrap()).collect();
+    let got_events = got.iter().filter(|r| matches!(r, Record::Event(_))).count();
+    let told: u64 = got
+        .iter()
+        .filter_map(|r| match r {
+            Record::Loss(l) if l.site == "subscriber" => Some(l.count),
+            _ => None,
+        })
+        .sum();
+    assert!(told > 0, "the stalled one was told");
+    assert_eq!(got_events as u64 + told, fed as u64, "what it got and what it was told add up");
+    assert!(took < std::time::Duration::from_secs(30), "the daemon did not wait for it: {took:?}");
+}
