@@ -284,3 +284,12 @@ fn a_write_error_stops_the_run_at_once_naming_the_output() {
     assert!(err.contains("events delivered"), "the summary is still printed:\n{err}");
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}:\n{err}");
 }
+
+#[test]
+fn connecting_needs_no_privileges_and_says_when_no_daemon_listens() {
+    let out = as_nobody(&["trace", "--connect", "/tmp/rdma-trace-no-such.sock"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot connect to the daemon at /tmp/rdma-trace-no-such.sock"), "{err}");
+}

@@ -221,11 +221,14 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     Ok(finished.stopped.code)
 }
 
-/// `trace --connect SOCKET`: a daemon's stream shown (and, with -o, written) as if traced
-/// here. Each record is written out as it comes (Ctrl-C loses nothing received).
+/// `trace --connect SOCKET`: a daemon's stream shown as if traced here; with -o, kept byte
+/// for byte as the daemon sent it.
 fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
     use crate::capture::Record;
     use crate::serve::{Want, client};
+    if a.max_size.is_some() {
+        bail!("--max-size does not apply to --connect (the daemon's stream is kept as it comes)");
+    }
     let input = match client::connect(socket, Want::Both) {
         Ok(i) => i,
         Err(why) => {
@@ -233,38 +236,34 @@ fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
             return Ok(2);
         }
     };
+    let input: Box<dyn std::io::BufRead> = match &a.output {
+        Some(p) if p == std::path::Path::new("-") => {
+            Box::new(std::io::BufReader::new(client::Tee { input, out: std::io::stdout() }))
+        }
+        Some(p) => {
+            let file = crate::output::target::CaptureFile::create(p, None)
+                .with_context(|| format!("creating {}", p.display()))?;
+            Box::new(std::io::BufReader::new(client::Tee { input, out: file }))
+        }
+        None => input,
+    };
     let mut reader = crate::source::capture::Reader::new(input, false);
-    let mut text = (!a.quiet && a.output.as_deref() != Some(std::path::Path::new("-"))).then(|| {
+    let mut text = (!a.quiet && a.output.is_none()).then(|| {
         let mut t = Text::new(std::io::stdout());
         t.stacks = a.stacks;
         t
     });
-    let mut file = match &a.output {
-        Some(p) => Some(Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?),
-        None => None,
-    };
     let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
     let mut stopped = None;
     for r in reader.by_ref() {
-        let r = r.with_context(|| socket.display().to_string())?;
-        let mut sinks: Vec<&mut dyn Sink> = Vec::new();
-        if let Some(t) = &mut text {
-            sinks.push(t);
-        }
-        if let Some(s) = &mut story {
-            sinks.push(s);
-        }
-        match &r {
+        match r.with_context(|| socket.display().to_string())? {
             Record::Header(h) => {
                 eprintln!(
                     "rdma-trace: connected to {} ({}, {})",
                     socket.display(),
                     h.hostname,
                     h.kernel_release
-                );
-                if let Some(f) = &mut file {
-                    f.header(h)?;
-                }
+                )
             }
             Record::State(st) => {
                 for p in &st.processes {
@@ -277,44 +276,31 @@ fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
                         p.mappings.len()
                     );
                 }
-                if let Some(f) = &mut file {
-                    f.state(st)?;
-                }
             }
             Record::Event(e) => {
-                for s in sinks {
-                    s.event(e)?;
+                if let Some(t) = &mut text {
+                    t.event(&e)?;
                 }
-                if let Some(f) = &mut file {
-                    f.event(e)?;
-                }
-            }
-            Record::Stats(st) => {
-                if let Some(f) = &mut file {
-                    f.stats(st)?;
+                if let Some(s) = &mut story {
+                    s.event(&e)?;
                 }
             }
             Record::Loss(l) => {
                 if let Some(t) = &mut text {
-                    t.loss(l)?;
-                }
-                if let Some(f) = &mut file {
-                    f.loss(l)?;
+                    t.loss(&l)?;
                 }
             }
+            Record::Stats(_) => {}
             Record::Trailer(t) => {
                 stopped = Some(format!(
                     "the daemon stopped on {}: {} events delivered, {} lost",
                     t.stopped, t.delivered, t.lost
-                ));
-                if let Some(f) = &mut file {
-                    f.trailer(t)?;
-                }
+                ))
             }
         }
-        if let Some(f) = &mut file {
-            f.flush()?;
-        }
+    }
+    if let Some(t) = &mut text {
+        t.flush()?;
     }
     for n in reader.report.notes() {
         eprintln!("rdma-trace: {}: {n}", socket.display());

@@ -25,3 +25,20 @@ pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead>, String> {
     }
     Ok(Box::new(r))
 }
+
+/// The stream as it is read, copied byte for byte to `out` and written through on every
+/// read: `trace --connect -o FILE` keeps the daemon's records as the daemon numbered them,
+/// and Ctrl-C loses nothing received.
+pub struct Tee<R, W> {
+    pub input: R,
+    pub out: W,
+}
+
+impl<R: std::io::Read, W: Write> std::io::Read for Tee<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.input.read(buf)?;
+        self.out.write_all(&buf[..n])?;
+        self.out.flush()?;
+        Ok(n)
+    }
+}
