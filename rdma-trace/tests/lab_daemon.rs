@@ -143,3 +143,47 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
         "the companion's doorbell writes were watched"
     );
 }
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_daemon_started_late_still_shows_what_was_registered_before() {
+    let dir = out_dir("daemon");
+    let steps = dir.join("seeded-steps.jsonl");
+    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+        .args(["--mr-sizes", "4K,64K,1M", "--iterations", "2", "--hold-ms", "180000", "--announce"])
+        .arg(&steps)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("seeded-companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    wait_for(&steps, "\"poll_cq\"", &mut companion, 120).expect("the companion registered and works");
+    let socket = Path::new("/tmp/rdma-trace-lab-seeded.sock");
+    let derr = dir.join("seeded-daemon.stderr");
+    let mut daemon = Command::new(tracer_bin())
+        .args(["daemon", "--socket"])
+        .arg(socket)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&derr).unwrap())
+        .spawn()
+        .expect("start the daemon");
+    wait_for(&derr, "serving on", &mut daemon, 180).expect("the daemon listens");
+    let mut sub = subscriber(&dir, "seeded", socket);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) of our own children.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let dst = wait_timeout(&mut daemon, 60);
+    wait_timeout(&mut sub, 30);
+    companion.kill().ok();
+    companion.wait().ok();
+    assert!(dst.success(), "{}", std::fs::read_to_string(&derr).unwrap());
+    let recs = records(&dir.join("seeded.jsonl"));
+    let Record::State(state) = &recs[1] else { panic!("the state first: {:?}", recs[1]) };
+    let cpid = companion.id();
+    let p = state.processes.iter().find(|p| p.pid == cpid).unwrap_or_else(|| panic!("{state:?}"));
+    assert!(p.seeded, "{p:?}");
+    let mut lengths: Vec<u64> = p.mrs.iter().map(|m| m.length).collect();
+    lengths.sort_unstable();
+    assert_eq!(lengths, vec![4096, 65536, 1048576], "its MRs, from the kernel's tables: {p:?}");
+    assert!(!p.mappings.is_empty(), "its uverbs mappings, from /proc/{cpid}/maps: {p:?}");
+    assert_eq!(p.comm, "rdma-trace-work");
+}

@@ -43,6 +43,9 @@ impl Outputs {
                         "rdma-trace daemon: subscriber {peer} left ({lost} records it had not been sent)"
                     )
                 }
+                ServeNotice::NotSeeded(why) => {
+                    eprintln!("rdma-trace daemon: the state sent has only what events showed: {why}")
+                }
             }
         }
         while let Ok(r) = self.refusals.try_recv() {
@@ -114,7 +117,8 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         }
         None => None,
     };
-    let mut out = Outputs { broadcaster: Broadcaster::new(tracer.header(), joins), file, refusals };
+    let broadcaster = Broadcaster::new(tracer.header(), joins).seeded_by(Box::new(crate::live::seed::now));
+    let mut out = Outputs { broadcaster, file, refusals };
     let finished = tracer.run(&mut print_notice, &mut out)?;
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),

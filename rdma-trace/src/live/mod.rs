@@ -4,5 +4,6 @@
 pub mod attach;
 pub mod kprobe_events;
 pub mod privilege;
+pub mod seed;
 pub mod spawn;
 pub mod trace;

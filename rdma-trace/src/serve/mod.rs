@@ -69,8 +69,41 @@ struct Subscriber {
 /// What the broadcaster has to say to the daemon's operator.
 #[derive(Debug)]
 pub enum ServeNotice {
-    Joined { peer: String, at_seq: u64 },
-    Left { peer: String, lost: u64 },
+    Joined {
+        peer: String,
+        at_seq: u64,
+    },
+    Left {
+        peer: String,
+        lost: u64,
+    },
+    /// The kernel's resource tables could not be read for a subscriber's state.
+    NotSeeded(String),
+}
+
+/// Reads what the kernel holds now (`live::seed::now`), for the state a subscriber gets.
+pub type Seed = Box<dyn FnMut() -> Result<Vec<crate::capture::ProcessState>, String> + Send>;
+
+/// The state from the events seen, completed with what the kernel holds that they did not
+/// show (MRs registered and queues mapped before the daemon started): such processes, MR
+/// lists and mapping lists are marked `seeded`.
+pub fn merge_seeded(state: &mut crate::capture::State, seeded: Vec<crate::capture::ProcessState>) {
+    for s in seeded {
+        match state.processes.iter_mut().find(|p| p.pid == s.pid) {
+            Some(p) => {
+                if p.mrs.is_empty() && !s.mrs.is_empty() {
+                    p.mrs = s.mrs;
+                    p.pinned_bytes = s.pinned_bytes;
+                    p.seeded = true;
+                }
+                if p.mappings.is_empty() && !s.mappings.is_empty() {
+                    p.mappings = s.mappings;
+                    p.seeded = true;
+                }
+            }
+            None => state.processes.push(s),
+        }
+    }
 }
 
 pub struct Broadcaster {
@@ -80,6 +113,7 @@ pub struct Broadcaster {
     joins: Receiver<Joining>,
     subs: Vec<Subscriber>,
     notices: Vec<ServeNotice>,
+    seed: Option<Seed>,
 }
 
 impl Broadcaster {
@@ -93,7 +127,14 @@ impl Broadcaster {
             joins,
             subs: Vec::new(),
             notices: Vec::new(),
+            seed: None,
         }
+    }
+
+    /// Completes each subscriber's state with what the kernel holds (see `merge_seeded`).
+    pub fn seeded_by(mut self, seed: Seed) -> Self {
+        self.seed = Some(seed);
+        self
     }
 
     /// Notices since the last call.
@@ -108,7 +149,13 @@ impl Broadcaster {
             let at = self.format.next_seq();
             let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
             pre.header(&self.header)?;
-            let state = self.story.state();
+            let mut state = self.story.state();
+            if let Some(seed) = &mut self.seed {
+                match seed() {
+                    Ok(found) => merge_seeded(&mut state, found),
+                    Err(why) => self.notices.push(ServeNotice::NotSeeded(why)),
+                }
+            }
             match j.hello.want {
                 Want::Both => pre.state(&state)?,
                 // The number is kept so the stream has no gap.
@@ -241,5 +288,39 @@ impl Sink for Broadcaster {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::{Mapping, PinnedRange, ProcessState, State};
+
+    #[test]
+    fn seeds_complete_what_events_did_not_show() {
+        let seen = ProcessState {
+            pid: 7,
+            comm: "ib_send_bw".into(),
+            mappings: vec![Mapping { start: 1, end: 2, pgoff: 0 }],
+            ..Default::default()
+        };
+        let mut st = State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen] };
+        let mr = PinnedRange { addr: 0, length: 4096, charged: 4096 };
+        let seeds = vec![
+            ProcessState {
+                pid: 7,
+                pinned_bytes: 4096,
+                mrs: vec![mr.clone()],
+                seeded: true,
+                ..Default::default()
+            },
+            ProcessState { pid: 9, comm: "old".into(), seeded: true, ..Default::default() },
+        ];
+        merge_seeded(&mut st, seeds);
+        assert_eq!(st.processes.len(), 2);
+        let p7 = &st.processes[0];
+        assert!(p7.seeded && p7.mrs == vec![mr] && p7.pinned_bytes == 4096);
+        assert_eq!(p7.mappings.len(), 1, "what events showed is kept");
+        assert!(st.processes[1].seeded);
     }
 }
