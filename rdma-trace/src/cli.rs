@@ -103,6 +103,11 @@ pub struct DaemonArgs {
     /// Also write the whole stream to this capture file (as `trace -o`).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Serve Prometheus metrics (text format) over HTTP on ADDR: bytes pinned per process
+    /// against its memlock limit, MR registrations and refusals, pin and wakeup latency
+    /// histograms, completions per process and context, events lost per probe and reason.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<String>,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

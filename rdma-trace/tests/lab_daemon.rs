@@ -187,3 +187,132 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert!(!p.mappings.is_empty(), "its uverbs mappings, from /proc/{cpid}/maps: {p:?}");
     assert_eq!(p.comm, "rdma-trace-work");
 }
+
+/// GET `path` from `addr` (HTTP/1.0): the status code and the body.
+fn http_get(addr: &str, path: &str) -> Option<(u32, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// A PromQL instant query's single value.
+fn prom_query(q: &str) -> Option<f64> {
+    let enc: String = q
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"_-.".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let (code, body) = http_get("127.0.0.1:9090", &format!("/api/v1/query?query={enc}"))?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    if code != 200 {
+        return None;
+    }
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
+    let dir = out_dir("daemon");
+    let socket = Path::new("/tmp/rdma-trace-lab-metrics.sock");
+    let derr = dir.join("metrics-daemon.stderr");
+    let capture = dir.join("metrics-daemon.jsonl");
+    let mut daemon = Command::new(tracer_bin())
+        .args(["daemon", "--metrics", "127.0.0.1:9464", "--socket"])
+        .arg(socket)
+        .arg("-o")
+        .arg(&capture)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&derr).unwrap())
+        .spawn()
+        .expect("start the daemon");
+    wait_for(&derr, "metrics on http://127.0.0.1:9464/metrics", &mut daemon, 180).expect("metrics served");
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rdma-trace\n    static_configs:\n      - targets: ['127.0.0.1:9464']\n",
+    )
+    .unwrap();
+    std::fs::remove_dir_all("/tmp/prom-data").ok();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .args(["--storage.tsdb.path=/tmp/prom-data", "--web.listen-address=127.0.0.1:9090"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .expect("prometheus (a guest package)");
+    let t0 = std::time::Instant::now();
+    while http_get("127.0.0.1:9090", "/-/ready").map(|r| r.0) != Some(200) {
+        assert!(t0.elapsed() < Duration::from_secs(180), "prometheus never became ready");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let steps = dir.join("metrics-steps.jsonl");
+    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+        .args(["--mr-sizes", "4K,64K,1M", "--iterations", "6", "--announce"])
+        .arg(&steps)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("metrics-companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    let cst = wait_timeout(&mut companion, 120);
+    assert!(cst.success(), "companion {cst}");
+    let cpid = companion.id();
+    // A stats record (every 800 ms) renews the metrics; then two scrapes.
+    std::thread::sleep(Duration::from_secs(4));
+    let (code, text) = http_get("127.0.0.1:9464", "/metrics").expect("the daemon's metrics");
+    assert_eq!(code, 200);
+    std::fs::write(dir.join("metrics.txt"), &text).unwrap();
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let peak = prom_query(&format!("rdma_trace_pinned_peak_bytes{{pid=\"{cpid}\"}}"));
+    let completions = prom_query(&format!("sum(rdma_trace_completions_total{{pid=\"{cpid}\"}})"));
+    let pins = prom_query(&format!("rdma_trace_mr_registrations_total{{pid=\"{cpid}\"}}"));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let dst = wait_timeout(&mut daemon, 60);
+    prom.kill().ok();
+    prom.wait().ok();
+    assert!(dst.success(), "{}", std::fs::read_to_string(&derr).unwrap());
+    let events: Vec<rdma_trace::event::Event> = records(&capture)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(*e),
+            _ => None,
+        })
+        .collect();
+    let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
+    let ps = &story.processes[&cpid];
+    std::fs::write(
+        dir.join("metrics-vs-story.txt"),
+        format!("prometheus: peak {peak:?} completions {completions:?} pins {pins:?}\nstory: peak {} completions {} pins {}\n", ps.pinned_peak_bytes, ps.completions_total, ps.pins_total),
+    )
+    .ok();
+    assert_eq!(peak, Some(ps.pinned_peak_bytes as f64), "pinned peak, Prometheus vs the story");
+    assert_eq!(completions, Some(ps.completions_total as f64), "completions, Prometheus vs the story");
+    assert_eq!(pins, Some(ps.pins_total as f64));
+    assert_eq!(ps.pinned_peak_bytes, (1 + 16 + 256) * 4096);
+}

@@ -38,6 +38,7 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("procps", "ps, pgrep for tests"),
     ("util-linux", "setpriv for unprivileged pinning tests"),
     ("bpftrace", "an independent tracer for side-by-side counts"),
+    ("prometheus", "scrapes the daemon's metrics; promtool checks their format"),
 ];
 
 /// The bpf-linker release the aya 0.14 line is verified with.

@@ -117,7 +117,15 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         }
         None => None,
     };
-    let broadcaster = Broadcaster::new(tracer.header(), joins).seeded_by(Box::new(crate::live::seed::now));
+    let mut broadcaster =
+        Broadcaster::new(tracer.header(), joins).seeded_by(Box::new(crate::live::seed::now));
+    if let Some(addr) = &a.metrics {
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let bound = crate::output::metrics::serve(addr, text.clone())
+            .with_context(|| format!("serving metrics on {addr}"))?;
+        eprintln!("rdma-trace daemon: metrics on http://{bound}/metrics");
+        broadcaster = broadcaster.with_metrics(text);
+    }
     let mut out = Outputs { broadcaster, file, refusals };
     let finished = tracer.run(&mut print_notice, &mut out)?;
     let closed = match &finished.consumer_error {

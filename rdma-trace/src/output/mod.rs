@@ -2,6 +2,7 @@
 //! v1), the story report, the run's summary.
 
 pub mod jsonl;
+pub mod metrics;
 pub mod report;
 pub mod summary;
 pub mod target;

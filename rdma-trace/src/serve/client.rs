@@ -12,7 +12,12 @@ pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead>, String> {
     let mut s = UnixStream::connect(path)
         .map_err(|e| format!("cannot connect to the daemon at {}: {e}", path.display()))?;
     let hello = serde_json::to_string(&Hello::new(want)).expect("a hello serializes");
-    writeln!(s, "{hello}").map_err(|e| format!("{}: {e}", path.display()))?;
+    // A daemon that refuses may close before the hello is written: its line is read below.
+    if let Err(e) = writeln!(s, "{hello}")
+        && !matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset)
+    {
+        return Err(format!("{}: {e}", path.display()));
+    }
     let mut r = BufReader::new(s);
     let first = r.fill_buf().map_err(|e| format!("{}: {e}", path.display()))?;
     if first.starts_with(b"rdma-trace daemon:") {

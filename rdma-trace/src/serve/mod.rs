@@ -114,6 +114,8 @@ pub struct Broadcaster {
     subs: Vec<Subscriber>,
     notices: Vec<ServeNotice>,
     seed: Option<Seed>,
+    /// The Prometheus exposition, renewed with every stats record.
+    metrics: Option<Arc<std::sync::Mutex<String>>>,
 }
 
 impl Broadcaster {
@@ -128,7 +130,14 @@ impl Broadcaster {
             subs: Vec::new(),
             notices: Vec::new(),
             seed: None,
+            metrics: None,
         }
+    }
+
+    /// Keeps `text` the current metrics exposition (`output::metrics`).
+    pub fn with_metrics(mut self, text: Arc<std::sync::Mutex<String>>) -> Self {
+        self.metrics = Some(text);
+        self
     }
 
     /// Completes each subscriber's state with what the kernel holds (see `merge_seeded`).
@@ -267,6 +276,12 @@ impl Sink for Broadcaster {
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
+        if let Some(m) = &self.metrics {
+            let text = crate::output::metrics::render(self.story.processes(), &s.sites);
+            if let Ok(mut t) = m.lock() {
+                *t = text;
+            }
+        }
         self.format.stats(s)?;
         self.offer();
         Ok(())

@@ -97,10 +97,15 @@ impl Drop for Listener {
     }
 }
 
-/// Checks the peer, reads its hello, and passes the connection on.
+/// Reads the peer's hello, checks who it is, and passes the connection on. (The hello is
+/// read first even from a peer to be refused: closing a Unix socket with unread data
+/// would reset the peer before it reads the refusal.)
 fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), String> {
     let cred = peer_cred(&conn).map_err(|e| format!("a subscriber's credentials: {e}"))?;
     let peer = format!("pid {} uid {}", cred.pid, cred.uid);
+    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
+    let mut line = String::new();
+    let read = BufReader::new(&conn).read_line(&mut line);
     if !allowed.contains(&cred.uid) {
         let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
         writeln!(
@@ -112,9 +117,7 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
         .ok();
         return Err(format!("refused {peer}: not an allowed uid"));
     }
-    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line).map_err(|e| format!("{peer}: no hello ({e})"))?;
+    read.map_err(|e| format!("{peer}: no hello ({e})"))?;
     let hello: Hello = match serde_json::from_str(line.trim()) {
         Ok(h) => h,
         Err(e) => {

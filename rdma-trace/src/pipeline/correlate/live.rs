@@ -200,6 +200,11 @@ impl Live {
         self.builder.state(self.newest_ns)
     }
 
+    /// The processes as joined so far (no copy: for metrics).
+    pub fn processes(&self) -> &BTreeMap<u32, super::story::ProcessStory> {
+        self.builder.processes()
+    }
+
     /// The story so far (the events still in the reorder window not yet in it).
     pub fn story(&self) -> Story {
         self.builder.snapshot(&self.store, &self.steps)

@@ -55,6 +55,13 @@ pub struct ProcessStory {
     pub completions_total: u64,
     /// Wakeup latencies (ns) of its completions, in order (up to `Limits::per_list`).
     pub wakeup_latencies_ns: Vec<u64>,
+    /// Completions by the context they ran in (kworker, softirq, process).
+    pub completions_by_context: BTreeMap<String, u64>,
+    /// How long the umem function took per pin, and completion → wakeup.
+    pub pin_latency: Histogram,
+    pub wakeup_latency: Histogram,
+    /// Pins the kernel made (the umem function returned a umem).
+    pub pins_total: u64,
     /// Largest sum of pinned bytes (whole pages of live umems) over the run.
     pub pinned_peak_bytes: u64,
     /// Bytes pinned now (live umems).
@@ -68,6 +75,48 @@ pub struct ProcessStory {
     /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
     /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
     pub data_phase_syscalls: BTreeMap<String, u64>,
+}
+
+/// Latencies in fixed buckets (upper bounds in ns), with their count and sum: what a
+/// metrics endpoint serves as a histogram.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Histogram {
+    /// Counts per bucket of `BUCKETS_NS` (not cumulative), the last for larger values.
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+/// 1 µs to 1 s, about three buckets a decade.
+pub const BUCKETS_NS: [u64; 16] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+impl Histogram {
+    pub fn observe(&mut self, ns: u64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS_NS.len() + 1];
+        }
+        let b = BUCKETS_NS.iter().position(|&u| ns <= u).unwrap_or(BUCKETS_NS.len());
+        self.counts[b] += 1;
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
 }
 
 /// A companion step and the kernel events it caused.
@@ -256,6 +305,8 @@ impl Builder {
             );
             self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns));
             ps.completions_total += 1;
+            let ctx = e.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or_else(|| "unknown".into());
+            *ps.completions_by_context.entry(ctx).or_default() += 1;
             return;
         }
         if let Some(l) = e.field("memlock_limit") {
@@ -266,6 +317,10 @@ impl Builder {
         self.maps(pid, e);
         self.phase(pid, e);
         self.nest(pid, i, e);
+    }
+
+    pub(super) fn processes(&self) -> &BTreeMap<u32, ProcessStory> {
+        &self.story.processes
     }
 
     /// Forgets the process quiet longest, and everything kept for it.
@@ -304,6 +359,7 @@ impl Builder {
         let per_list = self.per_list;
         let ps = self.process(pid);
         let latency = e.ts_ns.saturating_sub(at);
+        ps.wakeup_latency.observe(latency);
         if ps.wakeup_latencies_ns.len() < per_list {
             ps.wakeup_latencies_ns.push(latency);
         }
@@ -326,6 +382,11 @@ impl Builder {
                 ps.failed_pins_total += 1;
             }
             (Some(ProbeId::UmemGet), EventKind::Return) => {
+                let ps = self.process(pid);
+                ps.pins_total += 1;
+                if let Some(l) = e.latency_ns {
+                    ps.pin_latency.observe(l);
+                }
                 // What the pin charges: whole pages (VmPin), not the byte length.
                 let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len) {

@@ -1,0 +1,184 @@
+//! The daemon's metrics in the Prometheus text format (version 0.0.4), for fleets: per
+//! process (labels `pid`, `comm`; never a kernel pointer) the bytes pinned against the
+//! memlock limit, MR registrations and refusals, completions by the context they ran in,
+//! pin and wakeup latency histograms; per probe the events delivered and lost by reason.
+
+use crate::capture::SiteCount;
+use crate::pipeline::correlate::story::{BUCKETS_NS, Histogram, ProcessStory};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// A label value as the text format wants it: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    writeln!(out, "# HELP {name} {help}").ok();
+    writeln!(out, "# TYPE {name} {kind}").ok();
+}
+
+fn proc_labels(p: &ProcessStory) -> String {
+    format!("pid=\"{}\",comm=\"{}\"", p.pid, label(&p.comm))
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    let mut cumulative = 0;
+    for (i, upper) in BUCKETS_NS.iter().enumerate() {
+        cumulative += h.counts.get(i).copied().unwrap_or(0);
+        writeln!(out, "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}", *upper as f64 / 1e9).ok();
+    }
+    writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count).ok();
+    writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_ns as f64 / 1e9).ok();
+    writeln!(out, "{name}_count{{{labels}}} {}", h.count).ok();
+}
+
+/// The whole exposition: the story's processes (kworkers left out: their work is counted
+/// under the process that owns the CQ) and the latest per-probe accounting.
+pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> String {
+    let mut out = String::new();
+    let ps: Vec<&ProcessStory> = processes.values().filter(|p| !p.comm.starts_with("kworker")).collect();
+    let per_process =
+        |out: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(&ProcessStory) -> Option<u64>| {
+            family(out, name, kind, help);
+            for p in &ps {
+                if let Some(x) = v(p) {
+                    writeln!(out, "{name}{{{}}} {x}", proc_labels(p)).ok();
+                }
+            }
+        };
+    per_process(
+        &mut out,
+        "rdma_trace_pinned_bytes",
+        "gauge",
+        "Bytes pinned now by live MRs (whole pages).",
+        &|p| Some(p.pinned_bytes),
+    );
+    per_process(&mut out, "rdma_trace_pinned_peak_bytes", "gauge", "Most bytes pinned at once.", &|p| {
+        Some(p.pinned_peak_bytes)
+    });
+    per_process(
+        &mut out,
+        "rdma_trace_memlock_limit_bytes",
+        "gauge",
+        "RLIMIT_MEMLOCK the pins are charged against (absent when unlimited or unknown).",
+        &|p| p.memlock_limit.filter(|&l| l != u64::MAX),
+    );
+    per_process(
+        &mut out,
+        "rdma_trace_mr_registrations_total",
+        "counter",
+        "Memory pins the kernel made.",
+        &|p| Some(p.pins_total),
+    );
+    per_process(
+        &mut out,
+        "rdma_trace_mr_refusals_total",
+        "counter",
+        "Memory pins the kernel refused (e.g. over RLIMIT_MEMLOCK).",
+        &|p| Some(p.failed_pins_total),
+    );
+    family(
+        &mut out,
+        "rdma_trace_completions_total",
+        "counter",
+        "Completion events on the process's CQs, by the context the handler ran in.",
+    );
+    for p in &ps {
+        for (ctx, n) in &p.completions_by_context {
+            writeln!(
+                out,
+                "rdma_trace_completions_total{{{},context=\"{}\"}} {n}",
+                proc_labels(p),
+                label(ctx)
+            )
+            .ok();
+        }
+    }
+    family(&mut out, "rdma_trace_pin_latency_seconds", "histogram", "Time the umem function took to pin.");
+    for p in &ps {
+        histogram(&mut out, "rdma_trace_pin_latency_seconds", &proc_labels(p), &p.pin_latency);
+    }
+    family(
+        &mut out,
+        "rdma_trace_wakeup_latency_seconds",
+        "histogram",
+        "From a completion event to the channel read that woke the process.",
+    );
+    for p in &ps {
+        histogram(&mut out, "rdma_trace_wakeup_latency_seconds", &proc_labels(p), &p.wakeup_latency);
+    }
+    family(&mut out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
+    for s in sites {
+        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered)
+            .ok();
+    }
+    family(&mut out, "rdma_trace_events_lost_total", "counter", "Events lost, per probe and reason.");
+    for s in sites {
+        for (reason, n) in &s.lost {
+            writeln!(
+                out,
+                "rdma_trace_events_lost_total{{probe=\"{}\",reason=\"{}\"}} {n}",
+                label(&s.site),
+                label(reason)
+            )
+            .ok();
+        }
+    }
+    out
+}
+
+/// Serves `text()` over HTTP on `addr` (any path, GET): a thread per connection, the
+/// current exposition each time.
+pub fn serve(
+    addr: &str,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+) -> std::io::Result<std::net::SocketAddr> {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let text = text.clone();
+            std::thread::spawn(move || {
+                conn.set_read_timeout(Some(std::time::Duration::from_secs(5))).ok();
+                let mut r = BufReader::new(&conn);
+                let mut line = String::new();
+                // The request line and headers, up to the blank line.
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" && line != "\n" {
+                    line.clear();
+                }
+                let body = text.lock().map(|t| t.clone()).unwrap_or_default();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let mut w = &conn;
+                std::io::Write::write_all(&mut w, head.as_bytes()).ok();
+                std::io::Write::write_all(&mut w, body.as_bytes()).ok();
+            });
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped_and_histograms_cumulative() {
+        let mut p = ProcessStory { pid: 7, comm: "a\"b\\c".into(), pinned_bytes: 4096, ..Default::default() };
+        p.pin_latency.observe(3_000);
+        p.pin_latency.observe(2_000_000_000);
+        p.completions_by_context.insert("kworker".into(), 5);
+        let text = render(&BTreeMap::from([(7, p)]), &[]);
+        assert!(text.contains("rdma_trace_pinned_bytes{pid=\"7\",comm=\"a\\\"b\\\\c\"} 4096"), "{text}");
+        assert!(text.contains(
+            "rdma_trace_pin_latency_seconds_bucket{pid=\"7\",comm=\"a\\\"b\\\\c\",le=\"0.000005\"} 1"
+        ));
+        assert!(text.contains("le=\"+Inf\"} 2"));
+        assert!(text.contains("context=\"kworker\"} 5"));
+        assert!(!text.contains("0xff"), "no kernel pointer in a metric");
+    }
+}
