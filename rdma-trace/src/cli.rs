@@ -47,6 +47,16 @@ daemon's user and the uids given with --allow-uid may subscribe (SO_PEERCRED). S
 drain, send every subscriber the trailer, exit 0."
     )]
     Daemon(DaemonArgs),
+    /// Watch the three paths on screens: live here, a daemon, or a capture replayed.
+    #[command(
+        long_about = "The pinning, mmap and interrupt → completion paths on screens: an overview, MRs, \
+uverbs mappings, the completion path per CQ, the event stream with stacks annotated. `rdma-trace tui` \
+traces here (root; `--pid`, `-- CMD` as `trace`); `--connect SOCKET` shows a daemon (no root or RDMA \
+needed); `tui FILE` replays a capture with time controls (space pauses, n steps, + and - change the \
+speed ×0.1–×100, g restarts, G jumps to the end). Keys: tab or 1-5 switch screens, arrows or j/k select, \
+/ filters, ? help, q quits."
+    )]
+    Tui(TuiArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.
     #[command(long_about = "Resolve every catalog probe against this kernel (/proc/kallsyms for the symbol \
 and its module, BTF for parameter positions and field offsets) and attach it, which needs root like `trace` \
@@ -86,6 +96,25 @@ kernel events it caused and its values are checked against theirs.")]
         #[command(flatten)]
         read: ReadOpts,
     },
+}
+
+#[derive(clap::Args)]
+pub struct TuiArgs {
+    /// A capture to replay (plain or zstd).
+    #[arg(conflicts_with_all = ["connect", "probes", "pids", "command"])]
+    pub file: Option<PathBuf>,
+    /// Show a daemon's stream (`rdma-trace daemon`).
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command"])]
+    pub connect: Option<PathBuf>,
+    /// Only these probes (live); repeatable.
+    #[arg(long = "probe", value_name = "ID")]
+    pub probes: Vec<String>,
+    /// Also watch this process's verbs-related syscalls (live); repeatable.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Run this command under the tracer (its output goes to a log file, not the screen).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(clap::Args)]

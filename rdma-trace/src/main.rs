@@ -6,6 +6,7 @@ fn run() -> anyhow::Result<i32> {
     match Cli::parse().cmd {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Daemon(a) => cmd::daemon::run(a),
+        Cmd::Tui(a) => cmd::tui::run(a),
         Cmd::Probes { no_attach } => cmd::probes::run(!no_attach),
         Cmd::Story { capture, steps, json, read } => {
             cmd::story::story(&capture, steps.as_deref(), json, read)

@@ -91,6 +91,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
         watch_verbs_users: true,
+        command_log: None,
     };
     let tracer = match Tracer::start(opts, &mut print_notice) {
         Ok(t) => t,

@@ -4,3 +4,4 @@ pub mod daemon;
 pub mod probes;
 pub mod story;
 pub mod trace;
+pub mod tui;

@@ -39,6 +39,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
         watch_verbs_users: false,
+        command_log: None,
     })
 }
 

@@ -5,7 +5,10 @@ use anyhow::{Context, Result, bail};
 /// Starts `cmd` held at a barrier so its syscalls are watched from its first one.
 /// A tiny shell waits on a pipe (fd 3) and then execs the command, keeping the pid;
 /// writing to (or closing) the returned pipe end releases it.
-pub fn spawn_held(cmd: &[String]) -> Result<(std::process::Child, std::fs::File)> {
+pub fn spawn_held(
+    cmd: &[String],
+    log: Option<&std::path::Path>,
+) -> Result<(std::process::Child, std::fs::File)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let mut fds = [0i32; 2];
@@ -18,6 +21,10 @@ pub fn spawn_held(cmd: &[String]) -> Result<(std::process::Child, std::fs::File)
     let rfd = r.as_raw_fd();
     let mut c = std::process::Command::new("/bin/sh");
     c.arg("-c").arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"").args(cmd);
+    if let Some(log) = log {
+        let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        c.stdin(std::process::Stdio::null()).stdout(f.try_clone()?).stderr(f);
+    }
     // SAFETY: dup2 is async-signal-safe; it gives the child the read end as fd 3
     // (without O_CLOEXEC).
     unsafe {

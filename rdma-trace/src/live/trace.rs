@@ -38,6 +38,8 @@ pub struct TraceOptions {
     /// Watch the syscalls of every process seen using verbs (opening a device, mapping
     /// uverbs pages, pinning), from then on: the daemon's view, with no `--pid` or command.
     pub watch_verbs_users: bool,
+    /// Where the command's stdout and stderr go (the TUI owns the terminal), if not ours.
+    pub command_log: Option<std::path::PathBuf>,
 }
 
 /// What the tracer has to tell while it starts and stops.
@@ -138,7 +140,7 @@ impl Tracer {
         }
         let mut child = None;
         if !opts.command.is_empty() {
-            let (c, release) = spawn_held(&opts.command)?;
+            let (c, release) = spawn_held(&opts.command, opts.command_log.as_deref())?;
             loaded.watch(c.id())?;
             child = Some((c, release));
         }

@@ -7,6 +7,7 @@ pub mod report;
 pub mod summary;
 pub mod target;
 pub mod text;
+pub mod tui;
 
 use crate::capture::{Loss, Stats, Trailer};
 use crate::event::Event;

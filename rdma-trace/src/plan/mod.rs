@@ -5,6 +5,7 @@
 pub mod btf;
 pub mod catalog;
 pub mod elfsym;
+pub mod frames;
 pub mod here;
 pub mod kernel;
 pub mod select;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Connects, says hello, and returns the stream (positioned at the daemon's first record),
 /// or the daemon's refusal as the error.
-pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead>, String> {
+pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead + Send>, String> {
     let mut s = UnixStream::connect(path)
         .map_err(|e| format!("cannot connect to the daemon at {}: {e}", path.display()))?;
     let hello = serde_json::to_string(&Hello::new(want)).expect("a hello serializes");

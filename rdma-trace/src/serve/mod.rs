@@ -276,6 +276,7 @@ impl Sink for Broadcaster {
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
+        self.story.settle(s.ts_ns);
         if let Some(m) = &self.metrics {
             let text = crate::output::metrics::render(self.story.processes(), &s.sites);
             if let Ok(mut t) = m.lock() {

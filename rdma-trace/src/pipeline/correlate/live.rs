@@ -183,6 +183,17 @@ impl Live {
         index
     }
 
+    /// Joins what waited long enough by the clock `now_ns` (the events' clock: a live
+    /// source knows the time even when no event comes to push the window along).
+    pub fn settle(&mut self, now_ns: u64) {
+        while let Some(Reverse(w)) = self.window.peek() {
+            if now_ns.saturating_sub(w.ts_ns) < self.limits.reorder_ns {
+                break;
+            }
+            self.join_next();
+        }
+    }
+
     fn join_next(&mut self) {
         if let Some(Reverse(w)) = self.window.pop() {
             self.builder.event(w.index, &w.ev);

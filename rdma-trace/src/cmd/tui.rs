@@ -1,0 +1,212 @@
+//! `rdma-trace tui`: the screens over a capture (with time controls), a daemon, or a live
+//! trace in this process. The source runs on this thread; the screen on its own.
+
+use crate::capture::Record;
+use crate::cli::TuiArgs;
+use crate::output::Sink;
+use crate::output::tui::{self, Control, Feeder};
+use crate::source::capture::Reader;
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+pub fn run(a: TuiArgs) -> Result<i32> {
+    if let Some(file) = &a.file {
+        let (feeder, rx) = tui::channel(format!("file {}", file.display()), true);
+        let control = feeder.control.clone();
+        let screen = std::thread::spawn(move || tui::screen(rx, control, true));
+        let fed = replay(file, feeder);
+        let shown = screen.join().map_err(|_| anyhow::anyhow!("the screen thread panicked"))?;
+        fed?;
+        shown?;
+        return Ok(0);
+    }
+    if let Some(socket) = &a.connect {
+        let input = match crate::serve::client::connect(socket, crate::serve::Want::Both) {
+            Ok(i) => i,
+            Err(why) => {
+                eprintln!("rdma-trace: {why}");
+                return Ok(2);
+            }
+        };
+        let (feeder, rx) = tui::channel(format!("daemon {}", socket.display()), false);
+        let control = feeder.control.clone();
+        // The stream blocks on the socket: the screen's `q` ends the process.
+        std::thread::spawn(move || follow(Reader::new(input, false), feeder));
+        tui::screen(rx, control, false)?;
+        return Ok(0);
+    }
+    live(a)
+}
+
+/// Waits while paused (a step lets one event through); false when told to stop or jump.
+fn wait_paused(c: &Control, feeder: &mut Feeder) -> bool {
+    while c.paused.load(Ordering::Relaxed) {
+        if c.quit.load(Ordering::Relaxed)
+            || c.restart.load(Ordering::Relaxed)
+            || c.to_end.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        if c.steps.load(Ordering::Relaxed) > 0 {
+            c.steps.fetch_sub(1, Ordering::Relaxed);
+            return true;
+        }
+        feeder.offer(true);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// The replay clock: event time `ts` is due at `anchor.0 + (ts − anchor.1) / speed`.
+struct Clock {
+    anchor: Option<(Instant, u64)>,
+    speed_x10: u32,
+}
+
+impl Clock {
+    /// Sleeps (in slices, offering snapshots and watching the keys) until `ts` is due.
+    fn until(&mut self, ts: u64, c: &Control, feeder: &mut Feeder) {
+        loop {
+            if c.to_end.load(Ordering::Relaxed)
+                || c.quit.load(Ordering::Relaxed)
+                || c.restart.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            let speed = c.speed_x10.load(Ordering::Relaxed).max(1);
+            if speed != self.speed_x10 || c.paused.load(Ordering::Relaxed) {
+                self.anchor = None;
+                self.speed_x10 = speed;
+            }
+            let (t0, ts0) = *self.anchor.get_or_insert((Instant::now(), ts));
+            let due = t0 + Duration::from_nanos(ts.saturating_sub(ts0).saturating_mul(10) / speed as u64);
+            let now = Instant::now();
+            if due <= now {
+                return;
+            }
+            feeder.offer(false);
+            std::thread::sleep((due - now).min(Duration::from_millis(20)));
+        }
+    }
+}
+
+/// Plays a capture at its recorded pace (× the speed keys), as often as asked.
+fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
+    let c = feeder.control.clone();
+    'again: loop {
+        feeder.reset();
+        c.restart.store(false, Ordering::Relaxed);
+        c.to_end.store(false, Ordering::Relaxed);
+        let input =
+            crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
+        let mut reader = Reader::new(input, false);
+        let mut clock = Clock { anchor: None, speed_x10: 10 };
+        let mut n = 0;
+        for rec in reader.by_ref() {
+            if c.quit.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if c.restart.load(Ordering::Relaxed) {
+                continue 'again;
+            }
+            match rec.with_context(|| file.display().to_string())? {
+                Record::Header(h) => feeder.header(&h),
+                Record::Event(e) => {
+                    if !c.to_end.load(Ordering::Relaxed) {
+                        if !wait_paused(&c, &mut feeder) {
+                            clock.anchor = None;
+                        }
+                        clock.until(e.ts_ns, &c, &mut feeder);
+                    }
+                    n += 1;
+                    feeder.model.position = Some((n, 0));
+                    feeder.event(&e)?;
+                }
+                Record::Stats(s) => feeder.stats(&s)?,
+                Record::Trailer(t) => feeder.trailer(&t)?,
+                Record::Loss(_) | Record::State(_) => {}
+            }
+        }
+        let notes = reader.report.notes();
+        feeder.finished(if notes.is_empty() { "end of the capture".into() } else { notes.join("; ") });
+        loop {
+            if c.quit.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if c.restart.load(Ordering::Relaxed) {
+                continue 'again;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A daemon's stream into the model (its state first).
+fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feeder) {
+    for rec in reader.by_ref() {
+        let Ok(rec) = rec else { break };
+        match rec {
+            Record::Header(h) => feeder.header(&h),
+            Record::State(st) => feeder.model.seed(&st),
+            Record::Event(e) => {
+                feeder.event(&e).ok();
+            }
+            Record::Stats(s) => {
+                feeder.stats(&s).ok();
+            }
+            Record::Trailer(t) => {
+                feeder.trailer(&t).ok();
+            }
+            Record::Loss(_) => {}
+        }
+    }
+    if feeder.model.finished.is_none() {
+        feeder.finished("the daemon's stream ended".into());
+    }
+}
+
+/// Tracing here: the tracer starts (its notices printed before the screen opens), runs on
+/// this thread into the model, and stops when the screen quits.
+fn live(a: TuiArgs) -> Result<i32> {
+    use crate::live::trace::{NotPrivileged, TraceOptions, Tracer};
+    let log = std::env::temp_dir().join(format!("rdma-trace-tui-{}.log", std::process::id()));
+    let opts = TraceOptions {
+        probes: a.probes.clone(),
+        pids: a.pids.clone(),
+        command: a.command.clone(),
+        duration: None,
+        ring_bytes: 4 << 20,
+        return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
+        watch_verbs_users: false,
+        command_log: (!a.command.is_empty()).then(|| log.clone()),
+    };
+    let tracer = match Tracer::start(opts, &mut super::trace::print_notice) {
+        Ok(t) => t,
+        Err(e) => match e.downcast_ref::<NotPrivileged>() {
+            Some(NotPrivileged(msg)) => {
+                eprintln!("{msg}");
+                return Ok(2);
+            }
+            None => return Err(e),
+        },
+    };
+    let (mut feeder, rx) = tui::channel("live".into(), false);
+    feeder.header(&tracer.header());
+    let control = feeder.control.clone();
+    let screen = std::thread::spawn(move || {
+        let r = tui::screen(rx, control, false);
+        // SAFETY: kill(2) of this process: SIGINT stops the tracer, which detaches.
+        unsafe { libc::kill(std::process::id() as i32, libc::SIGINT) };
+        r
+    });
+    let finished = tracer.run(&mut |_| {}, &mut feeder)?;
+    let shown = screen.join().map_err(|_| anyhow::anyhow!("the screen thread panicked"))?;
+    eprint!("{}", finished.account.summary());
+    if !a.command.is_empty() {
+        eprintln!("rdma-trace: the command's output is in {}", log.display());
+    }
+    shown?;
+    Ok(0)
+}

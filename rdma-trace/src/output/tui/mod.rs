@@ -1,0 +1,221 @@
+//! The TUI: the three paths (pinning, mmap, interrupt → completion event) on screens, live,
+//! from a daemon, or replayed from a capture. The only code that knows ratatui.
+//!
+//! Two threads. The pipeline's thread (whatever feeds events: the tracer, a capture
+//! reader, a daemon connection) owns the `Model` through a `Feeder`, a `Sink`, and sends a
+//! snapshot at most every 33 ms into a channel of one (a newer snapshot replaces an unread
+//! one): the event rate never drives redraws, and a slow terminal never slows the pipeline.
+//! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
+//! keys that steer a replay back.
+
+pub mod model;
+pub mod screens;
+
+use crate::capture::{Header, Stats, Trailer};
+use crate::event::Event;
+use crate::output::Sink;
+use model::Model;
+use screens::Ui;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+/// At most this many frames (and snapshots) a second.
+pub const FRAME: Duration = Duration::from_millis(33);
+
+/// What the keys ask of the source.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub paused: AtomicBool,
+    /// Replay speed ×10 (10 = as recorded).
+    pub speed_x10: AtomicU32,
+    /// Events to let through while paused (`n`).
+    pub steps: AtomicU32,
+    pub restart: AtomicBool,
+    pub to_end: AtomicBool,
+    pub quit: AtomicBool,
+}
+
+/// The pipeline's side: keeps the model and hands out snapshots.
+pub struct Feeder {
+    pub model: Model,
+    tx: SyncSender<Model>,
+    last_sent: Instant,
+    /// Events counted at the start of the current rate window.
+    window: (Instant, u64),
+    pub control: Arc<Control>,
+}
+
+impl Feeder {
+    /// Sends a snapshot if a frame has passed since the last (`force`: now).
+    pub fn offer(&mut self, force: bool) {
+        let now = Instant::now();
+        if now.duration_since(self.window.0) >= Duration::from_secs(1) {
+            let secs = now.duration_since(self.window.0).as_secs_f64();
+            self.model.rate = (self.model.events_total - self.window.1) as f64 / secs;
+            self.window = (now, self.model.events_total);
+        }
+        if !force && now.duration_since(self.last_sent) < FRAME {
+            return;
+        }
+        self.last_sent = now;
+        match self.tx.try_send(self.model.clone()) {
+            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    pub fn header(&mut self, h: &Header) {
+        self.model.header(h);
+        self.offer(true);
+    }
+
+    /// The source ended (`why`): shown until the person quits.
+    pub fn finished(&mut self, why: String) {
+        self.model.finished = Some(why);
+        self.offer(true);
+    }
+
+    /// Starts over (a replay from the start).
+    pub fn reset(&mut self) {
+        let source = std::mem::take(&mut self.model.source);
+        self.model = Model::new(source);
+        self.window = (Instant::now(), 0);
+    }
+}
+
+impl Sink for Feeder {
+    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.model.event(ev);
+        self.offer(false);
+        Ok(())
+    }
+    fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
+        self.model.stats(s);
+        Ok(())
+    }
+    fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
+        self.model.lost_total = t.lost;
+        self.finished(format!("stopped on {}", t.stopped));
+        Ok(())
+    }
+    fn tick(&mut self) -> std::io::Result<()> {
+        self.offer(false);
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.offer(true);
+        Ok(())
+    }
+}
+
+/// A feeder for `source` and the receiving end for the screen.
+pub fn channel(source: String, replay: bool) -> (Feeder, Receiver<Model>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let control = Arc::new(Control::default());
+    control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
+    let now = Instant::now();
+    let model = Model::new(source);
+    (Feeder { model, tx, last_sent: now - FRAME, window: (now, 0), control }, rx)
+}
+
+/// Set by SIGTERM: the screen restores the terminal and quits.
+static TERMINATED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    TERMINATED.store(true, Ordering::Relaxed);
+}
+
+/// Puts the terminal back as it was (raw mode off, main screen, cursor shown).
+pub fn restore() {
+    use ratatui::crossterm::{cursor, execute, terminal};
+    terminal::disable_raw_mode().ok();
+    execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show).ok();
+}
+
+/// The screen: draws snapshots from `rx` and answers keys until `q` (or SIGTERM, or the
+/// source closing the channel with `exit_on_close`). The terminal is restored on every way
+/// out, a panic included.
+pub fn screen(rx: Receiver<Model>, control: Arc<Control>, replay: bool) -> anyhow::Result<()> {
+    use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind};
+    use ratatui::crossterm::{execute, terminal};
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore();
+        hook(info);
+    }));
+    // SAFETY: installing a handler that only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t) };
+    terminal::enable_raw_mode()?;
+    execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
+    let mut term = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
+    let mut ui = Ui { speed_x10: replay.then_some(10), ..Default::default() };
+    let mut model = Model::default();
+    let result = (|| -> anyhow::Result<()> {
+        loop {
+            while let Ok(m) = rx.try_recv() {
+                model = m;
+            }
+            ui.paused = control.paused.load(Ordering::Relaxed);
+            term.draw(|f| screens::draw(f, &model, &ui))?;
+            if TERMINATED.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if !event::poll(FRAME)? {
+                continue;
+            }
+            let Input::Key(k) = event::read()? else { continue };
+            if k.kind != KeyEventKind::Press {
+                continue;
+            }
+            if ui.editing_filter {
+                match k.code {
+                    KeyCode::Enter | KeyCode::Esc => ui.editing_filter = false,
+                    KeyCode::Backspace => {
+                        ui.filter.pop();
+                    }
+                    KeyCode::Char(c) => ui.filter.push(c),
+                    _ => {}
+                }
+                continue;
+            }
+            let n = screens::SCREENS.len();
+            match k.code {
+                KeyCode::Char('q') => return Ok(()),
+                KeyCode::Tab => (ui.screen, ui.selected) = ((ui.screen + 1) % n, 0),
+                KeyCode::BackTab => (ui.screen, ui.selected) = ((ui.screen + n - 1) % n, 0),
+                KeyCode::Char(c @ '1'..='5') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
+                KeyCode::Down | KeyCode::Char('j') => ui.selected += 1,
+                KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
+                KeyCode::Char('/') => {
+                    ui.filter.clear();
+                    ui.editing_filter = true;
+                }
+                KeyCode::Esc => ui.filter.clear(),
+                KeyCode::Char('?') => ui.help = !ui.help,
+                KeyCode::Char(' ') => {
+                    control.paused.fetch_xor(true, Ordering::Relaxed);
+                }
+                KeyCode::Char('n') => {
+                    control.steps.fetch_add(1, Ordering::Relaxed);
+                }
+                KeyCode::Char('+') if replay => {
+                    let s = (control.speed_x10.load(Ordering::Relaxed) * 2).min(1000);
+                    control.speed_x10.store(s, Ordering::Relaxed);
+                    ui.speed_x10 = Some(s);
+                }
+                KeyCode::Char('-') if replay => {
+                    let s = (control.speed_x10.load(Ordering::Relaxed) / 2).max(1);
+                    control.speed_x10.store(s, Ordering::Relaxed);
+                    ui.speed_x10 = Some(s);
+                }
+                KeyCode::Char('g') => control.restart.store(true, Ordering::Relaxed),
+                KeyCode::Char('G') => control.to_end.store(true, Ordering::Relaxed),
+                _ => {}
+            }
+        }
+    })();
+    control.quit.store(true, Ordering::Relaxed);
+    restore();
+    result
+}

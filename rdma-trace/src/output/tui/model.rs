@@ -1,0 +1,403 @@
+//! What the TUI shows, kept current event by event by the pipeline's thread and handed to
+//! the screen as a snapshot (a clone, at most 30 a second). Bounded: rows and samples are
+//! capped, so a snapshot costs the same after a minute or a day. No terminal code here.
+
+use crate::capture::{Header, Stats};
+use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
+use crate::pipeline::render;
+use crate::plan::catalog::Render;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Rows kept per table, events kept for the stream screen, latency samples kept.
+pub const ROWS: usize = 512;
+pub const EVENTS: usize = 2_000;
+pub const SAMPLES: usize = 1_024;
+/// Seconds of per-second completion counts kept for sparklines.
+pub const SECONDS: usize = 60;
+
+/// One MR: its pin and what became of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MrRow {
+    pub pid: u32,
+    pub comm: String,
+    pub addr: u64,
+    pub length: u64,
+    pub pages: Option<u64>,
+    pub access: Option<u64>,
+    pub latency_ns: Option<u64>,
+    pub lkey: Option<u64>,
+    pub rkey: Option<u64>,
+    pub live: bool,
+    /// A refused pin: the errno, and the memlock limit it was held to.
+    pub refused: Option<i64>,
+    pub memlock_limit: Option<u64>,
+    umem: Option<u64>,
+    tid: u32,
+}
+
+/// One uverbs mapping.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MapRow {
+    pub pid: u32,
+    pub comm: String,
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    /// The page the offset selects (mlx5's command decoded; rxe's is a queue's cookie).
+    pub kind: String,
+    /// The cache mode the driver chose (from the mapping probe's page protection).
+    pub cache: Option<String>,
+    /// The libibverbs call open on the thread when it was made.
+    pub call: Option<String>,
+}
+
+/// Latency samples (ns), the newest kept.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Samples(pub VecDeque<u64>);
+
+impl Samples {
+    pub fn push(&mut self, v: u64) {
+        self.0.push_back(v);
+        if self.0.len() > SAMPLES {
+            self.0.pop_front();
+        }
+    }
+    /// The q-quantile (0..=1) of the samples kept.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let mut v: Vec<u64> = self.0.iter().copied().collect();
+        v.sort_unstable();
+        let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+        v.get(i).copied()
+    }
+}
+
+/// One CQ and its completion path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CqRow {
+    pub handle: u64,
+    pub pid: Option<u32>,
+    pub comm: String,
+    pub completions: u64,
+    pub by_context: BTreeMap<String, u64>,
+    /// Completions per second, oldest first (the last is the current second).
+    pub per_second: VecDeque<u64>,
+    last_second: u64,
+    /// The hops: the handler's own time; completion → the channel read returning;
+    /// the read → ibv_get_cq_event returning.
+    pub handler_ns: Samples,
+    pub wakeup_ns: Samples,
+    pub library_ns: Samples,
+}
+
+/// Per process: pins now against the limit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcRow {
+    pub pid: u32,
+    pub comm: String,
+    pub pinned: u64,
+    pub memlock_limit: Option<u64>,
+    pub mrs_live: u64,
+    pub mrs_total: u64,
+    pub refused: u64,
+    pub mappings: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    /// Where the events come from, and the position in a file.
+    pub source: String,
+    pub position: Option<(u64, u64)>,
+    pub attached: usize,
+    pub skipped: usize,
+    pub kernel: String,
+    pub events_total: u64,
+    pub lost_total: u64,
+    /// Events per second (over the last wall-clock second the source measured).
+    pub rate: f64,
+    pub finished: Option<String>,
+    pub procs: BTreeMap<u32, ProcRow>,
+    pub mrs: VecDeque<MrRow>,
+    pub maps: VecDeque<MapRow>,
+    pub cqs: BTreeMap<u64, CqRow>,
+    pub events: VecDeque<Event>,
+    pub pin_ns: Samples,
+    pub wakeup_ns: Samples,
+    // What joins events: pending pins per thread, CQ owners, the verbs call open per
+    // thread, completions waiting for their wakeup per process, the last channel read.
+    pending_pin: HashMap<u32, MrRow>,
+    cq_owner: HashMap<u64, (u32, String)>,
+    /// The CQ each thread's completion handler is running for.
+    handling: HashMap<u32, u64>,
+    open_call: HashMap<u32, String>,
+    waiting: HashMap<u32, VecDeque<(u64, u64)>>,
+    last_read: HashMap<u32, (u64, u64)>,
+}
+
+fn push_row<T>(rows: &mut VecDeque<T>, row: T) {
+    rows.push_back(row);
+    if rows.len() > ROWS {
+        rows.pop_front();
+    }
+}
+
+impl Model {
+    /// An empty model of events from `source`.
+    pub fn new(source: String) -> Self {
+        Model { source, ..Default::default() }
+    }
+
+    pub fn header(&mut self, h: &Header) {
+        self.attached = h.probes.iter().filter(|p| p.attached).count();
+        self.skipped = h.probes.len() - self.attached;
+        self.kernel = h.kernel_release.clone();
+    }
+
+    /// A daemon's state when this viewer joined: what was pinned and mapped before.
+    pub fn seed(&mut self, st: &crate::capture::State) {
+        for p in &st.processes {
+            let row = self.proc(p.pid, &p.comm);
+            row.pinned = p.pinned_bytes;
+            row.memlock_limit = p.memlock_limit;
+            row.mrs_live = p.mrs.len() as u64;
+            row.mrs_total = p.mrs.len() as u64;
+            row.mappings = p.mappings.len() as u64;
+            for m in &p.mrs {
+                push_row(
+                    &mut self.mrs,
+                    MrRow {
+                        pid: p.pid,
+                        comm: p.comm.clone(),
+                        addr: m.addr,
+                        length: m.length,
+                        pages: Some(m.charged / 4096),
+                        live: true,
+                        ..Default::default()
+                    },
+                );
+            }
+            for m in &p.mappings {
+                push_row(
+                    &mut self.maps,
+                    MapRow {
+                        pid: p.pid,
+                        comm: p.comm.clone(),
+                        start: m.start,
+                        end: m.end,
+                        pgoff: m.pgoff,
+                        kind: format!("offset {:#x} (before this viewer joined)", m.pgoff),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+
+    pub fn stats(&mut self, s: &Stats) {
+        self.lost_total = s.sites.iter().flat_map(|c| c.lost.values()).sum();
+    }
+
+    fn proc(&mut self, pid: u32, comm: &str) -> &mut ProcRow {
+        let p = self.procs.entry(pid).or_insert_with(|| ProcRow { pid, ..Default::default() });
+        if !comm.is_empty() && !comm.starts_with("kworker") {
+            p.comm = comm.to_string();
+        }
+        p
+    }
+
+    pub fn event(&mut self, e: &Event) {
+        self.events_total += 1;
+        self.events.push_back(e.clone());
+        if self.events.len() > EVENTS {
+            self.events.pop_front();
+        }
+        if e.path == Path::Verbs {
+            match e.kind {
+                EventKind::Entry => {
+                    self.open_call.insert(e.tid, e.name.clone());
+                }
+                EventKind::Return => {
+                    self.open_call.remove(&e.tid);
+                }
+                _ => {}
+            }
+        }
+        match (e.probe(), e.kind) {
+            (Some(ProbeId::UmemGet), EventKind::Entry) => self.pin_entry(e),
+            (Some(ProbeId::UmemGet), EventKind::Return) => self.pin_return(e),
+            (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => self.keys(e),
+            (Some(ProbeId::UmemRelease), EventKind::Entry) => self.unpin(e),
+            (Some(ProbeId::UverbsMmap), EventKind::Entry) => self.mapping(e),
+            (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
+                if let Some(c) = e.field("cq") {
+                    self.cq_owner.entry(c).or_insert((e.pid, e.comm.clone()));
+                }
+            }
+            (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
+                if let Some(h) = e.field("cq").filter(|h| *h != 0) {
+                    self.cq_owner.insert(h, (e.pid, e.comm.clone()));
+                }
+            }
+            (Some(ProbeId::CompHandler), EventKind::Entry) => self.completion(e),
+            (Some(ProbeId::CompHandler), EventKind::Return) => {
+                // The handler's own time, charged to the CQ it ran for on this thread.
+                if let (Some(l), Some(h)) = (e.latency_ns, self.handling.remove(&e.tid))
+                    && let Some(cq) = self.cqs.get_mut(&h)
+                {
+                    cq.handler_ns.push(l);
+                }
+            }
+            (Some(ProbeId::CompEventRead), EventKind::Return)
+                if e.field("ret").is_some_and(|r| r as i64 > 0) =>
+            {
+                self.wakeup(e)
+            }
+            (Some(ProbeId::IbvGetCqEvent), EventKind::Return) => {
+                if let Some((t, h)) = self.last_read.remove(&e.tid)
+                    && let Some(cq) = self.cqs.get_mut(&h)
+                {
+                    cq.library_ns.push(e.ts_ns.saturating_sub(t));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn pin_entry(&mut self, e: &Event) {
+        let row = MrRow {
+            pid: e.pid,
+            comm: e.comm.clone(),
+            addr: e.field("addr").unwrap_or(0),
+            length: e.field("size").unwrap_or(0),
+            pages: e.field("pages"),
+            access: e.field("access"),
+            memlock_limit: e.field("memlock_limit"),
+            tid: e.tid,
+            ..Default::default()
+        };
+        self.pending_pin.insert(e.tid, row);
+    }
+
+    fn pin_return(&mut self, e: &Event) {
+        let mut row = self.pending_pin.remove(&e.tid).unwrap_or_else(|| MrRow {
+            pid: e.pid,
+            comm: e.comm.clone(),
+            addr: e.field("umem_address").unwrap_or(0),
+            length: e.field("umem_length").unwrap_or(0),
+            tid: e.tid,
+            ..Default::default()
+        });
+        row.latency_ns = e.latency_ns;
+        if let Some(l) = e.latency_ns {
+            self.pin_ns.push(l);
+        }
+        let umem = e.field("umem");
+        match umem.and_then(render::err_ptr) {
+            Some(err) => {
+                row.refused = Some(-err);
+                self.proc(e.pid, &e.comm).refused += 1;
+            }
+            None => {
+                row.umem = umem;
+                row.live = true;
+                row.pages = row.pages.or(e.field("pages"));
+                let charged = row.pages.map(|p| p * 4096).unwrap_or(row.length);
+                let limit = row.memlock_limit;
+                let p = self.proc(e.pid, &e.comm);
+                p.pinned += charged;
+                p.mrs_live += 1;
+                p.mrs_total += 1;
+                p.memlock_limit = limit.or(p.memlock_limit);
+            }
+        }
+        push_row(&mut self.mrs, row);
+    }
+
+    /// The provider's reg_mr returns right after the pin on the same thread: its keys.
+    fn keys(&mut self, e: &Event) {
+        if let Some(row) = self.mrs.iter_mut().rev().find(|r| r.tid == e.tid && r.lkey.is_none()) {
+            row.lkey = e.field("lkey");
+            row.rkey = e.field("rkey");
+        }
+    }
+
+    fn unpin(&mut self, e: &Event) {
+        let Some(u) = e.field("umem") else { return };
+        if let Some(row) = self.mrs.iter_mut().rev().find(|r| r.umem == Some(u) && r.live) {
+            row.live = false;
+            let charged = row.pages.map(|p| p * 4096).unwrap_or(row.length);
+            let pid = row.pid;
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.pinned = p.pinned.saturating_sub(charged);
+                p.mrs_live = p.mrs_live.saturating_sub(1);
+            }
+        }
+    }
+
+    fn mapping(&mut self, e: &Event) {
+        let (start, end) = (e.field("vm_start").unwrap_or(0), e.field("vm_end").unwrap_or(0));
+        let pgoff = e.field("vm_pgoff").unwrap_or(0);
+        let kind = if e.stack.iter().any(|f| f.contains("[mlx5_ib]")) {
+            render::mlx5_pgoff(pgoff)
+        } else if e.stack.iter().any(|f| f.contains("[rdma_rxe]")) {
+            "queue buffer (rxe: the offset is the queue's key)".to_string()
+        } else {
+            format!("offset {pgoff:#x}")
+        };
+        let cache = e.field("vm_page_prot").map(|p| render::text(Render::PgProt, crate::event::Value::U(p)));
+        let call = self.open_call.get(&e.tid).cloned();
+        self.proc(e.pid, &e.comm).mappings += 1;
+        push_row(
+            &mut self.maps,
+            MapRow { pid: e.pid, comm: e.comm.clone(), start, end, pgoff, kind, cache, call },
+        );
+    }
+
+    fn completion(&mut self, e: &Event) {
+        let handle = e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq")).unwrap_or(0);
+        let owner =
+            self.cq_owner.get(&handle).or_else(|| e.field("cq").and_then(|c| self.cq_owner.get(&c))).cloned();
+        let cq = self.cqs.entry(handle).or_insert_with(|| CqRow { handle, ..Default::default() });
+        if let Some((pid, comm)) = &owner {
+            cq.pid = Some(*pid);
+            cq.comm.clone_from(comm);
+        }
+        cq.completions += 1;
+        let ctx = match e.context {
+            Some(ExecContext::Softirq) => "softirq",
+            Some(ExecContext::Kworker) => "kworker",
+            Some(ExecContext::Process) => "process",
+            None => "unknown",
+        };
+        *cq.by_context.entry(ctx.into()).or_default() += 1;
+        let second = e.ts_ns / 1_000_000_000;
+        if cq.per_second.is_empty() {
+            cq.last_second = second;
+            cq.per_second.push_back(0);
+        }
+        while cq.last_second < second {
+            cq.last_second += 1;
+            cq.per_second.push_back(0);
+            if cq.per_second.len() > SECONDS {
+                cq.per_second.pop_front();
+            }
+        }
+        if let Some(last) = cq.per_second.back_mut() {
+            *last += 1;
+        }
+        // The handler's return on this thread is charged to this CQ.
+        self.handling.insert(e.tid, handle);
+        if let Some((pid, _)) = owner {
+            self.waiting.entry(pid).or_default().push_back((e.ts_ns, handle));
+        }
+    }
+
+    fn wakeup(&mut self, e: &Event) {
+        let Some((t, handle)) = self.waiting.get_mut(&e.pid).and_then(|q| q.pop_front()) else { return };
+        let l = e.ts_ns.saturating_sub(t);
+        self.wakeup_ns.push(l);
+        if let Some(cq) = self.cqs.get_mut(&handle) {
+            cq.wakeup_ns.push(l);
+        }
+        self.last_read.insert(e.tid, (e.ts_ns, handle));
+    }
+}

@@ -1,0 +1,77 @@
+//! Every TUI screen rendered from lab captures of both kernels (TestBackend, insta
+//! snapshots): drawing is a pure function of the model and the UI state.
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use rdma_trace::capture::Record;
+use rdma_trace::output::tui::model::Model;
+use rdma_trace::output::tui::screens::{self, Ui};
+use rdma_trace::source::capture::{Reader, open};
+use std::path::Path;
+
+fn model(capture: &str) -> Model {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(capture);
+    let mut m = Model::new(format!("file {capture}"));
+    for r in Reader::new(open(&path).unwrap(), true) {
+        match r.unwrap() {
+            Record::Event(e) => m.event(&e),
+            Record::Header(h) => m.header(&h),
+            _ => {}
+        }
+    }
+    m
+}
+
+fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| screens::draw(f, m, ui)).unwrap();
+    t.backend().to_string()
+}
+
+#[test]
+fn every_screen_of_the_companion_run_at_80x24() {
+    let m = model("companion-7.3.jsonl");
+    for (i, name) in screens::SCREENS.iter().enumerate() {
+        let ui = Ui { screen: i, ..Default::default() };
+        insta::assert_snapshot!(format!("companion-7.3-{name}-80x24"), render(&m, &ui, 80, 24));
+    }
+}
+
+#[test]
+fn every_screen_of_perftest_and_rping_at_120x40() {
+    let m = model("perftest-rping-6.12.jsonl.zst");
+    for (i, name) in screens::SCREENS.iter().enumerate() {
+        let ui = Ui { screen: i, ..Default::default() };
+        insta::assert_snapshot!(format!("perftest-rping-6.12-{name}-120x40"), render(&m, &ui, 120, 40));
+    }
+}
+
+#[test]
+fn a_refused_pin_is_explained_and_help_and_filter_show() {
+    let m = model("memlock-7.3.jsonl");
+    let pinning = render(&m, &Ui { screen: 1, ..Default::default() }, 120, 30);
+    assert!(pinning.contains("REFUSED ENOMEM"), "{pinning}");
+    insta::assert_snapshot!("memlock-7.3-Pinning-120x30", pinning);
+    let help = render(&m, &Ui { help: true, ..Default::default() }, 80, 24);
+    assert!(help.contains("q           quit"), "{help}");
+    let filtered =
+        render(&m, &Ui { screen: 4, filter: "no-such-process".into(), ..Default::default() }, 80, 24);
+    assert!(filtered.contains("events (0 kept"), "{filtered}");
+}
+
+#[test]
+fn the_numbers_on_screen_are_the_storys() {
+    // The same capture through `story` and through the TUI's model.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl");
+    let events = rdma_trace::event::parse_jsonl(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
+    let m = model("companion-7.3.jsonl");
+    for (pid, ps) in story.processes.iter().filter(|(_, p)| p.pins_total > 0) {
+        let row = &m.procs[pid];
+        assert_eq!(row.mrs_total, ps.pins_total, "MRs of {pid}");
+        assert_eq!(row.pinned, ps.pinned_bytes, "pinned now of {pid}");
+    }
+    let story_completions: u64 = story.processes.values().map(|p| p.completions_total).sum();
+    let tui_completions: u64 = m.cqs.values().map(|c| c.completions).sum();
+    assert_eq!(tui_completions, story_completions);
+}
