@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 pub fn run(a: TuiArgs) -> Result<i32> {
     if let Some(file) = &a.file {
-        let (feeder, rx) = tui::channel(format!("file {}", file.display()), true);
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (feeder, rx) = tui::channel(name, true);
         let control = feeder.control.clone();
         let screen = std::thread::spawn(move || tui::screen(rx, control, true));
         let fed = replay(file, feeder);

@@ -2,8 +2,8 @@
 //! from a daemon, or replayed from a capture. The only code that knows ratatui.
 //!
 //! Two threads. The pipeline's thread (whatever feeds events: the tracer, a capture
-//! reader, a daemon connection) owns the `Model` through a `Feeder`, a `Sink`, and sends a
-//! snapshot at most every 33 ms into a channel of one (a newer snapshot replaces an unread
+//! reader, a daemon connection) owns the `Model` through a `Feeder`, a `Sink`, and puts a
+//! snapshot at most every 33 ms into a slot of one (a newer snapshot replaces an unread
 //! one): the event rate never drives redraws, and a slow terminal never slows the pipeline.
 //! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
 //! keys that steer a replay back.
@@ -18,7 +18,7 @@ use model::Model;
 use screens::Ui;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// At most this many frames (and snapshots) a second.
@@ -38,9 +38,12 @@ pub struct Control {
 }
 
 /// The pipeline's side: keeps the model and hands out snapshots.
+/// The latest snapshot, waiting for the screen.
+pub type Slot = Arc<Mutex<Option<Model>>>;
+
 pub struct Feeder {
     pub model: Model,
-    tx: SyncSender<Model>,
+    slot: Slot,
     last_sent: Instant,
     /// Events counted at the start of the current rate window.
     window: (Instant, u64),
@@ -60,8 +63,9 @@ impl Feeder {
             return;
         }
         self.last_sent = now;
-        match self.tx.try_send(self.model.clone()) {
-            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        let snapshot = self.model.clone();
+        if let Ok(mut s) = self.slot.lock() {
+            *s = Some(snapshot);
         }
     }
 
@@ -109,14 +113,14 @@ impl Sink for Feeder {
     }
 }
 
-/// A feeder for `source` and the receiving end for the screen.
-pub fn channel(source: String, replay: bool) -> (Feeder, Receiver<Model>) {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+/// A feeder for `source` and the slot the screen takes snapshots from.
+pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
+    let slot: Slot = Arc::new(Mutex::new(None));
     let control = Arc::new(Control::default());
     control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
     let now = Instant::now();
     let model = Model::new(source);
-    (Feeder { model, tx, last_sent: now - FRAME, window: (now, 0), control }, rx)
+    (Feeder { model, slot: slot.clone(), last_sent: now - FRAME, window: (now, 0), control }, slot)
 }
 
 /// Set by SIGTERM: the screen restores the terminal and quits.
@@ -133,10 +137,9 @@ pub fn restore() {
     execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show).ok();
 }
 
-/// The screen: draws snapshots from `rx` and answers keys until `q` (or SIGTERM, or the
-/// source closing the channel with `exit_on_close`). The terminal is restored on every way
+/// The screen: draws the latest snapshot and answers keys until `q` (or SIGTERM). The terminal is restored on every way
 /// out, a panic included.
-pub fn screen(rx: Receiver<Model>, control: Arc<Control>, replay: bool) -> anyhow::Result<()> {
+pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result<()> {
     use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind};
     use ratatui::crossterm::{execute, terminal};
     let hook = std::panic::take_hook();
@@ -153,7 +156,7 @@ pub fn screen(rx: Receiver<Model>, control: Arc<Control>, replay: bool) -> anyho
     let mut model = Model::default();
     let result = (|| -> anyhow::Result<()> {
         loop {
-            while let Ok(m) = rx.try_recv() {
+            if let Some(m) = slot.lock().ok().and_then(|mut s| s.take()) {
                 model = m;
             }
             ui.paused = control.paused.load(Ordering::Relaxed);

@@ -75,30 +75,24 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
 fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let mut spans = vec![Span::raw(m.source.clone())];
     if let Some((at, of)) = m.position {
-        spans.push(Span::raw(format!(" {at}/{of}")));
-    }
-    spans.push(Span::raw(format!(
-        " │ {} probes, {} skipped │ {} events {:.0}/s │ ",
-        m.attached, m.skipped, m.events_total, m.rate
-    )));
-    let lost = Span::styled(
-        format!("{} lost", m.lost_total),
-        if m.lost_total > 0 {
-            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
-        } else {
-            Style::new()
-        },
-    );
-    spans.push(lost);
-    if ui.paused {
-        spans.push(Span::styled(" │ PAUSED", Style::new().add_modifier(Modifier::BOLD)));
-    }
-    if let Some(s) = ui.speed_x10 {
-        spans.push(Span::raw(format!(" │ ×{}", s as f64 / 10.0)));
+        spans.push(Span::raw(if of > 0 { format!(" {at}/{of}") } else { format!(" @{at}") }));
     }
     if let Some(done) = &m.finished {
-        spans.push(Span::raw(format!(" │ {done}")));
+        spans.push(Span::styled(format!(" ({done})"), Style::new().add_modifier(Modifier::BOLD)));
     }
+    if ui.paused {
+        spans.push(Span::styled(" PAUSED", Style::new().add_modifier(Modifier::BOLD)));
+    }
+    if let Some(s) = ui.speed_x10 {
+        spans.push(Span::raw(format!(" ×{}", s as f64 / 10.0)));
+    }
+    let lost = Span::styled(
+        format!("{} lost", m.lost_total),
+        if m.lost_total > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() },
+    );
+    spans.push(Span::raw(format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate)));
+    spans.push(lost);
+    spans.push(Span::raw(format!(" │ {} probes ({} skipped)", m.attached, m.skipped)));
     if ui.editing_filter || !ui.filter.is_empty() {
         spans.push(Span::raw(format!(" │ /{}", ui.filter)));
     }
