@@ -39,6 +39,7 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("util-linux", "setpriv for unprivileged pinning tests"),
     ("bpftrace", "an independent tracer for side-by-side counts"),
     ("prometheus", "scrapes the daemon's metrics; promtool checks their format"),
+    ("tmux", "drives the live TUI in a terminal in the lab test"),
 ];
 
 /// The bpf-linker release the aya 0.14 line is verified with.
