@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(["-L", "lab-tui"]).args(args).output().expect("tmux (a guest package)");
+    let out =
+        Command::new("tmux").args(["-L", "lab-tui"]).args(args).output().expect("tmux (a guest package)");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -17,8 +17,8 @@ use crate::output::Sink;
 use model::Model;
 use screens::Ui;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// At most this many frames (and snapshots) a second.

@@ -88,7 +88,11 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     }
     let lost = Span::styled(
         format!("{} lost", m.lost_total),
-        if m.lost_total > 0 { Style::new().fg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::new() },
+        if m.lost_total > 0 {
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+        } else {
+            Style::new()
+        },
     );
     spans.push(Span::raw(format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate)));
     spans.push(lost);
