@@ -122,6 +122,10 @@ pub struct DaemonArgs {
     /// The Unix socket subscribers connect to.
     #[arg(long, default_value = crate::serve::socket::DEFAULT_SOCKET, value_name = "PATH")]
     pub socket: PathBuf,
+    /// Also serve the host through this QEMU virtio-serial port (`/dev/virtio-ports/NAME`):
+    /// its one peer is the host, through a socket the host user owns.
+    #[arg(long, value_name = "PATH")]
+    pub virtio_port: Option<PathBuf>,
     /// Also let this uid subscribe (repeatable); the socket is then mode 0666 and the
     /// kernel's peer credentials decide.
     #[arg(long = "allow-uid", value_name = "UID")]

@@ -2,7 +2,8 @@
 //! pipeline (ARCHITECTURE.md):
 //!
 //! `plan` (catalog × this kernel) → `live` (load, attach, run) → `source` (the ring) →
-//! `pipeline` (decode → enrich → correlate) → `output` (text, JSONL, report, summary).
+//! `pipeline` (decode → enrich → correlate) → `output` (text, JSONL, report, summary,
+//! metrics, the TUI); `serve` hands the stream to a daemon's subscribers.
 //! `cmd` holds the subcommands, which do the printing. `event`, `capture` and `steps` are
 //! the record formats everything shares (the tracer's events, the capture stream around
 //! them, the companion's steps);

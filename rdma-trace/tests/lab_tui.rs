@@ -48,7 +48,8 @@ fn lab_tui_live_shows_the_companion_pinning_and_completing() {
     for len in ["1.0M", "64K", "4K"] {
         assert!(pins.lines().any(|l| l.contains(len) && l.contains("rdma-trac")), "{len} MR:\n{pins}");
     }
-    assert!(pins.lines().filter(|l| l.contains("live")).count() == 3, "held: live\n{pins}");
+    let rows = pins.lines().filter(|l| l.contains("rdma-trac") && l.contains("0x")).collect::<Vec<_>>();
+    assert!(rows.len() == 3 && rows.iter().all(|l| l.contains(" live")), "held: live\n{pins}");
     tmux(&["send-keys", "-t", "t", "4"]);
     let comp = wait_screen("completion path of CQ", 60);
     std::fs::write(dir.join("completions.txt"), &comp).unwrap();

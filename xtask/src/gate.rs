@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the one gate, the same locally and in CI.
 
 use crate::util::{self, step};
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 pub fn run(no_lab: bool) -> Result<()> {
     crate::setup::run()?;
@@ -36,5 +36,63 @@ pub fn run(no_lab: bool) -> Result<()> {
         return Ok(());
     }
     step("gate: lab tests (QEMU, every kernel series)");
-    crate::lab::vm_test(crate::lab::VmTestArgs::default())
+    crate::lab::vm_test(crate::lab::VmTestArgs::default())?;
+    demo_in_tmux()
+}
+
+/// The README's first command as a person sees it: `cargo xtask demo` in a terminal (tmux,
+/// 120×32) until a pinning row from the guest is on screen; then `q`: it must exit 0 and
+/// leave the terminal as it found it.
+fn demo_in_tmux() -> Result<()> {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+    step("gate: the demo in a terminal (tmux 120×32): a pinning row from the guest, then q");
+    let dir = util::workspace_root().join("target/lab/demo-gate");
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir)?;
+    let exe = std::env::current_exe()?;
+    let d = dir.display();
+    let script =
+        format!("stty -a > {d}/before; {} demo; echo $? > {d}/code; stty -a > {d}/after; sleep 600", exe.display());
+    let tmux = |args: &[&str]| -> String {
+        let out = Command::new("tmux").args(["-L", "rdma-trace-demo-gate"]).args(args).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    };
+    tmux(&["kill-server"]);
+    tmux(&["new-session", "-d", "-s", "d", "-x", "120", "-y", "32", "sh", "-c", &script]);
+    let result = (|| -> Result<()> {
+        let wait = |what: &str, secs: u64, ok: &dyn Fn(&str) -> bool| -> Result<String> {
+            let t0 = Instant::now();
+            loop {
+                let s = tmux(&["capture-pane", "-p", "-t", "d"]);
+                if ok(&s) {
+                    return Ok(s);
+                }
+                if t0.elapsed() > Duration::from_secs(secs) {
+                    bail!("the demo never showed {what} in {secs} s; the screen:\n{s}");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        };
+        wait("the companion pinning (overview)", 900, &|s| s.contains("rdma-trace-work [") && s.contains(" MRs"))?;
+        tmux(&["send-keys", "-t", "d", "2"]);
+        let rows = wait("an MR row", 120, &|s| s.lines().any(|l| l.contains("rdma-trac") && l.contains("0x")))?;
+        std::fs::write(dir.join("pinning.txt"), rows)?;
+        tmux(&["send-keys", "-t", "d", "q"]);
+        wait("the end of the demo", 300, &|_| dir.join("after").exists())?;
+        std::thread::sleep(Duration::from_millis(300));
+        let code = std::fs::read_to_string(dir.join("code"))?;
+        if code.trim() != "0" {
+            bail!("the demo exited {}", code.trim());
+        }
+        let settings = |f: &str| -> Result<String> {
+            Ok(std::fs::read_to_string(dir.join(f))?.lines().skip(1).collect::<Vec<_>>().join("\n"))
+        };
+        if settings("before")? != settings("after")? {
+            bail!("the terminal's settings changed (stty -a before and after in {d})");
+        }
+        Ok(())
+    })();
+    tmux(&["kill-server"]);
+    result
 }

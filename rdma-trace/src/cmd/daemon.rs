@@ -109,6 +109,11 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     let (joins_tx, joins) = std::sync::mpsc::channel();
     let (refusals_tx, refusals) = std::sync::mpsc::channel();
     let socket = listener.path().to_path_buf();
+    if let Some(port) = &a.virtio_port {
+        crate::serve::virtio::serve(port, joins_tx.clone(), refusals_tx.clone())
+            .with_context(|| format!("opening {}", port.display()))?;
+        eprintln!("rdma-trace daemon: serving the host on {}", port.display());
+    }
     listener.serve(joins_tx, refusals_tx);
     let file = match &a.output {
         Some(p) => {

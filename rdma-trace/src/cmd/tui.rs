@@ -11,6 +11,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// How long `--connect` keeps trying a daemon that is not there yet.
+const CONNECT_FOR: Duration = Duration::from_secs(600);
+
 pub fn run(a: TuiArgs) -> Result<i32> {
     if let Some(file) = &a.file {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -24,17 +27,30 @@ pub fn run(a: TuiArgs) -> Result<i32> {
         return Ok(0);
     }
     if let Some(socket) = &a.connect {
-        let input = match crate::serve::client::connect(socket, crate::serve::Want::Both) {
-            Ok(i) => i,
-            Err(why) => {
-                eprintln!("rdma-trace: {why}");
-                return Ok(2);
-            }
-        };
-        let (feeder, rx) = tui::channel(format!("daemon {}", socket.display()), false);
+        let (mut feeder, rx) = tui::channel(format!("daemon {}", socket.display()), false);
         let control = feeder.control.clone();
-        // The stream blocks on the socket: the screen's `q` ends the process.
-        std::thread::spawn(move || follow(Reader::new(input, false), feeder));
+        let socket = socket.clone();
+        // The screen opens at once; the daemon may still be starting (a lab guest booting):
+        // the connection is retried for a while, and said on the status line.
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let input = loop {
+                match crate::serve::client::connect(&socket, crate::serve::Want::Both) {
+                    Ok(i) => break i,
+                    Err(why) if t0.elapsed() > CONNECT_FOR || why.starts_with("rdma-trace daemon:") => {
+                        feeder.finished(why);
+                        return;
+                    }
+                    Err(_) => {
+                        feeder.model.finished = Some("waiting for the daemon…".into());
+                        feeder.offer(true);
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                }
+            };
+            feeder.model.finished = None;
+            follow(Reader::new(input, false), feeder)
+        });
         tui::screen(rx, control, false)?;
         return Ok(0);
     }

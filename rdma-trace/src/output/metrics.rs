@@ -38,46 +38,7 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
 pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> String {
     let mut out = String::new();
     let ps: Vec<&ProcessStory> = processes.values().filter(|p| !p.comm.starts_with("kworker")).collect();
-    let per_process =
-        |out: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(&ProcessStory) -> Option<u64>| {
-            family(out, name, kind, help);
-            for p in &ps {
-                if let Some(x) = v(p) {
-                    writeln!(out, "{name}{{{}}} {x}", proc_labels(p)).ok();
-                }
-            }
-        };
-    per_process(
-        &mut out,
-        "rdma_trace_pinned_bytes",
-        "gauge",
-        "Bytes pinned now by live MRs (whole pages).",
-        &|p| Some(p.pinned_bytes),
-    );
-    per_process(&mut out, "rdma_trace_pinned_peak_bytes", "gauge", "Most bytes pinned at once.", &|p| {
-        Some(p.pinned_peak_bytes)
-    });
-    per_process(
-        &mut out,
-        "rdma_trace_memlock_limit_bytes",
-        "gauge",
-        "RLIMIT_MEMLOCK the pins are charged against (absent when unlimited or unknown).",
-        &|p| p.memlock_limit.filter(|&l| l != u64::MAX),
-    );
-    per_process(
-        &mut out,
-        "rdma_trace_mr_registrations_total",
-        "counter",
-        "Memory pins the kernel made.",
-        &|p| Some(p.pins_total),
-    );
-    per_process(
-        &mut out,
-        "rdma_trace_mr_refusals_total",
-        "counter",
-        "Memory pins the kernel refused (e.g. over RLIMIT_MEMLOCK).",
-        &|p| Some(p.failed_pins_total),
-    );
+    gauges(&mut out, &ps);
     family(
         &mut out,
         "rdma_trace_completions_total",
@@ -86,13 +47,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
     );
     for p in &ps {
         for (ctx, n) in &p.completions_by_context {
-            writeln!(
-                out,
-                "rdma_trace_completions_total{{{},context=\"{}\"}} {n}",
-                proc_labels(p),
-                label(ctx)
-            )
-            .ok();
+            writeln!(out, "rdma_trace_completions_total{{{},context=\"{}\"}} {n}", proc_labels(p), label(ctx)).ok();
         }
     }
     family(&mut out, "rdma_trace_pin_latency_seconds", "histogram", "Time the umem function took to pin.");
@@ -108,12 +63,47 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
     for p in &ps {
         histogram(&mut out, "rdma_trace_wakeup_latency_seconds", &proc_labels(p), &p.wakeup_latency);
     }
-    family(&mut out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
-    for s in sites {
-        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered)
-            .ok();
+    accounting(&mut out, sites);
+    out
+}
+
+/// One value per process, for each per-process family.
+fn gauges(out: &mut String, ps: &[&ProcessStory]) {
+    type Value = fn(&ProcessStory) -> Option<u64>;
+    let families: [(&str, &str, &str, Value); 5] = [
+        ("rdma_trace_pinned_bytes", "gauge", "Bytes pinned now by live MRs (whole pages).", |p| Some(p.pinned_bytes)),
+        ("rdma_trace_pinned_peak_bytes", "gauge", "Most bytes pinned at once.", |p| Some(p.pinned_peak_bytes)),
+        (
+            "rdma_trace_memlock_limit_bytes",
+            "gauge",
+            "RLIMIT_MEMLOCK the pins are charged against (absent when unlimited or unknown).",
+            |p| p.memlock_limit.filter(|&l| l != u64::MAX),
+        ),
+        ("rdma_trace_mr_registrations_total", "counter", "Memory pins the kernel made.", |p| Some(p.pins_total)),
+        (
+            "rdma_trace_mr_refusals_total",
+            "counter",
+            "Memory pins the kernel refused (e.g. over RLIMIT_MEMLOCK).",
+            |p| Some(p.failed_pins_total),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        family(out, name, kind, help);
+        for p in ps {
+            if let Some(x) = value(p) {
+                writeln!(out, "{name}{{{}}} {x}", proc_labels(p)).ok();
+            }
+        }
     }
-    family(&mut out, "rdma_trace_events_lost_total", "counter", "Events lost, per probe and reason.");
+}
+
+/// Per probe: delivered, and lost by reason.
+fn accounting(out: &mut String, sites: &[SiteCount]) {
+    family(out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
+    for s in sites {
+        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered).ok();
+    }
+    family(out, "rdma_trace_events_lost_total", "counter", "Events lost, per probe and reason.");
     for s in sites {
         for (reason, n) in &s.lost {
             writeln!(
@@ -125,7 +115,6 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
             .ok();
         }
     }
-    out
 }
 
 /// Serves `text()` over HTTP on `addr` (any path, GET): a thread per connection, the

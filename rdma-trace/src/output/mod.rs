@@ -1,5 +1,5 @@
 //! Where events and accounts go: a human text stream, a capture stream (JSON Lines, format
-//! v1), the story report, the run's summary.
+//! v1), the story report, the run's summary, Prometheus metrics, the TUI.
 
 pub mod jsonl;
 pub mod metrics;

@@ -48,10 +48,13 @@ mod tests {
     use super::*;
 
     fn bare() -> Event {
-        serde_json::from_str(
-            r#"{"v":0,"ts_ns":1,"kind":"return","name":"umem_get","path":"pin","pid":1,"tid":1,"comm":"x","cpu":0}"#,
-        )
-        .unwrap()
+        let line = [
+            r#"{"v":0,"ts_ns":1,"kind":"return","name":""#,
+            &crate::event::ProbeId::UmemGet.to_string(),
+            r#"","path":"pin","pid":1,"tid":1,"comm":"x","cpu":0}"#,
+        ]
+        .concat();
+        serde_json::from_str(&line).unwrap()
     }
 
     #[test]

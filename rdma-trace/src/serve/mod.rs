@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod socket;
+pub mod virtio;
 
 use crate::capture::{Header, Loss, Stats, Trailer};
 use crate::event::Event;

@@ -89,9 +89,12 @@ pub struct DemoArgs {
     /// Kernel series to boot [default: trixie-backports, the newest].
     #[arg(long, value_enum, value_name = "SERIES")]
     pub kernel: Option<Series>,
-    /// Timeout of the boot, in seconds [default: 900].
+    /// Timeout of the boot, in seconds [default: 900] (the text demo).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// The text stream on the console instead of the TUI (what runs without a terminal).
+    #[arg(long)]
+    pub text: bool,
 }
 
 /// A kernel ready to boot.
@@ -145,6 +148,12 @@ pub enum Mode<'a> {
 
 /// Boots `g` once. Returns the script's exit code (None for the shell).
 pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
+    run_guest_with(g, mode, &qemu::Extras::default())
+}
+
+/// `run_guest` with a virtio port, the console off the terminal, or a stop from the host
+/// (a guest stopped by the host reports exit 0).
+pub fn run_guest_with(g: &Guest, mode: Mode, extras: &qemu::Extras) -> Result<Option<i32>> {
     let share = share_dir();
     let id = format!("{}-{}", g.series.name(), std::process::id());
     let run = share.join("run").join(&id);
@@ -181,6 +190,7 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
         interactive,
         timeout,
         console_log: log.clone(),
+        extras,
     };
     let mut res = qemu::boot(&boot);
     if let Err(e) = &res
@@ -205,6 +215,9 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
     }
     if interactive {
         return Ok(None);
+    }
+    if extras.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+        return Ok(Some(0));
     }
     match rc.as_deref().map(str::trim) {
         None => bail!("the guest reported no exit code (see the console above)"),

@@ -29,6 +29,19 @@ pub struct Boot<'a> {
     pub timeout: Duration,
     /// Where the console is saved (non-interactive boots).
     pub console_log: Option<PathBuf>,
+    pub extras: &'a Extras,
+}
+
+/// What only some boots need.
+#[derive(Default)]
+pub struct Extras {
+    /// A virtio-serial port `rdma-trace` in the guest (`/dev/virtio-ports/rdma-trace`),
+    /// whose host side is this Unix socket (QEMU listens; the host user owns it).
+    pub virtio_socket: Option<PathBuf>,
+    /// Keep the console off the terminal (saved to the log only): something else owns it.
+    pub console_off_terminal: bool,
+    /// Set by the host to power the guest off (the boot then counts as a success).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 pub struct Outcome {
@@ -87,6 +100,11 @@ fn command(b: &Boot) -> (Command, &'static str) {
     c.arg("-append").arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
     c.arg("-virtfs")
         .arg(format!("local,path={},mount_tag=host0,security_model=none,id=host0", b.share.display()));
+    if let Some(sock) = &b.extras.virtio_socket {
+        c.args(["-device", "virtio-serial-pci", "-chardev"])
+            .arg(format!("socket,id=rt0,path={},server=on,wait=off", sock.display()))
+            .args(["-device", "virtserialport,chardev=rt0,name=rdma-trace"]);
+    }
     (c, name)
 }
 
@@ -144,9 +162,11 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(chunk) => {
                 last_output = Instant::now();
-                let mut o = stdout.lock();
-                o.write_all(&chunk).ok();
-                o.flush().ok();
+                if !b.extras.console_off_terminal {
+                    let mut o = stdout.lock();
+                    o.write_all(&chunk).ok();
+                    o.flush().ok();
+                }
                 if let Some(f) = log.as_mut() {
                     f.write_all(&chunk).ok();
                 }
@@ -178,6 +198,12 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let now = Instant::now();
+        if b.extras.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+            child.kill().ok();
+            child.wait().ok();
+            reader.join().ok();
+            return Ok(Outcome { elapsed: start.elapsed(), oopses });
+        }
         if panic_ended || panic_at.is_some_and(|t| now - t > Duration::from_secs(5)) {
             break Some("the guest kernel panicked".to_string());
         }
@@ -190,7 +216,10 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         if now - start > b.timeout {
             break Some(format!("the boot timed out after {} s", b.timeout.as_secs()));
         }
-        if now - last_output > Duration::from_secs(15) && now - last_note > Duration::from_secs(15) {
+        if !b.extras.console_off_terminal
+            && now - last_output > Duration::from_secs(15)
+            && now - last_note > Duration::from_secs(15)
+        {
             last_note = now;
             eprintln!("[xtask] guest running, {} s elapsed", (now - start).as_secs());
         }

@@ -140,7 +140,7 @@ pub fn restore() {
 /// The screen: draws the latest snapshot and answers keys until `q` (or SIGTERM). The terminal is restored on every way
 /// out, a panic included.
 pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result<()> {
-    use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind};
+    use ratatui::crossterm::event::{self, Event as Input, KeyEventKind};
     use ratatui::crossterm::{execute, terminal};
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -171,54 +171,59 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
             if k.kind != KeyEventKind::Press {
                 continue;
             }
-            if ui.editing_filter {
-                match k.code {
-                    KeyCode::Enter | KeyCode::Esc => ui.editing_filter = false,
-                    KeyCode::Backspace => {
-                        ui.filter.pop();
-                    }
-                    KeyCode::Char(c) => ui.filter.push(c),
-                    _ => {}
-                }
-                continue;
-            }
-            let n = screens::SCREENS.len();
-            match k.code {
-                KeyCode::Char('q') => return Ok(()),
-                KeyCode::Tab => (ui.screen, ui.selected) = ((ui.screen + 1) % n, 0),
-                KeyCode::BackTab => (ui.screen, ui.selected) = ((ui.screen + n - 1) % n, 0),
-                KeyCode::Char(c @ '1'..='5') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
-                KeyCode::Down | KeyCode::Char('j') => ui.selected += 1,
-                KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
-                KeyCode::Char('/') => {
-                    ui.filter.clear();
-                    ui.editing_filter = true;
-                }
-                KeyCode::Esc => ui.filter.clear(),
-                KeyCode::Char('?') => ui.help = !ui.help,
-                KeyCode::Char(' ') => {
-                    control.paused.fetch_xor(true, Ordering::Relaxed);
-                }
-                KeyCode::Char('n') => {
-                    control.steps.fetch_add(1, Ordering::Relaxed);
-                }
-                KeyCode::Char('+') if replay => {
-                    let s = (control.speed_x10.load(Ordering::Relaxed) * 2).min(1000);
-                    control.speed_x10.store(s, Ordering::Relaxed);
-                    ui.speed_x10 = Some(s);
-                }
-                KeyCode::Char('-') if replay => {
-                    let s = (control.speed_x10.load(Ordering::Relaxed) / 2).max(1);
-                    control.speed_x10.store(s, Ordering::Relaxed);
-                    ui.speed_x10 = Some(s);
-                }
-                KeyCode::Char('g') => control.restart.store(true, Ordering::Relaxed),
-                KeyCode::Char('G') => control.to_end.store(true, Ordering::Relaxed),
-                _ => {}
+            if key(k.code, &mut ui, &control, replay) {
+                return Ok(());
             }
         }
     })();
     control.quit.store(true, Ordering::Relaxed);
     restore();
     result
+}
+
+/// One key: what it changes; true for `q`.
+fn key(code: ratatui::crossterm::event::KeyCode, ui: &mut Ui, control: &Control, replay: bool) -> bool {
+    use ratatui::crossterm::event::KeyCode;
+    if ui.editing_filter {
+        match code {
+            KeyCode::Enter | KeyCode::Esc => ui.editing_filter = false,
+            KeyCode::Backspace => {
+                ui.filter.pop();
+            }
+            KeyCode::Char(c) => ui.filter.push(c),
+            _ => {}
+        }
+        return false;
+    }
+    let n = screens::SCREENS.len();
+    match code {
+        KeyCode::Char('q') => return true,
+        KeyCode::Tab => (ui.screen, ui.selected) = ((ui.screen + 1) % n, 0),
+        KeyCode::BackTab => (ui.screen, ui.selected) = ((ui.screen + n - 1) % n, 0),
+        KeyCode::Char(c @ '1'..='5') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
+        KeyCode::Down | KeyCode::Char('j') => ui.selected += 1,
+        KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
+        KeyCode::Char('/') => {
+            ui.filter.clear();
+            ui.editing_filter = true;
+        }
+        KeyCode::Esc => ui.filter.clear(),
+        KeyCode::Char('?') => ui.help = !ui.help,
+        KeyCode::Char(' ') => {
+            control.paused.fetch_xor(true, Ordering::Relaxed);
+        }
+        KeyCode::Char('n') => {
+            control.steps.fetch_add(1, Ordering::Relaxed);
+        }
+        KeyCode::Char(c @ ('+' | '-')) if replay => {
+            let now = control.speed_x10.load(Ordering::Relaxed);
+            let s = if c == '+' { (now * 2).min(1000) } else { (now / 2).max(1) };
+            control.speed_x10.store(s, Ordering::Relaxed);
+            ui.speed_x10 = Some(s);
+        }
+        KeyCode::Char('g') => control.restart.store(true, Ordering::Relaxed),
+        KeyCode::Char('G') => control.to_end.store(true, Ordering::Relaxed),
+        _ => {}
+    }
+    false
 }

@@ -106,7 +106,13 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 
 fn overview(f: &mut Frame, area: Rect, m: &Model) {
     let [pin, map, comp] = Layout::horizontal([Constraint::Ratio(1, 3); 3]).areas(area);
-    // Pinning: a gauge per process (pinned against its memlock limit), then pin latency.
+    overview_pinning(f, pin, m);
+    overview_mmap(f, map, m);
+    overview_completions(f, comp, m);
+}
+
+/// A gauge per process (pinned against its memlock limit), then pin latency.
+fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let block = Block::bordered().title("Pinning");
     let inner = block.inner(pin);
     f.render_widget(block, pin);
@@ -147,8 +153,10 @@ fn overview(f: &mut Frame, area: Rect, m: &Model) {
     f.render_widget(Paragraph::new(format!("pin latency {}", p50_p99(&m.pin_ns))), parts[n]);
     let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
     f.render_widget(Sparkline::default().data(&spark), parts[n + 1]);
+}
 
-    // Mmap: mappings per process and what they map.
+/// Mappings per process and what they map.
+fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
     let mut lines = Vec::new();
     for p in m.procs.values().filter(|p| p.mappings > 0) {
         lines.push(Line::from(format!(
