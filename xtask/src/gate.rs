@@ -52,8 +52,10 @@ fn demo_in_tmux() -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let exe = std::env::current_exe()?;
     let d = dir.display();
-    let script =
-        format!("stty -a > {d}/before; {} demo; echo $? > {d}/code; stty -a > {d}/after; sleep 600", exe.display());
+    let script = format!(
+        "stty -a > {d}/before; {} demo; echo $? > {d}/code; stty -a > {d}/after; sleep 600",
+        exe.display()
+    );
     let tmux = |args: &[&str]| -> String {
         let out = Command::new("tmux").args(["-L", "rdma-trace-demo-gate"]).args(args).output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
@@ -74,9 +76,12 @@ fn demo_in_tmux() -> Result<()> {
                 std::thread::sleep(Duration::from_millis(500));
             }
         };
-        wait("the companion pinning (overview)", 900, &|s| s.contains("rdma-trace-work [") && s.contains(" MRs"))?;
+        wait("the companion pinning (overview)", 900, &|s| {
+            s.contains("rdma-trace-work [") && s.contains(" MRs")
+        })?;
         tmux(&["send-keys", "-t", "d", "2"]);
-        let rows = wait("an MR row", 120, &|s| s.lines().any(|l| l.contains("rdma-trac") && l.contains("0x")))?;
+        let rows =
+            wait("an MR row", 120, &|s| s.lines().any(|l| l.contains("rdma-trac") && l.contains("0x")))?;
         std::fs::write(dir.join("pinning.txt"), rows)?;
         tmux(&["send-keys", "-t", "d", "q"]);
         wait("the end of the demo", 300, &|_| dir.join("after").exists())?;

@@ -253,7 +253,10 @@ fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
     for n in reader.report.notes() {
         eprintln!("rdma-trace: {}: {n}", socket.display());
     }
-    eprintln!("rdma-trace: {}", stopped.as_deref().unwrap_or("the daemon's stream ended without its trailer"));
+    eprintln!(
+        "rdma-trace: {}",
+        stopped.as_deref().unwrap_or("the daemon's stream ended without its trailer")
+    );
     if let Some(StorySink(live)) = story {
         let (st, kept, steps) = live.finish();
         print!("{}", crate::output::report::text(&st, &kept, &steps));

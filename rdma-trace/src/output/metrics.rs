@@ -47,7 +47,13 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
     );
     for p in &ps {
         for (ctx, n) in &p.completions_by_context {
-            writeln!(out, "rdma_trace_completions_total{{{},context=\"{}\"}} {n}", proc_labels(p), label(ctx)).ok();
+            writeln!(
+                out,
+                "rdma_trace_completions_total{{{},context=\"{}\"}} {n}",
+                proc_labels(p),
+                label(ctx)
+            )
+            .ok();
         }
     }
     family(&mut out, "rdma_trace_pin_latency_seconds", "histogram", "Time the umem function took to pin.");
@@ -71,15 +77,21 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
 fn gauges(out: &mut String, ps: &[&ProcessStory]) {
     type Value = fn(&ProcessStory) -> Option<u64>;
     let families: [(&str, &str, &str, Value); 5] = [
-        ("rdma_trace_pinned_bytes", "gauge", "Bytes pinned now by live MRs (whole pages).", |p| Some(p.pinned_bytes)),
-        ("rdma_trace_pinned_peak_bytes", "gauge", "Most bytes pinned at once.", |p| Some(p.pinned_peak_bytes)),
+        ("rdma_trace_pinned_bytes", "gauge", "Bytes pinned now by live MRs (whole pages).", |p| {
+            Some(p.pinned_bytes)
+        }),
+        ("rdma_trace_pinned_peak_bytes", "gauge", "Most bytes pinned at once.", |p| {
+            Some(p.pinned_peak_bytes)
+        }),
         (
             "rdma_trace_memlock_limit_bytes",
             "gauge",
             "RLIMIT_MEMLOCK the pins are charged against (absent when unlimited or unknown).",
             |p| p.memlock_limit.filter(|&l| l != u64::MAX),
         ),
-        ("rdma_trace_mr_registrations_total", "counter", "Memory pins the kernel made.", |p| Some(p.pins_total)),
+        ("rdma_trace_mr_registrations_total", "counter", "Memory pins the kernel made.", |p| {
+            Some(p.pins_total)
+        }),
         (
             "rdma_trace_mr_refusals_total",
             "counter",
@@ -101,7 +113,8 @@ fn gauges(out: &mut String, ps: &[&ProcessStory]) {
 fn accounting(out: &mut String, sites: &[SiteCount]) {
     family(out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
     for s in sites {
-        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered).ok();
+        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered)
+            .ok();
     }
     family(out, "rdma_trace_events_lost_total", "counter", "Events lost, per probe and reason.");
     for s in sites {

@@ -36,12 +36,18 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     let socket = super::share_dir().join("demo.sock");
     std::fs::remove_file(&socket).ok();
     let stop = Arc::new(AtomicBool::new(false));
-    let extras = Extras { virtio_socket: Some(socket.clone()), console_off_terminal: true, stop: Some(stop.clone()) };
+    let extras =
+        Extras { virtio_socket: Some(socket.clone()), console_off_terminal: true, stop: Some(stop.clone()) };
     let log = super::out_dir(series).join("demo.console.log");
     step(&format!("demo: the guest's console goes to {}", log.display()));
     let guest = guests.into_iter().next().context("a guest")?;
     let booted = std::thread::spawn(move || {
-        let mode = Mode::Script { script: DEMO_TUI_SH, files: &[], timeout: Duration::from_secs(24 * 3600), log: "demo.console.log" };
+        let mode = Mode::Script {
+            script: DEMO_TUI_SH,
+            files: &[],
+            timeout: Duration::from_secs(24 * 3600),
+            log: "demo.console.log",
+        };
         super::run_guest_with(&guest, mode, &extras)
     });
     // The TUI takes the terminal once QEMU is up (its own messages are printed by then).

@@ -177,8 +177,10 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
         Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title("Mmap")),
         map,
     );
+}
 
-    // Completions: per CQ a rate sparkline, the context, wakeup latency.
+/// Per CQ a rate sparkline, the context, wakeup latency.
+fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     let block = Block::bordered().title("Completions");
     let inner = block.inner(comp);
     f.render_widget(block, comp);
