@@ -34,6 +34,8 @@ pub fn run(a: TuiArgs) -> Result<i32> {
         // the connection is retried for a while, and said on the status line.
         std::thread::spawn(move || {
             let t0 = Instant::now();
+            feeder.model.finished = Some("connecting…".into());
+            feeder.offer(true);
             let input = loop {
                 match crate::serve::client::connect(&socket, crate::serve::Want::Both) {
                     Ok(i) => break i,

@@ -61,11 +61,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let tui = std::process::Command::new(&bin)
-        .args(["tui", "--connect"])
-        .arg(&socket)
-        .status()
-        .context("starting the TUI");
+    let tui = watch_tui(&bin, &socket, &booted);
     stop.store(true, Ordering::Relaxed);
     let guest = booted.join().map_err(|_| anyhow::anyhow!("the guest thread panicked"))?;
     let tui = tui?;
@@ -76,4 +72,31 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     }
     step(&format!("demo: done; the guest's console is in {}", log.display()));
     Ok(())
+}
+
+/// Runs the TUI on the host until it quits; if the guest stops first (its script failed),
+/// the TUI is told to end (SIGTERM: it restores the terminal) and the guest's failure is
+/// what the demo reports.
+fn watch_tui(
+    bin: &std::path::Path,
+    socket: &std::path::Path,
+    booted: &std::thread::JoinHandle<Result<Option<i32>>>,
+) -> Result<std::process::ExitStatus> {
+    let mut child = std::process::Command::new(bin)
+        .args(["tui", "--connect"])
+        .arg(socket)
+        .spawn()
+        .context("starting the TUI")?;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(st);
+        }
+        if booted.is_finished() {
+            // SAFETY: kill(2) of our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let st = child.wait()?;
+            bail!("the guest stopped before the TUI was quit ({st}); see the console log");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
