@@ -7,7 +7,7 @@ use crate::capture::{Loss, Stats, Trailer};
 use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::live::trace::{NotPrivileged, TraceOptions, Tracer};
+use crate::live::trace::TraceOptions;
 use crate::output::{Sink, jsonl::Jsonl};
 use crate::serve::socket::Listener;
 use crate::serve::{Broadcaster, ServeNotice};
@@ -93,16 +93,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         watch_verbs_users: true,
         command_log: None,
     };
-    let tracer = match Tracer::start(opts, &mut print_notice) {
-        Ok(t) => t,
-        Err(e) => match e.downcast_ref::<NotPrivileged>() {
-            Some(NotPrivileged(msg)) => {
-                eprintln!("{msg}");
-                return Ok(2);
-            }
-            None => return Err(e),
-        },
-    };
+    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
     let listener = Listener::bind(&a.socket, &a.allow_uids)
         .with_context(|| format!("listening on {}", a.socket.display()))?;
     eprintln!("rdma-trace daemon: serving on {} (SIGINT or SIGTERM stops)", listener.path().display());

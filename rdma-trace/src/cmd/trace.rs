@@ -5,7 +5,7 @@ use crate::capture::{Loss, Stats, Trailer};
 use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::live::trace::{Finished, NotPrivileged, Notice, TraceOptions, Tracer};
+use crate::live::trace::{Finished, Notice, TraceOptions, Tracer};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
 use crate::pipeline::correlate::live::{Limits, Live, StorySink};
@@ -191,16 +191,7 @@ pub fn run(a: TraceArgs) -> Result<i32> {
         return connected(&a, socket);
     }
     let opts = options(&a)?;
-    let tracer = match Tracer::start(opts, &mut print_notice) {
-        Ok(t) => t,
-        Err(e) => match e.downcast_ref::<NotPrivileged>() {
-            Some(NotPrivileged(msg)) => {
-                eprintln!("{msg}");
-                return Ok(2);
-            }
-            None => return Err(e),
-        },
-    };
+    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
     let mut out = Outputs::open(&a, &tracer)?;
     let finished = tracer.run(&mut print_notice, &mut out)?;
     // After a failed write only the summary is still worth trying for.

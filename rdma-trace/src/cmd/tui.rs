@@ -189,7 +189,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
 /// Tracing here: the tracer starts (its notices printed before the screen opens), runs on
 /// this thread into the model, and stops when the screen quits.
 fn live(a: TuiArgs) -> Result<i32> {
-    use crate::live::trace::{NotPrivileged, TraceOptions, Tracer};
+    use crate::live::trace::TraceOptions;
     let log = std::env::temp_dir().join(format!("rdma-trace-tui-{}.log", std::process::id()));
     let opts = TraceOptions {
         probes: a.probes.clone(),
@@ -201,16 +201,7 @@ fn live(a: TuiArgs) -> Result<i32> {
         watch_verbs_users: false,
         command_log: (!a.command.is_empty()).then(|| log.clone()),
     };
-    let tracer = match Tracer::start(opts, &mut super::trace::print_notice) {
-        Ok(t) => t,
-        Err(e) => match e.downcast_ref::<NotPrivileged>() {
-            Some(NotPrivileged(msg)) => {
-                eprintln!("{msg}");
-                return Ok(2);
-            }
-            None => return Err(e),
-        },
-    };
+    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
     let (mut feeder, rx) = tui::channel("live".into(), false);
     feeder.header(&tracer.header());
     let control = feeder.control.clone();
