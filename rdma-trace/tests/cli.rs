@@ -1,5 +1,6 @@
 //! The command line as a user types it.
 
+use std::path::Path;
 use std::process::Command;
 
 fn bin() -> &'static str {
@@ -292,4 +293,22 @@ fn connecting_needs_no_privileges_and_says_when_no_daemon_listens() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("cannot connect to the daemon at /tmp/rdma-trace-no-such.sock"), "{err}");
+}
+
+#[test]
+fn follow_refuses_a_compressed_capture_with_a_reason() {
+    let dir = temp_dir("follow-zst");
+    let zst = dir.join("run.jsonl.zst");
+    let st = Command::new("zstd")
+        .args(["-q", "-f", "-o"])
+        .arg(&zst)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/memlock-7.3.jsonl"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = Command::new(bin()).args(["replay", "--follow"]).arg(&zst).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--follow reads plain captures"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -27,9 +27,12 @@ pub fn run(a: &FuzzArgs) -> Result<()> {
         .arg(root.join("fuzz/seeds/reader"))
         .arg("--")
         .arg(format!("-max_total_time={}", a.seconds))
-        // Bounded memory is part of what is tested: a reader that buffers without limit
-        // fails here.
-        .arg("-rss_limit_mb=512")
+        // Bounded memory is part of what is tested: no single allocation may pass 256 MiB
+        // (the reader's longest line is 1 MiB; zstd's decoder window is at most 128 MiB),
+        // and the whole process (ASan's shadow and quarantine and the growing corpus
+        // included, ~300–500 MB) stays under 1 GiB.
+        .arg("-malloc_limit_mb=256")
+        .arg("-rss_limit_mb=1024")
         .arg("-max_len=262144")
         .arg("-print_final_stats=1");
     util::run(&mut c)

@@ -12,7 +12,7 @@ pub const MAX_LINE: usize = 1 << 20;
 /// How often `--follow` looks for more at the end of the input.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 /// The zstd frame magic: a compressed capture is recognised by its content.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Damaged lines described one by one (the rest are only counted).
 const DESCRIBED: usize = 10;
 
