@@ -207,6 +207,19 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     }
 }
 
+/// A table with a bold header, the selected row reversed, in a titled box.
+fn table<'a, const N: usize>(
+    rows: Vec<Row<'a>>,
+    widths: [Constraint; N],
+    header: [&'a str; N],
+    title: impl Into<Line<'a>>,
+) -> Table<'a> {
+    Table::new(rows, widths)
+        .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+        .block(Block::bordered().title(title))
+}
+
 fn table_state(ui: &Ui, len: usize) -> TableState {
     TableState::default().with_selected(if len == 0 { None } else { Some(ui.selected.min(len - 1)) })
 }
@@ -262,7 +275,7 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     let n = rows.len();
-    let t = Table::new(
+    let t = table(
         rows,
         [
             Constraint::Length(18),
@@ -275,13 +288,9 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             Constraint::Length(7),
             Constraint::Min(5),
         ],
-    )
-    .header(
-        Row::new(["process", "addr", "len", "pages", "access", "pin", "lkey", "rkey", "state"])
-            .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
-    .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-    .block(Block::bordered().title(format!("MRs ({n}, newest first)")));
+        ["process", "addr", "len", "pages", "access", "pin", "lkey", "rkey", "state"],
+        format!("MRs ({n}, newest first)"),
+    );
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
 }
 
@@ -303,7 +312,7 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     let n = rows.len();
-    let t = Table::new(
+    let t = table(
         rows,
         [
             Constraint::Length(18),
@@ -313,13 +322,9 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             Constraint::Length(14),
             Constraint::Length(16),
         ],
-    )
-    .header(
-        Row::new(["process", "start", "size", "maps", "cache", "made by"])
-            .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
-    .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-    .block(Block::bordered().title(format!("uverbs mappings ({n})")));
+        ["process", "start", "size", "maps", "cache", "made by"],
+        format!("uverbs mappings ({n})"),
+    );
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
 }
 
@@ -348,7 +353,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     let n = rows.len();
-    let t = Table::new(
+    let t = table(
         rows,
         [
             Constraint::Length(16),
@@ -358,13 +363,9 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             Constraint::Length(8),
             Constraint::Length(8),
         ],
-    )
-    .header(
-        Row::new(["CQ", "owner", "events", "ran in", "wake p50", "p99"])
-            .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
-    .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-    .block(Block::bordered().title("CQs"));
+        ["CQ", "owner", "events", "ran in", "wake p50", "p99"],
+        "CQs",
+    );
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(c) = cqs.get(ui.selected.min(n.saturating_sub(1))) else {
         f.render_widget(Paragraph::new("no completion events yet").block(Block::bordered()), chain);
