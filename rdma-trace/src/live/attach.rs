@@ -33,8 +33,12 @@ pub enum AttachError {
 /// A loaded object, ready to attach.
 pub struct Loaded {
     /// Kernel probe links by counter site, kept to ask the kernel for their missed counts
-    /// (entries through aya, returns placed through tracefs). Dropped before `ebpf`.
-    entry_links: Vec<(usize, aya::programs::links::FdLink)>,
+    /// (entries through aya, returns placed through tracefs). Dropped before `ebpf`. Each
+    /// entry link's fd, opened by id once at attach (aya does not lend its own), is what
+    /// the missed count is read through every stats tick.
+    entry_links: Vec<(usize, aya::programs::links::FdLink, Option<std::os::fd::OwnedFd>)>,
+    /// The kernel reports kprobe misses per link (6.7+), checked once.
+    missed_reported: bool,
     returns: Vec<(usize, ReturnProbe)>,
     /// Instances per return probe (`r<N>:`).
     pub return_instances: u32,
@@ -115,6 +119,7 @@ impl Loaded {
         let ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(EBPF_OBJECT)?;
         Ok(Self {
             entry_links: Vec::new(),
+            missed_reported: crate::plan::kernel::release_at_least(6, 7),
             returns: Vec::new(),
             return_instances: kprobe_events::DEFAULT_INSTANCES,
             ebpf,
@@ -175,7 +180,8 @@ impl Loaded {
         let link = p.take_link(id).map_err(err)?;
         let link = aya::programs::links::FdLink::try_from(link)
             .map_err(|e| AttachError::Map("probe link", format!("{symbol}: not a BPF link ({e})")))?;
-        self.entry_links.push((site, link));
+        let fd = link.info().ok().and_then(|i| kprobe_events::link_fd_by_id(i.id()).ok());
+        self.entry_links.push((site, link, fd));
         Ok(())
     }
 
@@ -375,17 +381,12 @@ impl Loaded {
     /// cannot tell (before 6.7 the link info has no such field).
     pub fn kernel_missed(&self) -> Option<Vec<u64>> {
         use std::os::fd::AsFd;
-        if !crate::plan::kernel::release_at_least(6, 7) {
+        if !self.missed_reported {
             return None;
         }
         let mut out = vec![0u64; rdma_trace_common::COUNTER_SITES];
-        for (site, link) in &self.entry_links {
-            let n = link
-                .info()
-                .ok()
-                .and_then(|i| kprobe_events::link_fd_by_id(i.id()).ok())
-                .and_then(|fd| kprobe_events::link_missed(fd.as_fd()).ok());
-            out[*site] += n?;
+        for (site, _, fd) in &self.entry_links {
+            out[*site] += kprobe_events::link_missed(fd.as_ref()?.as_fd()).ok()?;
         }
         for (site, r) in &self.returns {
             out[*site] += r.missed().ok()?;
