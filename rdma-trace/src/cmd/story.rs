@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// The capture as a reader (plain or zstd; `-` is stdin; `--follow` waits for more).
 fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead>>> {
-    if opts.follow && file != Path::new("-") && is_zstd(file) {
+    if opts.follow && file != Path::new("-") && crate::source::capture::is_zstd(file) {
         anyhow::bail!(
             "--follow reads plain captures: {} is zstd (a frame still being written cannot be followed)",
             file.display()
@@ -22,14 +22,6 @@ fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead
     let input = crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
     let reader = Reader::new(input, opts.strict);
     Ok(if opts.follow { reader.following() } else { reader })
-}
-
-/// Whether `file` starts with the zstd magic.
-fn is_zstd(file: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 4];
-    std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head)).is_ok()
-        && head == crate::source::capture::ZSTD_MAGIC
 }
 
 /// Says on stderr what the reader found damaged, missing or cut.

@@ -286,13 +286,15 @@ fn read_trimmed(path: &str) -> String {
 
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns.
 fn realtime_offset_ns() -> i64 {
-    let now = |clock| {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime(2) with a valid timespec.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    };
-    now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC)
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// A clock's time in ns.
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime(2) with a valid timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// What the event loop does on its timers besides reading the ring.
@@ -305,10 +307,7 @@ enum Periodic {
 
 /// CLOCK_MONOTONIC in ns: the clock of the events' `ts_ns`.
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime(2) with a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
 }
 
 /// The loss counts last reported, per probe and reason: a loss notice says what is new.

@@ -12,7 +12,7 @@ pub const MAX_LINE: usize = 1 << 20;
 /// How often `--follow` looks for more at the end of the input.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 /// The zstd frame magic: a compressed capture is recognised by its content.
-pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Damaged lines described one by one (the rest are only counted).
 const DESCRIBED: usize = 10;
 
@@ -87,6 +87,13 @@ pub fn open(path: &std::path::Path) -> io::Result<Box<dyn BufRead>> {
         Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?))
     };
     decoded(input)
+}
+
+/// Whether the file at `path` is a zstd stream (by its magic).
+pub fn is_zstd(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == ZSTD_MAGIC
 }
 
 /// `input` as it reads, decompressed if it starts with the zstd magic.

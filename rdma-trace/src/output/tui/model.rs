@@ -4,6 +4,7 @@
 
 use crate::capture::{Header, Stats};
 use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
+use crate::pipeline::correlate::story::push_capped;
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -57,10 +58,7 @@ pub struct Samples(pub VecDeque<u64>);
 
 impl Samples {
     pub fn push(&mut self, v: u64) {
-        self.0.push_back(v);
-        if self.0.len() > SAMPLES {
-            self.0.pop_front();
-        }
+        push_capped(&mut self.0, SAMPLES, v);
     }
     /// The q-quantile (0..=1) of the samples kept.
     pub fn quantile(&self, q: f64) -> Option<u64> {
@@ -112,6 +110,8 @@ pub struct Model {
     pub kernel: String,
     pub events_total: u64,
     pub lost_total: u64,
+    /// Records a daemon did not send this viewer (it fell behind), as the daemon counted.
+    pub not_sent: u64,
     /// Events per second (over the last wall-clock second the source measured).
     pub rate: f64,
     pub finished: Option<String>,
@@ -131,13 +131,6 @@ pub struct Model {
     open_call: HashMap<u32, String>,
     waiting: HashMap<u32, VecDeque<(u64, u64)>>,
     last_read: HashMap<u32, (u64, u64)>,
-}
-
-fn push_row<T>(rows: &mut VecDeque<T>, row: T) {
-    rows.push_back(row);
-    if rows.len() > ROWS {
-        rows.pop_front();
-    }
 }
 
 impl Model {
@@ -162,8 +155,9 @@ impl Model {
             row.mrs_total = p.mrs.len() as u64;
             row.mappings = p.mappings.len() as u64;
             for m in &p.mrs {
-                push_row(
+                push_capped(
                     &mut self.mrs,
+                    ROWS,
                     MrRow {
                         pid: p.pid,
                         comm: p.comm.clone(),
@@ -176,8 +170,9 @@ impl Model {
                 );
             }
             for m in &p.mappings {
-                push_row(
+                push_capped(
                     &mut self.maps,
+                    ROWS,
                     MapRow {
                         pid: p.pid,
                         comm: p.comm.clone(),
@@ -189,6 +184,14 @@ impl Model {
                     },
                 );
             }
+        }
+    }
+
+    /// A loss record: the kernel side is in the stats; what a daemon could not send to
+    /// this viewer is counted here.
+    pub fn loss(&mut self, l: &crate::capture::Loss) {
+        if l.site == "subscriber" {
+            self.not_sent += l.count;
         }
     }
 
@@ -206,10 +209,7 @@ impl Model {
 
     pub fn event(&mut self, e: &Event) {
         self.events_total += 1;
-        self.events.push_back(e.clone());
-        if self.events.len() > EVENTS {
-            self.events.pop_front();
-        }
+        push_capped(&mut self.events, EVENTS, e.clone());
         if e.path == Path::Verbs {
             match e.kind {
                 EventKind::Entry => {
@@ -309,7 +309,7 @@ impl Model {
                 p.memlock_limit = limit.or(p.memlock_limit);
             }
         }
-        push_row(&mut self.mrs, row);
+        push_capped(&mut self.mrs, ROWS, row);
     }
 
     /// The provider's reg_mr returns right after the pin on the same thread: its keys.
@@ -346,8 +346,9 @@ impl Model {
         let cache = e.field("vm_page_prot").map(|p| render::text(Render::PgProt, crate::event::Value::U(p)));
         let call = self.open_call.get(&e.tid).cloned();
         self.proc(e.pid, &e.comm).mappings += 1;
-        push_row(
+        push_capped(
             &mut self.maps,
+            ROWS,
             MapRow { pid: e.pid, comm: e.comm.clone(), start, end, pgoff, kind, cache, call },
         );
     }

@@ -149,7 +149,7 @@ fn is_completion(e: &Event) -> bool {
 }
 
 /// Appends to a bounded list, letting the oldest go.
-fn push_capped<T>(list: &mut VecDeque<T>, cap: usize, v: T) {
+pub fn push_capped<T>(list: &mut VecDeque<T>, cap: usize, v: T) {
     list.push_back(v);
     if list.len() > cap {
         list.pop_front();
