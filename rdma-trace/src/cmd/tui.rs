@@ -144,8 +144,9 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                     feeder.event(&e)?;
                 }
                 Record::Stats(s) => feeder.stats(&s)?,
+                Record::Loss(l) => feeder.loss(&l)?,
                 Record::Trailer(t) => feeder.trailer(&t)?,
-                Record::Loss(_) | Record::State(_) => {}
+                Record::State(_) => {}
             }
         }
         let notes = reader.report.notes();
@@ -178,7 +179,9 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
             Record::Trailer(t) => {
                 feeder.trailer(&t).ok();
             }
-            Record::Loss(_) => {}
+            Record::Loss(l) => {
+                feeder.loss(&l).ok();
+            }
         }
     }
     if feeder.model.finished.is_none() {

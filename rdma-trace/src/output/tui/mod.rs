@@ -98,6 +98,11 @@ impl Sink for Feeder {
         self.model.stats(s);
         Ok(())
     }
+    fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
+        self.model.loss(l);
+        self.offer(true);
+        Ok(())
+    }
     fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
         self.model.lost_total = t.lost;
         self.finished(format!("stopped on {}", t.stopped));

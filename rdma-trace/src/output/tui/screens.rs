@@ -96,6 +96,12 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     );
     spans.push(Span::raw(format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate)));
     spans.push(lost);
+    if m.not_sent > 0 {
+        spans.push(Span::styled(
+            format!(" +{} not sent to this view", m.not_sent),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+    }
     spans.push(Span::raw(format!(" │ {} probes ({} skipped)", m.attached, m.skipped)));
     if ui.editing_filter || !ui.filter.is_empty() {
         spans.push(Span::raw(format!(" │ /{}", ui.filter)));
