@@ -35,7 +35,10 @@ pub const fn return_site(slot: usize) -> usize {
 pub const SITE_SYS_ENTER: usize = SITES;
 pub const SITE_SYS_EXIT: usize = SITES + 1;
 pub const SITE_FORK: usize = SITES + 2;
-pub const COUNTER_SITES: usize = SITES + 3;
+/// The companion's step marker (`rdma_trace_step` in `rdma-trace-workload`): its hits are
+/// steps announced; `CNT_NO_SCRATCH` there counts steps that found no scratch record.
+pub const SITE_STEP: usize = SITES + 3;
+pub const COUNTER_SITES: usize = SITES + 4;
 
 /// Per-site counters (index `site * COUNTERS + reason`), per CPU, bumped atomically
 /// (uprobe programs are preemptible: two runs on one CPU may interleave).
@@ -65,6 +68,7 @@ pub const KIND_PROBE_ENTRY: u8 = 1;
 pub const KIND_PROBE_RETURN: u8 = 2;
 pub const KIND_SYS_ENTER: u8 = 3;
 pub const KIND_SYS_EXIT: u8 = 4;
+pub const KIND_STEP: u8 = 5;
 
 /// Where a fetch starts.
 pub const SRC_NONE: u8 = 0;
@@ -139,6 +143,26 @@ pub struct SyscallEvent {
 }
 pub const PATH_LEN: usize = 64;
 const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 40 + 8 + 48 + PATH_LEN);
+
+/// A companion step, announced through its `rdma_trace_step(rec, len)` marker: the JSON
+/// step record (docs/workload.md) read from the workload's memory at that moment.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StepEvent {
+    pub hdr: EventHeader,
+    /// Bytes of `json` filled: at most `STEP_JSON_MAX`.
+    pub len: u32,
+    /// The length the workload passed (larger than `len`: the record was cut).
+    pub asked: u32,
+    pub json: [u8; STEP_JSON_MAX],
+}
+/// The longest step record carried whole (the lab's longest is 377 bytes: the `start`
+/// record, which names the announce file).
+pub const STEP_JSON_MAX: usize = 1024;
+/// A step record is written without the unused part of `json`.
+pub const STEP_FIXED_LEN: usize = 48;
+const _: () = assert!(core::mem::size_of::<StepEvent>() == STEP_FIXED_LEN + STEP_JSON_MAX);
+const _: () = assert!(core::mem::offset_of!(StepEvent, json) == STEP_FIXED_LEN);
 
 /// One value to read: start at `src`, follow `hops` pointers (offsets added before each
 /// read; all but the last read 8 bytes), the last read is `size` bytes.

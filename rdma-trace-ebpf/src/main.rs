@@ -485,6 +485,55 @@ pub fn uprobe_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// Step records being built, one per thread inside the marker (keyed by pid_tgid): the
+/// marker runs preemptible, so a per-CPU scratch could be shared by two runs; a record
+/// (1 KiB of JSON) is too large for the BPF stack.
+#[map]
+static STEP_SCRATCH: HashMap<u64, StepEvent> = HashMap::with_max_entries(1024, 0);
+
+/// A zeroed record to create `STEP_SCRATCH` entries from (never written).
+#[map]
+static STEP_ZERO: PerCpuArray<StepEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// The companion's `rdma_trace_step(rec, len)`: the step's JSON record, read from its
+/// memory, built in this thread's scratch entry and written with one ring output.
+#[uprobe]
+pub fn step_marker(ctx: ProbeContext) -> u32 {
+    own_stack(&ctx);
+    count(SITE_STEP, CNT_HITS);
+    let key = bpf_get_current_pid_tgid();
+    let built = STEP_ZERO
+        .get(0)
+        .and_then(|zero| STEP_SCRATCH.insert(&key, zero, 0).ok())
+        .and_then(|()| STEP_SCRATCH.get_ptr_mut(&key));
+    let Some(rec) = built else {
+        count(SITE_STEP, CNT_NO_SCRATCH);
+        return 0;
+    };
+    let src: u64 = ctx.arg(0).unwrap_or(0);
+    let asked: u64 = ctx.arg(1).unwrap_or(0);
+    let n = if asked > STEP_JSON_MAX as u64 { STEP_JSON_MAX as u32 } else { asked as u32 };
+    // SAFETY: `rec` is this thread's own scratch entry (no other run uses its key) of
+    // `size_of::<StepEvent>()` bytes; the user read is bounded by `json`'s length.
+    let len = unsafe {
+        (*rec).hdr = header(KIND_STEP, 0);
+        (*rec).asked = asked as u32;
+        let dst = (*rec).json.as_mut_ptr().cast();
+        let r = aya_ebpf::helpers::generated::bpf_probe_read_user(dst, n, src as *const _);
+        let len = if r == 0 { n } else { 0 };
+        if r != 0 {
+            count(SITE_STEP, CNT_READ_FAILED);
+        }
+        (*rec).len = len;
+        count_build(SITE_STEP, bpf_ktime_get_ns().wrapping_sub((*rec).hdr.ts_ns));
+        len as usize
+    };
+    emit(SITE_STEP, rec, STEP_FIXED_LEN + len);
+    // The entry is this run's alone; a failed delete only leaves a zero record behind.
+    STEP_SCRATCH.remove(&key).ok();
+    0
+}
+
 fn on_tracepoint(ctx: &TracePointContext, slot: usize) {
     let base = ctx.as_ptr() as u64;
     probe_hit::<false>(slot, KIND_PROBE_ENTRY, ctx, |src| match src {

@@ -115,6 +115,17 @@ pub struct Trailer {
     pub sites: Vec<SiteCount>,
 }
 
+/// A companion step, as its `rdma_trace_step` marker announced it while the run went on:
+/// the step record of docs/workload.md, whole, with its own version inside.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub v: u32,
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub step: crate::steps::StepRecord,
+}
+
 /// A record of a capture stream.
 /// What exists when a subscriber joins a running daemon (after its header, before the
 /// live records): per process, the memory pinned and the uverbs mappings, so a viewer
@@ -165,6 +176,7 @@ pub enum Record {
     Header(Box<Header>),
     State(State),
     Event(Box<Event>),
+    Step(Box<Step>),
     Stats(Stats),
     Loss(Loss),
     Trailer(Trailer),
@@ -176,6 +188,7 @@ impl Record {
             Record::Header(h) => Some(h.seq),
             Record::State(s) => Some(s.seq),
             Record::Event(e) => e.seq,
+            Record::Step(s) => Some(s.seq),
             Record::Stats(s) => Some(s.seq),
             Record::Loss(l) => Some(l.seq),
             Record::Trailer(t) => Some(t.seq),

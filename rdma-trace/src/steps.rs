@@ -18,6 +18,11 @@ pub fn pages_spanned(addr: u64, size: u64) -> u64 {
     last - first + 1
 }
 
+/// The companion's executable, and its marker function (a uprobe there reads each step
+/// record as it is announced; see `workload/marker.rs`).
+pub const WORKLOAD_BIN: &str = "rdma-trace-workload";
+pub const MARKER_SYMBOL: &str = "rdma_trace_step";
+
 /// Format version written in every record's `v`.
 pub const VERSION: u32 = 0;
 

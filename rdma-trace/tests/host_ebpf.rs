@@ -1,6 +1,7 @@
 //! Real eBPF on this machine's own kernel (needs root): every program passes the
 //! verifier, the syscall tracepoints deliver this process's own calls with the right
-//! arguments, and forced ring-buffer loss is counted exactly.
+//! arguments, forced ring-buffer loss is counted exactly, and the companion's step marker
+//! carries its step records.
 
 use rdma_trace::live::attach::Loaded;
 use rdma_trace::pipeline::decode::{Raw, decode};
@@ -33,8 +34,8 @@ fn every_program_passes_the_verifier() {
     let names = loaded.program_names();
     // The kprobe and kretprobe shared by the kernel slots, 2 tracepoint slots, 2 syscall
     // tracepoints, the fork and exit followers, the uprobe and uretprobe shared by the
-    // user slots.
-    assert_eq!(names.len(), 10, "programs: {names:?}");
+    // user slots, and the companion's step marker.
+    assert_eq!(names.len(), 11, "programs: {names:?}");
     let mut failures = Vec::new();
     for n in &names {
         if let Err(e) = loaded.load_program(n) {
@@ -221,4 +222,37 @@ fn children_of_a_watched_thread_are_watched() {
         .collect();
     assert_eq!(dd.iter().filter(|(n, _)| *n == "read").count(), 3, "{dd:?}");
     assert_eq!(dd.iter().filter(|(n, _)| *n == "write").count(), 3, "{dd:?}");
+}
+
+/// The step marker, attached in the companion binary, carries every step record the
+/// companion wrote to its announce file, byte for byte once parsed (on this host the
+/// companion stops at its failing `get_device_list`: two records, `start` and the failure).
+#[test]
+fn step_marker_carries_the_companions_records() {
+    require_root();
+    let workload = std::path::Path::new(env!("CARGO_BIN_EXE_rdma-trace-workload"));
+    let mut loaded = Loaded::new(1 << 16).expect("object loads");
+    loaded.attach_step_marker(workload).expect("step marker attaches");
+    let file = std::env::temp_dir().join(format!("rdma-trace-steps-{}.jsonl", std::process::id()));
+    let st = std::process::Command::new(workload)
+        .args(["--announce", file.to_str().expect("utf-8 path")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("companion runs");
+    let written = rdma_trace::pipeline::correlate::story::read_steps(&file).expect("announce file");
+    std::fs::remove_file(&file).ok();
+    assert!(written.len() >= 2, "the companion wrote {written:?} (exit {st})");
+    let carried: Vec<_> = ring_records(&mut loaded, 1 << 16)
+        .into_iter()
+        .map(|r| match r {
+            Raw::Step { hdr, json } => {
+                let s = rdma_trace::pipeline::enrich::step(&json).expect("a step record");
+                assert_eq!((hdr.tgid, hdr.tid), (s.pid, s.tid), "the record's thread announced it");
+                assert!(hdr.ts_ns >= s.t_end_ns, "announced after the step ended");
+                s
+            }
+            other => panic!("only the marker is attached, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(carried, written);
 }

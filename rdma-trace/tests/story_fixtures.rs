@@ -222,3 +222,32 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
     let text = rdma_trace::output::report::text(&st, &kept, &steps);
     assert!(text.contains("processes were retired"), "{text}");
 }
+
+/// Steps announced live (each where its marker would put it: after the events up to its
+/// end) give the story a step file gives; read again from the file at the end, each is
+/// joined once.
+#[test]
+fn steps_announced_live_tell_the_story_the_step_file_tells() {
+    use rdma_trace::output::Sink;
+    for k in ["6.12", "7.3"] {
+        for name in ["companion", "memlock"] {
+            let evs = events(&format!("{name}-{k}.jsonl"));
+            let steps = story::read_steps(&fixture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
+            let whole = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
+            let mut sink = rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
+            let mut pending = steps.iter().peekable();
+            for e in &evs {
+                while let Some(s) = pending.next_if(|s| s.t_end_ns < e.ts_ns) {
+                    sink.step(s).unwrap();
+                }
+                sink.event(e).unwrap();
+            }
+            pending.for_each(|s| sink.step(s).unwrap());
+            sink.0.add_steps(steps.clone());
+            let (st, kept, joined) = sink.0.finish();
+            assert_eq!(joined.len(), steps.len(), "{name} {k}: each step once");
+            let live = rdma_trace::output::report::text(&st, &kept, &joined);
+            assert_eq!(live, whole, "{name} {k}");
+        }
+    }
+}

@@ -58,6 +58,9 @@ impl Sink for Outputs {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
         self.each(|s| s.event(ev))
     }
+    fn step(&mut self, st: &crate::steps::StepRecord) -> std::io::Result<()> {
+        self.each(|s| s.step(st))
+    }
     fn stats(&mut self, st: &Stats) -> std::io::Result<()> {
         self.each(|s| s.stats(st))
     }

@@ -73,6 +73,9 @@ impl Sink for Replay<'_> {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
         self.text.event(ev)
     }
+    fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
+        self.text.step(s)
+    }
     fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
         self.text.loss(l)
     }

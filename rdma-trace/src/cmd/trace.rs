@@ -119,6 +119,12 @@ impl Sink for Outputs {
         }
         self.sinks.event(ev)
     }
+    fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
+        if let Some(story) = &mut self.story {
+            story.step(s)?;
+        }
+        self.sinks.step(s)
+    }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
         self.sinks.stats(s)
     }
@@ -174,6 +180,8 @@ pub(super) fn print_notice(n: Notice) {
                 }
             }
         },
+        Notice::StepMarker(Ok(_)) => {}
+        Notice::StepMarker(Err(why)) => eprintln!("rdma-trace: skip {:<13} {why}", "companion_step"),
         Notice::Tracing { attached, skipped, planned, syscalls } => eprintln!(
             "rdma-trace: tracing ({attached} probes attached, {skipped} skipped; planned in {} ms){}",
             planned.as_millis(),
@@ -309,6 +317,14 @@ fn show(
         Record::Loss(l) => {
             if let Some(t) = text {
                 t.loss(&l)?;
+            }
+        }
+        Record::Step(s) => {
+            if let Some(t) = text {
+                t.step(&s.step)?;
+            }
+            if let Some(st) = story {
+                st.step(&s.step)?;
             }
         }
         Record::Stats(_) => {}

@@ -143,6 +143,7 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                     feeder.model.position = Some((n, 0));
                     feeder.event(&e)?;
                 }
+                Record::Step(s) => feeder.step(&s.step)?,
                 Record::Stats(s) => feeder.stats(&s)?,
                 Record::Loss(l) => feeder.loss(&l)?,
                 Record::Trailer(t) => feeder.trailer(&t)?,
@@ -172,6 +173,9 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
             Record::State(st) => feeder.model.seed(&st),
             Record::Event(e) => {
                 feeder.event(&e).ok();
+            }
+            Record::Step(s) => {
+                feeder.step(&s.step).ok();
             }
             Record::Stats(s) => {
                 feeder.stats(&s).ok();

@@ -229,6 +229,20 @@ impl Loaded {
             .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
+    /// The companion's step marker (`step_marker` on its `rdma_trace_step`), in every
+    /// process running that binary.
+    pub fn attach_step_marker(&mut self, binary: &std::path::Path) -> Result<(), AttachError> {
+        let prog = "step_marker";
+        let p: &mut UProbe = self.typed_program(prog)?;
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::Symbol(crate::steps::MARKER_SYMBOL),
+            cookie: None,
+        };
+        p.attach(point, binary, UProbeScope::AllProcesses)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
+    }
+
     /// Tells the shared kprobe programs which slot this function is: its kallsyms address,
     /// and that + 4 (a kprobe placed past an ENDBR instruction reports that address).
     fn route_function(&mut self, p: &Planned) -> Result<(), AttachError> {

@@ -56,6 +56,8 @@ pub enum Notice {
     },
     /// A planned probe that did not attach, or attached not as asked.
     Attach(Outcome),
+    /// The companion's step marker: the binary it was attached in, or why not.
+    StepMarker(Result<std::path::PathBuf, String>),
     Tracing {
         attached: usize,
         skipped: usize,
@@ -128,10 +130,19 @@ impl Tracer {
             Loaded::attach_new(&planning.plan, opts.ring_bytes, opts.return_instances)?;
         let attached = outcomes.iter().filter(|o| o.attached.is_ok()).count();
         let skipped = planning.plan.skipped.len() + outcomes.len() - attached;
-        let probes = probe_statuses(&planning, &outcomes);
+        let mut probes = probe_statuses(&planning, &outcomes);
         for o in outcomes.into_iter().filter(|o| o.attached.is_err() || o.note.is_some()) {
             notice(Notice::Attach(o));
         }
+        let marker = step_marker(&mut loaded, &opts.command);
+        probes.push(ProbeStatus {
+            id: STEP_MARKER_ID.into(),
+            symbol: Some(crate::steps::MARKER_SYMBOL.into()),
+            module: marker.as_ref().ok().map(|p| p.display().to_string()),
+            attached: marker.is_ok(),
+            reason: marker.as_ref().err().cloned(),
+        });
+        notice(Notice::StepMarker(marker));
         if watch_syscalls {
             loaded.attach_syscalls(syscalls::system_layout()?, &syscalls::all_nrs())?;
             for p in &opts.pids {
@@ -193,7 +204,16 @@ impl Tracer {
         // Verbs users seen, and those still to be added to the watch map (at the next tick).
         let users = RefCell::new((std::collections::HashSet::<u32>::new(), Vec::<u32>::new()));
         let mut handle = |b: &[u8]| {
-            let Some(ev) = to_event(b, &mut tally.borrow_mut(), &mut enricher) else { return };
+            let ev = match to_item(b, &mut tally.borrow_mut(), &mut enricher) {
+                Some(Item::Event(ev)) => ev,
+                Some(Item::Step(s)) => {
+                    if failed.borrow().is_none() {
+                        keep(sink.borrow_mut().step(&s));
+                    }
+                    return;
+                }
+                None => return,
+            };
             let ev = correlator.feed(ev);
             if opts.watch_verbs_users && uses_verbs(&ev) {
                 let (seen, new) = &mut *users.borrow_mut();
@@ -254,6 +274,28 @@ fn uses_verbs(ev: &Event) -> bool {
     use crate::event::ProbeId;
     ev.kind == crate::event::EventKind::Entry
         && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
+}
+
+/// The step marker's row among the probes (header, summary).
+pub const STEP_MARKER_ID: &str = "companion_step";
+
+/// Attaches the step marker in the companion binary: the traced command's own program if
+/// it is the companion, else the one installed beside this executable.
+fn step_marker(loaded: &mut Loaded, command: &[String]) -> Result<std::path::PathBuf, String> {
+    let named = command.first().map(std::path::Path::new).filter(|p| {
+        p.file_name().is_some_and(|n| n == crate::steps::WORKLOAD_BIN) && p.components().count() > 1
+    });
+    let path = match named {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("where this executable is: {e}"))?
+            .with_file_name(crate::steps::WORKLOAD_BIN),
+    };
+    if !path.is_file() {
+        return Err(format!("no companion at {} (steps are read from --steps at the end)", path.display()));
+    }
+    loaded.attach_step_marker(&path).map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 /// Every catalog probe: attached (with a note if not as asked) or skipped, and why.
@@ -339,20 +381,34 @@ impl LossWatch {
     }
 }
 
+/// What a ring record becomes.
+enum Item {
+    Event(Event),
+    Step(Box<crate::steps::StepRecord>),
+}
+
 /// One raw record through decode and enrich, counted in `tally` whatever becomes of it.
-fn to_event(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Event> {
+fn to_item(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Item> {
     let hdr = decode::header(b);
     t.read(hdr.as_ref());
     let Ok(raw) = decode::decode(b) else {
         t.undecodable(hdr.as_ref());
         return None;
     };
+    if let decode::Raw::Step { json, .. } = &raw {
+        let Some(step) = crate::pipeline::enrich::step(json) else {
+            t.undecodable(hdr.as_ref());
+            return None;
+        };
+        t.delivered(raw.header());
+        return Some(Item::Step(Box::new(step)));
+    }
     let Some(ev) = enricher.event(&raw) else {
         t.enrich_dropped(raw.header());
         return None;
     };
     t.delivered(raw.header());
-    Some(ev)
+    Some(Item::Event(ev))
 }
 
 /// The event loop: reads the ring in bounded batches and checks, between batches, the

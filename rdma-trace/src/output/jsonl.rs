@@ -124,6 +124,11 @@ impl<W: Target> Sink for Jsonl<W> {
         self.line(&e)?;
         self.rotate_if_due()
     }
+    fn step(&mut self, s: &crate::steps::StepRecord) -> io::Result<()> {
+        let ty = "step".into();
+        self.line(&capture::Step { v: capture::VERSION, seq: self.seq, ty, step: s.clone() })?;
+        self.rotate_if_due()
+    }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         let s = Stats { v: capture::VERSION, seq: self.seq, ty: "stats".into(), ..s.clone() };
         self.line(&s)?;

@@ -11,12 +11,17 @@ pub mod tui;
 
 use crate::capture::{Loss, Stats, Trailer};
 use crate::event::Event;
+use crate::steps::StepRecord;
 use std::io;
 
 /// A destination of the event stream. Only `event` and `flush` are required: the other
 /// records matter to a capture, not to every output.
 pub trait Sink {
     fn event(&mut self, ev: &Event) -> io::Result<()>;
+    /// A companion step, announced by its marker when the step ended (after its events).
+    fn step(&mut self, _s: &StepRecord) -> io::Result<()> {
+        Ok(())
+    }
     /// The run's accounting so far, at most a second apart.
     fn stats(&mut self, _s: &Stats) -> io::Result<()> {
         Ok(())
@@ -41,6 +46,9 @@ pub trait Sink {
 impl Sink for Vec<Box<dyn Sink>> {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
         self.iter_mut().try_for_each(|s| s.event(ev))
+    }
+    fn step(&mut self, st: &StepRecord) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.step(st))
     }
     fn stats(&mut self, st: &Stats) -> io::Result<()> {
         self.iter_mut().try_for_each(|s| s.stats(st))

@@ -172,6 +172,9 @@ fn write_text<E: Events + ?Sized>(
             story.retired_processes
         )?;
     }
+    if story.evicted_steps > 0 {
+        writeln!(out, "({} companion steps were let go to bound memory, the oldest first)", story.evicted_steps)?;
+    }
     if story.evicted_events > 0 {
         writeln!(
             out,

@@ -5,7 +5,7 @@ use crate::plan::select::Plan;
 use rdma_trace_common::{
     CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
     CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS, EventHeader, KIND_PROBE_ENTRY,
-    KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK, SITE_SYS_ENTER, SITE_SYS_EXIT, return_site,
+    KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK, SITE_STEP, SITE_SYS_ENTER, SITE_SYS_EXIT, return_site,
 };
 
 /// What userspace did with the records it read, per counter site.
@@ -43,6 +43,7 @@ pub fn site_of(h: &EventHeader) -> Option<usize> {
         KIND_PROBE_RETURN => return_site(slot),
         KIND_SYS_ENTER => SITE_SYS_ENTER,
         KIND_SYS_EXIT => SITE_SYS_EXIT,
+        KIND_STEP => SITE_STEP,
         _ => return None,
     };
     (site < COUNTER_SITES).then_some(site)
@@ -194,6 +195,9 @@ pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u
     }
     out.push(site("syscalls enter".into(), counters, tally, None, SITE_SYS_ENTER));
     out.push(site("syscalls exit".into(), counters, tally, None, SITE_SYS_EXIT));
+    if counters.get(SITE_STEP * COUNTERS + CNT_HITS).is_some_and(|&n| n > 0) {
+        out.push(site("companion steps (rdma_trace_step)".into(), counters, tally, None, SITE_STEP));
+    }
     out
 }
 

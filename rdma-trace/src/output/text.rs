@@ -58,7 +58,32 @@ pub fn line(ev: &Event) -> String {
     s
 }
 
+/// One line for a companion step: when it ended, its name and number, how long it took,
+/// and how it went (no trailing newline).
+pub fn step_line(s: &crate::steps::StepRecord) -> String {
+    let secs = s.t_end_ns as f64 / 1e9;
+    let took = s.t_end_ns.saturating_sub(s.t_start_ns) as f64 / 1e3;
+    let how = match (&s.ok, s.errno, &s.error) {
+        (true, ..) => "ok".to_string(),
+        (false, Some(n), _) => format!("failed: {}", render::errno_name(n as i64)),
+        (false, None, Some(e)) => format!("failed: {}", render::printable(e)),
+        (false, None, None) => "failed".to_string(),
+    };
+    format!(
+        "{secs:>14.6} {:<10} ◆ {:<14} pid {}/{} run {} step {} took={took:.1}µs {how}",
+        "step",
+        s.name.as_str(),
+        s.pid,
+        s.tid,
+        s.run,
+        s.step
+    )
+}
+
 impl<W: Write> Sink for Text<W> {
+    fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
+        writeln!(self.out, "{}", step_line(s))
+    }
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
         let is_sys = matches!(ev.kind, EventKind::SyscallEnter | EventKind::SyscallExit);
         if is_sys && !self.syscalls {

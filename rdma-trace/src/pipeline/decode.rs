@@ -2,8 +2,8 @@
 //! Every record is length-checked and read with `read_unaligned`.
 
 use rdma_trace_common::{
-    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH,
-    PROBE_FIXED_LEN, ProbeEvent, SyscallEvent,
+    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH,
+    PROBE_FIXED_LEN, ProbeEvent, STEP_FIXED_LEN, STEP_JSON_MAX, SyscallEvent,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -14,6 +14,8 @@ pub enum DecodeError {
     Size { kind: u8, need: usize, got: usize },
     #[error("unknown record kind {0}")]
     Kind(u8),
+    #[error("step record cut at {len} of {asked} bytes")]
+    StepCut { len: usize, asked: usize },
 }
 
 /// A decoded ring-buffer record.
@@ -34,14 +36,34 @@ pub enum Raw {
         /// open/openat: the path opened.
         path: Option<String>,
     },
+    /// A companion step announced through its marker: the record's JSON bytes, whole.
+    Step { hdr: EventHeader, json: Vec<u8> },
 }
 
 impl Raw {
     pub fn header(&self) -> &EventHeader {
         match self {
-            Raw::Probe { hdr, .. } | Raw::Syscall { hdr, .. } => hdr,
+            Raw::Probe { hdr, .. } | Raw::Syscall { hdr, .. } | Raw::Step { hdr, .. } => hdr,
         }
     }
+}
+
+/// A step record: the fixed part, then `len` bytes of JSON. One the marker had to cut
+/// (longer than `STEP_JSON_MAX`) is an error: half a JSON object says nothing.
+fn step(b: &[u8], hdr: EventHeader) -> Result<Raw, DecodeError> {
+    let size = |kind, need| DecodeError::Size { kind, need, got: b.len() };
+    if b.len() < STEP_FIXED_LEN {
+        return Err(size(KIND_STEP, STEP_FIXED_LEN));
+    }
+    let word = |at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
+    let (len, asked) = (word(40), word(44));
+    if len > STEP_JSON_MAX || b.len() < STEP_FIXED_LEN + len {
+        return Err(size(KIND_STEP, STEP_FIXED_LEN + len));
+    }
+    if asked > len {
+        return Err(DecodeError::StepCut { len, asked });
+    }
+    Ok(Raw::Step { hdr, json: b[STEP_FIXED_LEN..STEP_FIXED_LEN + len].to_vec() })
 }
 
 fn read<T: Copy>(b: &[u8], kind: u8) -> Result<T, DecodeError> {
@@ -97,6 +119,7 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
             let path = (n > 0).then(|| String::from_utf8_lossy(&e.path[..n]).into_owned());
             Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args, path })
         }
+        KIND_STEP => step(b, hdr),
         k => Err(DecodeError::Kind(k)),
     }
 }
@@ -174,6 +197,23 @@ mod tests {
             Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: size_of::<SyscallEvent>(), got: 40 })
         );
         assert_eq!(decode(&bytes(&hdr(99))), Err(DecodeError::Kind(99)));
+    }
+
+    #[test]
+    fn step_records_carry_their_json_whole_or_are_refused() {
+        let json = br#"{"v":0,"run":1,"step":7,"name":"reg_mr"}"#;
+        let mut b = bytes(&hdr(KIND_STEP));
+        b.extend((json.len() as u32).to_ne_bytes());
+        b.extend((json.len() as u32).to_ne_bytes());
+        b.extend(json);
+        let r = decode(&b).unwrap();
+        assert_eq!(r, Raw::Step { hdr: hdr(KIND_STEP), json: json.to_vec() });
+        assert_eq!(
+            decode(&b[..b.len() - 1]),
+            Err(DecodeError::Size { kind: KIND_STEP, need: b.len(), got: b.len() - 1 })
+        );
+        b[44..48].copy_from_slice(&2000u32.to_ne_bytes());
+        assert_eq!(decode(&b), Err(DecodeError::StepCut { len: json.len(), asked: 2000 }));
     }
 
     #[test]

@@ -35,6 +35,11 @@ pub fn classify(comm: &str, stack: &[String]) -> ExecContext {
     }
 }
 
+/// A step record the companion's marker carried: its JSON, of the version this build reads.
+pub fn step(json: &[u8]) -> Option<crate::steps::StepRecord> {
+    serde_json::from_slice::<crate::steps::StepRecord>(json).ok().filter(|s| s.v == crate::steps::VERSION)
+}
+
 impl Enricher<'_> {
     pub fn event(&mut self, raw: &Raw) -> Option<Event> {
         let h = raw.header();
@@ -66,6 +71,8 @@ impl Enricher<'_> {
             Raw::Syscall { is_exit, nr, args, path, .. } => {
                 self.syscall(&mut ev, *is_exit, *nr, args, path.as_deref())?
             }
+            // Not an event: see `step`.
+            Raw::Step { .. } => return None,
         }
         Some(ev)
     }

@@ -25,6 +25,7 @@ pub fn feed<R: std::io::BufRead>(
     for r in reader.by_ref() {
         match r? {
             Record::Event(e) => sink.event(&e)?,
+            Record::Step(s) => sink.step(&s.step)?,
             Record::Stats(s) => sink.stats(&s)?,
             Record::Loss(l) => sink.loss(&l)?,
             Record::Trailer(t) => sink.trailer(&t)?,

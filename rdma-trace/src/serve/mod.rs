@@ -276,6 +276,12 @@ impl Sink for Broadcaster {
         self.offer();
         Ok(())
     }
+    fn step(&mut self, s: &crate::steps::StepRecord) -> io::Result<()> {
+        self.story.add_steps(vec![s.clone()]);
+        self.format.step(s)?;
+        self.offer();
+        Ok(())
+    }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         self.story.settle(s.ts_ns);
         if let Some(m) = &self.metrics {

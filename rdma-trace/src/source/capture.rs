@@ -158,6 +158,7 @@ pub fn parse_line(line: &str) -> Result<Record, String> {
             Record::Event(Box::new(ev))
         }
         Some("header") => Record::Header(Box::new(serde_json::from_str::<Header>(line).map_err(e)?)),
+        Some("step") => Record::Step(Box::new(serde_json::from_str::<capture::Step>(line).map_err(e)?)),
         Some("stats") => Record::Stats(serde_json::from_str::<Stats>(line).map_err(e)?),
         Some("state") => Record::State(serde_json::from_str::<capture::State>(line).map_err(e)?),
         Some("loss") => Record::Loss(serde_json::from_str::<Loss>(line).map_err(e)?),
@@ -171,6 +172,7 @@ fn version_of(r: &Record) -> u32 {
         Record::Header(h) => h.v,
         Record::State(s) => s.v,
         Record::Event(e) => e.v,
+        Record::Step(s) => s.v,
         Record::Stats(s) => s.v,
         Record::Loss(l) => l.v,
         Record::Trailer(t) => t.v,

@@ -94,6 +94,11 @@ impl Sink for Feeder {
         self.offer(false);
         Ok(())
     }
+    fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
+        self.model.step(s);
+        self.offer(false);
+        Ok(())
+    }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
         self.model.stats(s);
         Ok(())
@@ -205,7 +210,7 @@ fn key(code: ratatui::crossterm::event::KeyCode, ui: &mut Ui, control: &Control,
         KeyCode::Char('q') => return true,
         KeyCode::Tab => (ui.screen, ui.selected) = ((ui.screen + 1) % n, 0),
         KeyCode::BackTab => (ui.screen, ui.selected) = ((ui.screen + n - 1) % n, 0),
-        KeyCode::Char(c @ '1'..='5') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
+        KeyCode::Char(c @ '1'..='6') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
         KeyCode::Down | KeyCode::Char('j') => ui.selected += 1,
         KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
         KeyCode::Char('/') => {

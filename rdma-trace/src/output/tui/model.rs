@@ -4,7 +4,9 @@
 
 use crate::capture::{Header, Stats};
 use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
+use crate::pipeline::correlate::checks::{Check, checks_for};
 use crate::pipeline::correlate::story::push_capped;
+use crate::steps::{StepName, StepRecord};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -87,6 +89,25 @@ pub struct CqRow {
     pub library_ns: Samples,
 }
 
+/// One companion step as it ended: what it announced, the kernel and library events of
+/// its thread inside it (and the completion its wakeup consumed), and the checks of the
+/// values both sides know — judged with the events seen by then.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub run: u32,
+    pub step: u32,
+    pub name: String,
+    pub ok: bool,
+    /// Why it failed ("ENOMEM", or the companion's message).
+    pub error: Option<String>,
+    pub took_ns: u64,
+    /// One line per event: time into the step, the probe, its fields.
+    pub events: Vec<String>,
+    pub checks: Vec<Check>,
+}
+
 /// Per process: pins now against the limit.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProcRow {
@@ -120,6 +141,7 @@ pub struct Model {
     pub maps: VecDeque<MapRow>,
     pub cqs: BTreeMap<u64, CqRow>,
     pub events: VecDeque<Event>,
+    pub steps: VecDeque<StepRow>,
     pub pin_ns: Samples,
     pub wakeup_ns: Samples,
     // What joins events: pending pins per thread, CQ owners, the verbs call open per
@@ -131,6 +153,9 @@ pub struct Model {
     open_call: HashMap<u32, String>,
     waiting: HashMap<u32, VecDeque<(u64, u64)>>,
     last_read: HashMap<u32, (u64, u64)>,
+    /// Per thread, its latest channel reads and the completion each consumed (read time,
+    /// completion time): a get_cq_event step is joined to its completion.
+    consumed: HashMap<u32, VecDeque<(u64, u64)>>,
 }
 
 impl Model {
@@ -400,5 +425,48 @@ impl Model {
             cq.wakeup_ns.push(l);
         }
         self.last_read.insert(e.tid, (e.ts_ns, handle));
+        push_capped(self.consumed.entry(e.tid).or_default(), 16, (e.ts_ns, t));
+    }
+
+    /// A companion step ended: joined to the events kept (see `StepRow`).
+    pub fn step(&mut self, s: &StepRecord) {
+        if s.name == StepName::Start {
+            return;
+        }
+        let inside = |t: u64| t >= s.t_start_ns && t <= s.t_end_ns;
+        let completion = |e: &Event| e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry;
+        let woke: Vec<u64> = self.consumed.get(&s.tid).into_iter().flatten().filter(|(r, _)| inside(*r)).map(|c| c.1).collect();
+        let mine: Vec<Event> = self
+            .events
+            .iter()
+            .filter(|e| {
+                (e.tid == s.tid && inside(e.ts_ns) && !completion(e)) || (completion(e) && woke.contains(&e.ts_ns))
+            })
+            .cloned()
+            .collect();
+        let all: Vec<usize> = (0..mine.len()).collect();
+        let checks = checks_for(s, &all, &mine);
+        let line = |e: &Event| {
+            let arrow = if e.kind == EventKind::Return { "←" } else { "→" };
+            let at = e.ts_ns as f64 / 1e3 - s.t_start_ns as f64 / 1e3;
+            format!("{at:>+9.1}µs {arrow} {} {}", e.name, crate::output::text::fields_text(e))
+        };
+        let error = match (s.errno, &s.error) {
+            (Some(n), _) => Some(render::errno_name(n as i64).to_string()),
+            (None, e) => e.clone(),
+        };
+        let row = StepRow {
+            pid: s.pid,
+            tid: s.tid,
+            run: s.run,
+            step: s.step,
+            name: s.name.as_str().into(),
+            ok: s.ok,
+            error,
+            took_ns: s.t_end_ns.saturating_sub(s.t_start_ns),
+            events: mine.iter().map(line).collect(),
+            checks,
+        };
+        push_capped(&mut self.steps, ROWS, row);
     }
 }

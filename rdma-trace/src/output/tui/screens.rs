@@ -10,7 +10,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Gauge, Paragraph, Row, Sparkline, Table, TableState, Tabs, Wrap};
 
-pub const SCREENS: [&str; 5] = ["Overview", "Pinning", "Mmap", "Completions", "Events"];
+pub const SCREENS: [&str; 6] = ["Overview", "Pinning", "Mmap", "Completions", "Events", "Steps"];
 
 /// What the person looking has chosen: the screen, the selected row, a filter, pause.
 #[derive(Clone, Debug, Default)]
@@ -64,7 +64,8 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         1 => pinning(f, body, m, ui),
         2 => mmap(f, body, m, ui),
         3 => completions(f, body, m, ui),
-        _ => events(f, body, m, ui),
+        4 => events(f, body, m, ui),
+        _ => steps(f, body, m, ui),
     }
     status_line(f, status, m, ui);
     if ui.help {
@@ -437,6 +438,78 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     );
 }
 
+/// The companion's steps, newest first; the selected one's events and checks below.
+fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
+    let shown: Vec<&super::model::StepRow> = m
+        .steps
+        .iter()
+        .rev()
+        .filter(|s| matches(ui, &[s.pid.to_string(), s.name.clone()]))
+        .collect();
+    let [list, detail] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
+    let rows: Vec<Row> = shown
+        .iter()
+        .map(|s| {
+            let failed = s.checks.iter().filter(|c| !c.ok).count();
+            let checks = match (s.checks.len(), failed) {
+                (0, _) => Cell::from("-"),
+                (n, 0) => Cell::from(format!("{n} ✓")).style(Style::new().fg(Color::Green)),
+                (n, k) => Cell::from(format!("{k}/{n} ✗")).style(Style::new().fg(Color::Red)),
+            };
+            let how = match (&s.ok, &s.error) {
+                (true, _) => Cell::from("ok"),
+                (false, e) => Cell::from(format!("FAILED {}", e.as_deref().unwrap_or("")))
+                    .style(Style::new().fg(Color::Red)),
+            };
+            Row::new(vec![
+                Cell::from(s.pid.to_string()),
+                Cell::from(format!("{}.{}", s.run, s.step)),
+                Cell::from(s.name.clone()),
+                Cell::from(ns(Some(s.took_ns))),
+                Cell::from(s.events.len().to_string()),
+                checks,
+                how,
+            ])
+        })
+        .collect();
+    let n = rows.len();
+    let t = table(
+        rows,
+        [
+            Constraint::Length(7),
+            Constraint::Length(6),
+            Constraint::Min(14),
+            Constraint::Length(8),
+            Constraint::Length(6),
+            Constraint::Length(7),
+            Constraint::Length(14),
+        ],
+        ["pid", "step", "name", "took", "events", "checks", "result"],
+        format!("companion steps ({n}, newest first)"),
+    );
+    f.render_stateful_widget(t, list, &mut table_state(ui, n));
+    let Some(s) = shown.get(ui.selected.min(n.saturating_sub(1))) else {
+        let hint = "No steps yet: they come from rdma-trace-workload (its rdma_trace_step marker).";
+        f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: true }).block(Block::bordered()), detail);
+        return;
+    };
+    let mut lines: Vec<Line> = s
+        .checks
+        .iter()
+        .map(|c| {
+            let (mark, colour) = if c.ok { ("✓", Color::Green) } else { ("✗", Color::Red) };
+            Line::from(vec![
+                Span::styled(format!("{mark} "), Style::new().fg(colour)),
+                Span::raw(format!("{}: step {} kernel {}", c.what, c.step, c.kernel)),
+            ])
+        })
+        .collect();
+    lines.extend(s.events.iter().map(|e| Line::from(e.clone())));
+    let title = format!("{} (pid {} thread {}): {} events", s.name, s.pid, s.tid, s.events.len());
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title(title)), detail);
+}
+
 fn help(f: &mut Frame, area: Rect) {
     let w = area.width.min(60);
     let h = area.height.min(12);
@@ -444,7 +517,7 @@ fn help(f: &mut Frame, area: Rect) {
     f.render_widget(Clear, r);
     f.render_widget(
         Paragraph::new(vec![
-            Line::from("tab / 1-5   switch screens"),
+            Line::from("tab / 1-6   switch screens"),
             Line::from("↑↓ j k      select a row"),
             Line::from("/           filter by pid, comm, lkey, rkey, CQ"),
             Line::from("space       pause (a replay stops; live keeps counting)"),

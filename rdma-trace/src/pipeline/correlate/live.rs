@@ -110,6 +110,10 @@ impl crate::output::Sink for StorySink {
         self.0.push(ev.clone());
         Ok(())
     }
+    fn step(&mut self, s: &StepRecord) -> std::io::Result<()> {
+        self.0.add_steps(vec![s.clone()]);
+        Ok(())
+    }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
@@ -151,6 +155,10 @@ impl Ord for Waiting {
 pub struct Live {
     limits: Limits,
     steps: Vec<StepRecord>,
+    /// (pid, run, step) of every step kept: a step announced live and read again from
+    /// the companion's file at the end is joined once.
+    step_keys: std::collections::HashSet<(u32, u32, u32)>,
+    evicted_steps: u64,
     next_index: usize,
     newest_ns: u64,
     window: BinaryHeap<Reverse<Waiting>>,
@@ -163,7 +171,9 @@ impl Live {
     pub fn new(steps: Vec<StepRecord>, limits: Limits) -> Self {
         let builder = Builder::new(&steps, limits.per_list, limits.processes);
         let store = Store { cap: limits.events, ..Default::default() };
-        Live { limits, steps, next_index: 0, newest_ns: 0, window: BinaryHeap::new(), store, builder }
+        let step_keys = steps.iter().map(step_key).collect();
+        let window = BinaryHeap::new();
+        Live { limits, steps, step_keys, evicted_steps: 0, next_index: 0, newest_ns: 0, window, store, builder }
     }
 
     /// Feeds one event; returns the index the story knows it by.
@@ -221,11 +231,21 @@ impl Live {
         self.builder.snapshot(&self.store, &self.steps)
     }
 
-    /// Steps known only at the end (a step file the companion finished writing): joined
-    /// with the events kept. CQ owners they name count for completions joined after this.
+    /// Steps as they are announced (the marker), or known only at the end (a step file the
+    /// companion finished writing): joined with the events kept; one already known is not
+    /// added twice. CQ owners they name count for completions joined after this. At most
+    /// `per_list` steps are kept, the oldest let go first (and counted).
     pub fn add_steps(&mut self, steps: Vec<StepRecord>) {
-        self.builder.learn_steps(&steps);
-        self.steps.extend(steps);
+        let new: Vec<StepRecord> = steps.into_iter().filter(|s| self.step_keys.insert(step_key(s))).collect();
+        self.builder.learn_steps(&new);
+        self.steps.extend(new);
+        let over = self.steps.len().saturating_sub(self.limits.per_list);
+        if over > 0 {
+            for s in self.steps.drain(..over) {
+                self.step_keys.remove(&step_key(&s));
+            }
+            self.evicted_steps += over as u64;
+        }
     }
 
     /// Joins what waits and ends the story; the events kept come with it.
@@ -235,6 +255,11 @@ impl Live {
         }
         let mut story = self.builder.snapshot(&self.store, &self.steps);
         story.evicted_events = self.store.evicted;
+        story.evicted_steps = self.evicted_steps;
         (story, self.store, self.steps)
     }
+}
+
+fn step_key(s: &StepRecord) -> (u32, u32, u32) {
+    (s.pid, s.run, s.step)
 }

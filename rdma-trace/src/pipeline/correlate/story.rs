@@ -136,6 +136,8 @@ pub struct Story {
     pub unjoined_total: u64,
     /// Events no longer kept for lookups (a bounded story on a long stream).
     pub evicted_events: u64,
+    /// Companion steps no longer kept (the oldest, past `Limits::per_list`).
+    pub evicted_steps: u64,
     /// Processes no longer followed (the quietest, past `Limits::processes`).
     pub retired_processes: u64,
 }
@@ -549,7 +551,10 @@ fn join_steps(events: &dyn Events, steps: &[StepRecord], story: &Story) -> Vec<S
         if s.name == StepName::Start {
             continue;
         }
-        let mut mine: Vec<usize> = order
+        // Only the events inside the step's window are looked at (a long stream keeps many).
+        let from = order.partition_point(|&(t, _)| t < s.t_start_ns);
+        let to = order.partition_point(|&(t, _)| t <= s.t_end_ns);
+        let mut mine: Vec<usize> = order[from..to.max(from)]
             .iter()
             .map(|&(_, i)| i)
             .filter(|&i| {
