@@ -73,12 +73,14 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC.")
 a process — completion events through the CQ they were raised on (their user handle is the program's \
 `struct ibv_cq *`), never by the kworker or softirq that ran them —, kernel work is nested inside the \
 libibverbs call that caused it, and completions are paired with the channel read that woke the program \
-(wakeup latency). With `--steps` (the companion workload's announce file) each step is joined to the \
-kernel events it caused and its values are checked against theirs.")]
+(wakeup latency). The companion workload's steps — announced through its `rdma_trace_step` marker \
+while it was traced, so in the capture, or from `--steps` (its announce file) — are each joined to the \
+kernel events they caused and their values checked against theirs.")]
     Story {
         /// A capture (`trace -o`), or `-` for stdin.
         capture: PathBuf,
-        /// The companion workload's step records (`rdma-trace-workload --announce FILE`).
+        /// The companion workload's step records (`rdma-trace-workload --announce FILE`), for
+        /// a capture made without its marker; steps the capture carries are not joined twice.
         #[arg(long, value_name = "FILE")]
         steps: Option<PathBuf>,
         /// Print the joined story as JSON.
@@ -202,7 +204,8 @@ pub struct TraceArgs {
     /// At the end, print the joined story (see `rdma-trace story`).
     #[arg(long)]
     pub story: bool,
-    /// With --story: the companion workload's step records, read at the end.
+    /// With --story: the companion workload's step records, read at the end (steps its
+    /// marker announced during the run are joined already, and not twice).
     #[arg(long, value_name = "FILE")]
     pub steps: Option<PathBuf>,
     /// Ring buffer size in KiB (a power of two, at least 4).

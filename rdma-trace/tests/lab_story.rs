@@ -78,6 +78,27 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     let steps = story::read_steps(&steps_file).expect("steps parse");
     let st = story::build(&events, &steps);
     report(&dir, "companion", &st, &events, &steps);
+    // The marker announced every step while the run went on: the capture carries the
+    // records the companion wrote to its file, and `story` of the capture alone tells the
+    // story the step file tells.
+    let capture = dir.join("companion.jsonl");
+    let announced: Vec<StepRecord> = rdma_trace::source::capture::Reader::new(
+        std::io::BufReader::new(std::fs::File::open(&capture).unwrap()),
+        true,
+    )
+    .filter_map(|r| match r.expect("capture reads") {
+        rdma_trace::capture::Record::Step(s) => Some(s.step),
+        _ => None,
+    })
+    .collect();
+    assert_eq!(announced, steps, "the capture's step records are the companion's own");
+    let out = Command::new(tracer_bin()).arg("story").arg(&capture).output().expect("rdma-trace story");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        rdma_trace::output::report::text(&st, &events, &steps),
+        "story of the capture alone = story with --steps"
+    );
     assert!(
         st.unjoined.is_empty(),
         "unjoined: {:?}",

@@ -6,19 +6,31 @@ use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
 use rdma_trace::output::tui::model::Model;
 use rdma_trace::output::tui::screens::{self, Ui};
+use rdma_trace::pipeline::correlate::story;
 use rdma_trace::source::capture::{Reader, open};
 use std::path::Path;
 
+/// The model of a lab capture; a companion run's steps (its step file beside it) come in
+/// where its marker would have announced each: after the events up to the step's end.
 fn model(capture: &str) -> Model {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(capture);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let steps_file = dir.join(capture.replace(".jsonl", ".steps.jsonl"));
+    let steps = if steps_file.is_file() { story::read_steps(&steps_file).unwrap() } else { Vec::new() };
+    let mut steps = steps.iter().peekable();
     let mut m = Model::new(format!("file {capture}"));
-    for r in Reader::new(open(&path).unwrap(), true) {
+    for r in Reader::new(open(&dir.join(capture)).unwrap(), true) {
         match r.unwrap() {
-            Record::Event(e) => m.event(&e),
+            Record::Event(e) => {
+                while let Some(s) = steps.next_if(|s| s.t_end_ns < e.ts_ns) {
+                    m.step(s);
+                }
+                m.event(&e)
+            }
             Record::Header(h) => m.header(&h),
             _ => {}
         }
     }
+    steps.for_each(|s| m.step(s));
     m
 }
 
@@ -44,6 +56,20 @@ fn every_screen_of_perftest_and_rping_at_120x40() {
         let ui = Ui { screen: i, ..Default::default() };
         insta::assert_snapshot!(format!("perftest-rping-6.12-{name}-120x40"), render(&m, &ui, 120, 40));
     }
+}
+
+/// The Steps screen of the companion on the other kernel, a registration selected: its
+/// checks (the MR's range, pages and keys, step against kernel) and its events.
+#[test]
+fn the_steps_screen_shows_a_registration_and_its_checks() {
+    let m = model("companion-6.12.jsonl");
+    let newest_first: Vec<_> = m.steps.iter().rev().collect();
+    let selected = newest_first.iter().position(|s| s.name == "reg_mr").expect("a reg_mr step");
+    let screen = render(&m, &Ui { screen: 5, selected, ..Default::default() }, 120, 40);
+    let reg = newest_first[selected];
+    assert!(reg.checks.len() >= 5 && reg.checks.iter().all(|c| c.ok), "{:?}", reg.checks);
+    assert!(screen.contains("✓ umem size"), "{screen}");
+    insta::assert_snapshot!("companion-6.12-Steps-120x40", screen);
 }
 
 #[test]
@@ -74,4 +100,26 @@ fn the_numbers_on_screen_are_the_storys() {
     let story_completions: u64 = story.processes.values().map(|p| p.completions_total).sum();
     let tui_completions: u64 = m.cqs.values().map(|c| c.completions).sum();
     assert_eq!(tui_completions, story_completions);
+}
+
+/// Each step's checks on the Steps screen are the story's, judged when the step ended: a
+/// check that needs later events (a CQ's completions) is the story's alone.
+#[test]
+fn the_step_checks_on_screen_are_the_storys() {
+    for k in ["6.12", "7.3"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+        let text = std::fs::read_to_string(dir.join(format!("companion-{k}.jsonl"))).unwrap();
+        let events = rdma_trace::event::parse_jsonl(&text).unwrap();
+        let steps = story::read_steps(&dir.join(format!("companion-{k}.steps.jsonl"))).unwrap();
+        let st = story::build(&events, &steps);
+        let m = model(&format!("companion-{k}.jsonl"));
+        assert_eq!(m.steps.len(), st.steps.len(), "{k}");
+        for (row, join) in m.steps.iter().zip(&st.steps) {
+            let s = &steps[join.step];
+            assert_eq!((row.run, row.step, row.events.len()), (s.run, s.step, join.events.len()), "{k}");
+            let later = |c: &&rdma_trace::pipeline::correlate::checks::Check| c.what.contains("its completions");
+            let story_checks: Vec<_> = join.checks.iter().filter(|c| !later(c)).collect();
+            assert_eq!(row.checks.iter().collect::<Vec<_>>(), story_checks, "{k} step {}", s.step);
+        }
+    }
 }

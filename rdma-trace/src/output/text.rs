@@ -28,15 +28,20 @@ pub fn fields_text(ev: &Event) -> String {
     parts.join(" ")
 }
 
-/// One line for an event (no trailing newline).
-pub fn line(ev: &Event) -> String {
-    let secs = ev.ts_ns as f64 / 1e9;
-    let arrow = match ev.kind {
+/// How an event's kind is drawn: → entry, ← return, » « a syscall's enter and exit.
+pub fn arrow(kind: EventKind) -> &'static str {
+    match kind {
         EventKind::Entry => "→",
         EventKind::Return => "←",
         EventKind::SyscallEnter => "»",
         EventKind::SyscallExit => "«",
-    };
+    }
+}
+
+/// One line for an event (no trailing newline).
+pub fn line(ev: &Event) -> String {
+    let secs = ev.ts_ns as f64 / 1e9;
+    let arrow = arrow(ev.kind);
     let comm = render::printable(&ev.comm);
     let mut s = format!("{secs:>14.6} {:<10} {arrow} {:<14} {comm}[{}/{}]", ev.path, ev.name, ev.pid, ev.tid);
     if let Some(c) = ev.context

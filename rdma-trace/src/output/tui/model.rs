@@ -447,7 +447,7 @@ impl Model {
         let all: Vec<usize> = (0..mine.len()).collect();
         let checks = checks_for(s, &all, &mine);
         let line = |e: &Event| {
-            let arrow = if e.kind == EventKind::Return { "←" } else { "→" };
+            let arrow = crate::output::text::arrow(e.kind);
             let at = e.ts_ns as f64 / 1e3 - s.t_start_ns as f64 / 1e3;
             format!("{at:>+9.1}µs {arrow} {} {}", e.name, crate::output::text::fields_text(e))
         };
