@@ -8,6 +8,7 @@ mod fuzz;
 mod gate;
 mod lab;
 mod memory;
+mod tui_load;
 mod setup;
 mod util;
 
@@ -40,6 +41,9 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// `rdma-trace story` on a long synthetic stream: its peak memory stays bounded.
     StoryMemory(memory::MemoryArgs),
+    /// `rdma-trace tui` replaying a long synthetic capture at top speed: nothing lost, keys
+    /// answered; reports frame rate and key latency.
+    TuiLoad(tui_load::TuiLoadArgs),
 }
 
 fn main() {
@@ -52,6 +56,7 @@ fn main() {
         Cmd::Demo(a) => setup::run().and_then(|()| lab::demo(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
+        Cmd::TuiLoad(a) => tui_load::run(&a),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -23,7 +23,7 @@ pub fn run(a: TuiArgs) -> Result<i32> {
         let fed = replay(file, feeder);
         let shown = screen.join().map_err(|_| anyhow::anyhow!("the screen thread panicked"))?;
         fed?;
-        shown?;
+        eprintln!("rdma-trace tui: {}", shown?);
         return Ok(0);
     }
     if let Some(socket) = &a.connect {
@@ -53,7 +53,7 @@ pub fn run(a: TuiArgs) -> Result<i32> {
             feeder.model.finished = None;
             follow(Reader::new(input, false), feeder)
         });
-        tui::screen(rx, control, false)?;
+        eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
         return Ok(0);
     }
     live(a)
@@ -224,6 +224,6 @@ fn live(a: TuiArgs) -> Result<i32> {
     if !a.command.is_empty() {
         eprintln!("rdma-trace: the command's output is in {}", log.display());
     }
-    shown?;
+    eprintln!("rdma-trace tui: {}", shown?);
     Ok(0)
 }

@@ -147,9 +147,32 @@ pub fn restore() {
     execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show).ok();
 }
 
+/// How the screen kept up: frames drawn over how long, and for each key the time from it
+/// being read to the frame that showed its effect being drawn.
+#[derive(Debug, Default)]
+pub struct Frames {
+    pub drawn: u64,
+    pub took: Duration,
+    pub keys: Vec<Duration>,
+}
+
+impl std::fmt::Display for Frames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.took.as_secs_f64().max(1e-9);
+        write!(f, "{} frames in {secs:.1} s ({:.1}/s)", self.drawn, self.drawn as f64 / secs)?;
+        let mut k = self.keys.clone();
+        k.sort_unstable();
+        if let (Some(mid), Some(max)) = (k.get(k.len() / 2), k.last()) {
+            let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+            write!(f, "; {} keys answered: median {:.1} ms, longest {:.1} ms", k.len(), ms(mid), ms(max))?;
+        }
+        Ok(())
+    }
+}
+
 /// The screen: draws the latest snapshot and answers keys until `q` (or SIGTERM). The terminal is restored on every way
-/// out, a panic included.
-pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result<()> {
+/// out, a panic included. Says how it kept up.
+pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result<Frames> {
     use ratatui::crossterm::event::{self, Event as Input, KeyEventKind};
     use ratatui::crossterm::{execute, terminal};
     let hook = std::panic::take_hook();
@@ -164,6 +187,8 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
     let mut term = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
     let mut ui = Ui { speed_x10: replay.then_some(10), ..Default::default() };
     let mut model = Model::default();
+    let mut frames = Frames::default();
+    let (t0, mut key_read) = (Instant::now(), None::<Instant>);
     let result = (|| -> anyhow::Result<()> {
         loop {
             if let Some(m) = slot.lock().ok().and_then(|mut s| s.take()) {
@@ -171,6 +196,10 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
             }
             ui.paused = control.paused.load(Ordering::Relaxed);
             term.draw(|f| screens::draw(f, &model, &ui))?;
+            frames.drawn += 1;
+            if let Some(t) = key_read.take() {
+                frames.keys.push(t.elapsed());
+            }
             if TERMINATED.load(Ordering::Relaxed) {
                 return Ok(());
             }
@@ -181,14 +210,16 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
             if k.kind != KeyEventKind::Press {
                 continue;
             }
+            key_read = Some(Instant::now());
             if key(k.code, &mut ui, &control, replay) {
                 return Ok(());
             }
         }
     })();
+    frames.took = t0.elapsed();
     control.quit.store(true, Ordering::Relaxed);
     restore();
-    result
+    result.map(|()| frames)
 }
 
 /// One key: what it changes; true for `q`.

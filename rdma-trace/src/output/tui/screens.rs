@@ -111,6 +111,15 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
+/// Panels narrower than this put each label's parts on lines of their own (80×24).
+const NARROW: u16 = 40;
+
+/// `a` then `b` on one line, or on two when the panel is narrow.
+fn lines_of(narrow: bool, a: String, b: String) -> Vec<Line<'static>> {
+    let b_alone = b.trim_start_matches([':', ' ']);
+    if narrow { vec![Line::from(a), Line::from(format!(" {b_alone}"))] } else { vec![Line::from(a + &b)] }
+}
+
 fn overview(f: &mut Frame, area: Rect, m: &Model) {
     let [pin, map, comp] = Layout::horizontal([Constraint::Ratio(1, 3); 3]).areas(area);
     overview_pinning(f, pin, m);
@@ -123,24 +132,25 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let block = Block::bordered().title("Pinning");
     let inner = block.inner(pin);
     f.render_widget(block, pin);
+    let narrow = inner.width < NARROW;
+    let label_rows = if narrow { 2 } else { 1 };
     let procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
     let mut rows = Vec::new();
     for _ in &procs {
-        rows.push(Constraint::Length(2));
+        rows.push(Constraint::Length(label_rows + 1));
     }
     rows.push(Constraint::Length(2));
     rows.push(Constraint::Min(0));
     let parts = Layout::vertical(rows).split(inner);
     for (i, p) in procs.iter().enumerate() {
-        let [label, bar] = Layout::vertical([Constraint::Length(1), Constraint::Length(1)]).areas(parts[i]);
+        let [label, bar] =
+            Layout::vertical([Constraint::Length(label_rows), Constraint::Length(1)]).areas(parts[i]);
+        let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
         f.render_widget(
-            Paragraph::new(format!(
-                "{} [{}] {} live/{} MRs{}",
-                render::printable(&p.comm),
-                p.pid,
-                p.mrs_live,
-                p.mrs_total,
-                if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() }
+            Paragraph::new(lines_of(
+                narrow,
+                format!("{} [{}]", render::printable(&p.comm), p.pid),
+                format!(" {} live/{} MRs{refused}", p.mrs_live, p.mrs_total),
             )),
             label,
         );
@@ -149,6 +159,7 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
                 (p.pinned as f64 / l as f64).min(1.0),
                 format!("{} of {} memlock", bytes(p.pinned), bytes(l)),
             ),
+            _ if narrow => (0.0, format!("{} (no limit)", bytes(p.pinned))),
             _ => (0.0, format!("{} (memlock unlimited)", bytes(p.pinned))),
         };
         f.render_widget(
@@ -157,21 +168,27 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
         );
     }
     let n = procs.len();
-    f.render_widget(Paragraph::new(format!("pin latency {}", p50_p99(&m.pin_ns))), parts[n]);
+    let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
+    let latency = if narrow {
+        vec![Line::from(format!("pin p50 {p50}")), Line::from(format!("    p99 {p99}"))]
+    } else {
+        vec![Line::from(format!("pin latency p50 {p50} p99 {p99}"))]
+    };
+    f.render_widget(Paragraph::new(latency), parts[n]);
     let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
     f.render_widget(Sparkline::default().data(&spark), parts[n + 1]);
 }
 
 /// Mappings per process and what they map.
 fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
+    let narrow = map.width.saturating_sub(2) < NARROW;
     let mut lines = Vec::new();
     for p in m.procs.values().filter(|p| p.mappings > 0) {
-        lines.push(Line::from(format!(
-            "{} [{}]: {} mappings",
-            render::printable(&p.comm),
-            p.pid,
-            p.mappings
-        )));
+        lines.extend(lines_of(
+            narrow,
+            format!("{} [{}]", render::printable(&p.comm), p.pid),
+            format!(": {} mappings", p.mappings),
+        ));
         let mut kinds: std::collections::BTreeMap<&str, u64> = Default::default();
         for r in m.maps.iter().filter(|r| r.pid == p.pid) {
             *kinds.entry(r.kind.as_str()).or_default() += 1;
@@ -191,24 +208,26 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     let block = Block::bordered().title("Completions");
     let inner = block.inner(comp);
     f.render_widget(block, comp);
+    let narrow = inner.width < NARROW;
+    let label_rows = if narrow { 4 } else { 2 };
     let cqs: Vec<&CqRow> = m.cqs.values().collect();
-    let parts =
-        Layout::vertical(cqs.iter().map(|_| Constraint::Length(3)).chain([Constraint::Min(0)])).split(inner);
+    let parts = Layout::vertical(cqs.iter().map(|_| Constraint::Length(label_rows + 1)).chain([Constraint::Min(0)]))
+        .split(inner);
     for (i, c) in cqs.iter().enumerate() {
-        let [label, spark] = Layout::vertical([Constraint::Length(2), Constraint::Length(1)]).areas(parts[i]);
+        let [label, spark] =
+            Layout::vertical([Constraint::Length(label_rows), Constraint::Length(1)]).areas(parts[i]);
         let ctx: Vec<String> = c.by_context.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        f.render_widget(
-            Paragraph::new(vec![
-                Line::from(format!(
-                    "CQ {:#x} {} [{}]",
-                    c.handle,
-                    render::printable(&c.comm),
-                    c.pid.unwrap_or(0)
-                )),
-                Line::from(format!(" {} ({}) wake {}", c.completions, ctx.join(", "), p50_p99(&c.wakeup_ns))),
-            ]),
-            label,
+        let mut lines = lines_of(
+            narrow,
+            format!("CQ {:#x}", c.handle),
+            format!(" {} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0)),
         );
+        lines.extend(lines_of(
+            narrow,
+            format!(" {} ({})", c.completions, ctx.join(", ")),
+            format!(" wake {}", p50_p99(&c.wakeup_ns)),
+        ));
+        f.render_widget(Paragraph::new(lines), label);
         let data: Vec<u64> = c.per_second.iter().copied().collect();
         f.render_widget(Sparkline::default().data(&data).style(Style::new().fg(Color::Green)), spark);
     }
