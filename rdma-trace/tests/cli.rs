@@ -165,7 +165,7 @@ fn kill_left_running(err: &str) {
 }
 
 #[test]
-fn ctrl_c_under_a_syscall_flood_stops_at_once_and_keeps_every_committed_event() {
+fn ctrl_c_under_a_syscall_flood_stops_at_once_and_accounts_for_every_committed_event() {
     require_root();
     let dir = temp_dir("ctrlc");
     let cap = dir.join("cap.jsonl");
@@ -200,7 +200,17 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_keeps_every_committed_event() 
     let text = std::fs::read_to_string(&cap).unwrap();
     let events = rdma_trace::event::parse_jsonl(&text).unwrap().len() as u64;
     assert!(delivered > 1000, "{err}");
-    assert_eq!(events, delivered, "every delivered event is in the file:\n{err}");
+    // The capture's writer has a bounded queue: under a flood it may fall behind the ring
+    // reader, and then says in the file how many events it left out.
+    let left_out: u64 = rdma_trace::source::capture::Reader::new(text.as_bytes(), true)
+        .filter_map(|r| match r.unwrap() {
+            rdma_trace::capture::Record::Loss(l) if l.site == "output capture" && l.reason == "queue full" => {
+                Some(l.count)
+            }
+            _ => None,
+        })
+        .sum();
+    assert_eq!(events + left_out, delivered, "every delivered event is in the file or told as left out:\n{err}");
     let trailer = text.lines().last().unwrap_or_default();
     assert!(
         trailer.contains(r#""type":"trailer""#) && trailer.contains(&format!(r#""delivered":{delivered},"#)),

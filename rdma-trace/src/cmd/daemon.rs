@@ -8,6 +8,7 @@ use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::TraceOptions;
+use crate::output::queued::{QUEUE, Queued};
 use crate::output::{Sink, jsonl::Jsonl};
 use crate::serve::socket::Listener;
 use crate::serve::{Broadcaster, ServeNotice};
@@ -19,7 +20,8 @@ use std::sync::mpsc::Receiver;
 /// tick: who joined, who left and what they lost, who was refused).
 struct Outputs {
     broadcaster: Broadcaster,
-    file: Option<Jsonl<crate::output::target::CaptureFile>>,
+    /// `-o`: on its own thread behind a bounded queue, as `trace`'s outputs.
+    file: Option<Queued>,
     refusals: Receiver<String>,
 }
 
@@ -113,7 +115,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         Some(p) => {
             let mut w = Jsonl::create(p, None).with_context(|| format!("creating {}", p.display()))?;
             w.header(&tracer.header())?;
-            Some(w)
+            Some(Queued::new("capture", Box::new(w), QUEUE))
         }
         None => None,
     };
@@ -138,6 +140,9 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     std::fs::remove_file(&socket).ok();
     eprintln!("rdma-trace daemon: {subscribers} subscribers were sent the trailer");
     eprint!("{}", finished.account.summary());
+    if let Some(q) = out.file.as_ref().filter(|q| q.dropped > 0) {
+        eprintln!("rdma-trace daemon: the capture file fell behind and left out {} records", q.dropped);
+    }
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {
         bail!("{e}; the daemon stopped");

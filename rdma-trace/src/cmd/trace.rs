@@ -6,6 +6,7 @@ use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::{Finished, Notice, TraceOptions, Tracer};
+use crate::output::queued::{QUEUE, Queued};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{Sink, jsonl::Jsonl, text::Text};
 use crate::pipeline::correlate::live::{Limits, Live, StorySink};
@@ -67,7 +68,9 @@ fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
 /// events arrive). Opened only once the tracer has started (privileges checked, probes
 /// attached): a refused run truncates no file.
 struct Outputs {
-    sinks: Vec<Box<dyn Sink>>,
+    /// The text stream and the capture, each on its own thread behind a bounded queue: a
+    /// slow terminal or disk never holds the ring reader up (what one misses is counted).
+    sinks: Vec<Queued>,
     story: Option<StorySink>,
     /// `--redact`: kernel addresses replaced before any output sees the event.
     redact: Option<Redactor>,
@@ -75,24 +78,24 @@ struct Outputs {
 
 impl Outputs {
     fn open(a: &TraceArgs, tracer: &Tracer) -> Result<Self> {
-        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        let mut sinks = Vec::new();
         let to_stdout = a.output.as_deref() == Some(std::path::Path::new("-"));
         if !a.quiet && !to_stdout {
             let mut t = Text::new(std::io::stdout());
             t.stacks = a.stacks;
-            sinks.push(Box::new(t));
+            sinks.push(Queued::new("text", Box::new(t), QUEUE));
         }
         match &a.output {
             Some(_) if to_stdout => {
                 let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()));
                 w.header(&header(a, tracer))?;
-                sinks.push(Box::new(w));
+                sinks.push(Queued::new("capture", Box::new(w), QUEUE));
             }
             Some(p) => {
                 let mut w =
                     Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?;
                 w.header(&header(a, tracer))?;
-                sinks.push(Box::new(w));
+                sinks.push(Queued::new("capture", Box::new(w), QUEUE));
             }
             None => {}
         }
@@ -117,28 +120,45 @@ impl Sink for Outputs {
         if let Some(s) = &mut self.story {
             s.event(ev)?;
         }
-        self.sinks.event(ev)
+        self.each(|q| q.event(ev))
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
         if let Some(story) = &mut self.story {
             story.step(s)?;
         }
-        self.sinks.step(s)
+        self.each(|q| q.step(s))
     }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
-        self.sinks.stats(s)
+        self.each(|q| q.stats(s))
     }
     fn loss(&mut self, l: &Loss) -> std::io::Result<()> {
-        self.sinks.loss(l)
+        self.each(|q| q.loss(l))
     }
     fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
-        self.sinks.trailer(t)
+        self.each(|q| q.trailer(t))
     }
     fn tick(&mut self) -> std::io::Result<()> {
-        self.sinks.tick()
+        self.each(|q| q.tick())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.sinks.flush()
+        self.each(|q| q.flush())
+    }
+}
+
+impl Outputs {
+    fn each(&mut self, f: impl Fn(&mut Queued) -> std::io::Result<()>) -> std::io::Result<()> {
+        self.sinks.iter_mut().try_for_each(f)
+    }
+
+    /// One line per output that fell behind: what it left out.
+    fn say_left_out(&self) {
+        for q in self.sinks.iter().filter(|q| q.dropped > 0) {
+            eprintln!(
+                "rdma-trace: the {} output fell behind and left out {} records (a loss record in it says where)",
+                q.name(),
+                q.dropped
+            );
+        }
     }
 }
 
@@ -208,6 +228,7 @@ pub fn run(a: TraceArgs) -> Result<i32> {
         Some(_) => Ok(()),
     };
     eprint!("{}", finished.account.summary());
+    out.say_left_out();
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {
         bail!("{e}; the run was stopped (what was written before is readable)");

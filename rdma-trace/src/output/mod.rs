@@ -3,6 +3,7 @@
 
 pub mod jsonl;
 pub mod metrics;
+pub mod queued;
 pub mod report;
 pub mod summary;
 pub mod target;

@@ -1,0 +1,303 @@
+//! An output on a thread of its own behind a bounded queue, so a slow terminal or disk
+//! never holds up the ring reader. What does not fit is left out and counted for that
+//! output alone, and the output is told: a `loss` record (site `output <name>`, reason
+//! `queue full` for events, `queue full (other records)` for stats, loss and step records)
+//! goes into its own stream before the next record it gets. The end of a run (trailer,
+//! flush) waits for the queue to drain: nothing is left behind then.
+
+use super::Sink;
+use crate::capture::{Loss, Stats, Trailer};
+use crate::event::Event;
+use crate::steps::StepRecord;
+use std::io;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Records an output may fall behind by before it loses any.
+pub const QUEUE: usize = 16_384;
+
+/// The loss reasons of events, and of other records, an output's queue had no room for.
+pub const QUEUE_FULL: &str = "queue full";
+pub const QUEUE_FULL_OTHER: &str = "queue full (other records)";
+
+enum Msg {
+    Event(Box<Event>),
+    Step(Box<StepRecord>),
+    Stats(Stats),
+    Loss(Loss),
+    Trailer(Trailer),
+    Tick,
+    Flush(SyncSender<()>),
+}
+
+pub struct Queued {
+    name: String,
+    tx: Option<SyncSender<Msg>>,
+    /// Events and other records left out since their last loss record got through.
+    pending: [u64; 2],
+    /// Records left out in all.
+    pub dropped: u64,
+    /// The newest time seen (for the loss record's `ts_ns`).
+    newest_ns: u64,
+    /// The output's first error: every later call returns it.
+    failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Queued {
+    /// `inner` runs on its own thread, `capacity` records behind at most.
+    pub fn new(name: &str, inner: Box<dyn Sink + Send>, capacity: usize) -> Self {
+        let (tx, rx) = sync_channel(capacity);
+        let failed = Arc::new(Mutex::new(None));
+        let f = failed.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("out {name}"))
+            .spawn(move || serve(inner, rx, f))
+            .expect("spawning an output thread");
+        let pending = [0; 2];
+        Queued { name: name.into(), tx: Some(tx), pending, dropped: 0, newest_ns: 0, failed, worker: Some(worker) }
+    }
+
+    /// The output's name ("text", "capture").
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn error(&self) -> Option<io::Error> {
+        self.failed.lock().ok()?.as_ref().map(|(k, m)| io::Error::new(*k, m.clone()))
+    }
+
+    /// Offers `m` without waiting; a full queue leaves it out (counted). The loss record
+    /// owed goes first whenever there is room.
+    fn offer(&mut self, m: Msg) -> io::Result<()> {
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        let Some(tx) = self.tx.clone() else { return Err(io::Error::other("output closed")) };
+        let kind = usize::from(!matches!(m, Msg::Event(_)));
+        for k in 0..2 {
+            if self.pending[k] == 0 {
+                continue;
+            }
+            match tx.try_send(Msg::Loss(self.owed(k))) {
+                Ok(()) => self.pending[k] = 0,
+                Err(TrySendError::Full(_)) => return Ok(self.left_out(kind)),
+                Err(TrySendError::Disconnected(_)) => return Err(self.gone()),
+            }
+        }
+        match tx.try_send(m) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(Msg::Tick)) => Ok(()),
+            Err(TrySendError::Full(_)) => Ok(self.left_out(kind)),
+            Err(TrySendError::Disconnected(_)) => Err(self.gone()),
+        }
+    }
+
+    /// The loss record owed for events (0) or other records (1).
+    fn owed(&self, k: usize) -> Loss {
+        Loss {
+            v: 0,
+            seq: 0,
+            ty: String::new(),
+            ts_ns: self.newest_ns,
+            site: format!("output {}", self.name),
+            reason: [QUEUE_FULL, QUEUE_FULL_OTHER][k].into(),
+            count: self.pending[k],
+        }
+    }
+
+    fn left_out(&mut self, kind: usize) {
+        self.pending[kind] += 1;
+        self.dropped += 1;
+    }
+
+    /// Waits until the output has taken `m` (the end of a run: nothing may be left out).
+    fn hand(&mut self, m: Msg) -> io::Result<()> {
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        let gone = self.tx.as_ref().is_none_or(|tx| tx.send(m).is_err());
+        if gone { Err(self.gone()) } else { Ok(()) }
+    }
+
+    fn gone(&self) -> io::Error {
+        self.error().unwrap_or_else(|| io::Error::other(format!("output {} stopped", self.name)))
+    }
+}
+
+fn serve(mut inner: Box<dyn Sink + Send>, rx: Receiver<Msg>, failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>) {
+    for m in rx {
+        let r = match m {
+            Msg::Event(e) => inner.event(&e),
+            Msg::Step(s) => inner.step(&s),
+            Msg::Stats(s) => inner.stats(&s),
+            Msg::Loss(l) => inner.loss(&l),
+            Msg::Trailer(t) => inner.trailer(&t),
+            Msg::Tick => inner.tick(),
+            Msg::Flush(done) => {
+                let r = inner.flush();
+                done.send(()).ok();
+                r
+            }
+        };
+        if let Err(e) = r {
+            if let Ok(mut f) = failed.lock() {
+                *f = Some((e.kind(), e.to_string()));
+            }
+            return;
+        }
+    }
+}
+
+impl Sink for Queued {
+    fn event(&mut self, ev: &Event) -> io::Result<()> {
+        self.newest_ns = self.newest_ns.max(ev.ts_ns);
+        self.offer(Msg::Event(Box::new(ev.clone())))
+    }
+    fn step(&mut self, s: &StepRecord) -> io::Result<()> {
+        self.offer(Msg::Step(Box::new(s.clone())))
+    }
+    fn stats(&mut self, s: &Stats) -> io::Result<()> {
+        self.newest_ns = self.newest_ns.max(s.ts_ns);
+        self.offer(Msg::Stats(s.clone()))
+    }
+    fn loss(&mut self, l: &Loss) -> io::Result<()> {
+        self.offer(Msg::Loss(l.clone()))
+    }
+    /// The end: the owed loss record and the trailer are waited for.
+    fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
+        for k in 0..2 {
+            if self.pending[k] > 0 {
+                let l = self.owed(k);
+                self.pending[k] = 0;
+                self.hand(Msg::Loss(l))?;
+            }
+        }
+        self.hand(Msg::Trailer(t.clone()))
+    }
+    fn tick(&mut self) -> io::Result<()> {
+        self.offer(Msg::Tick)
+    }
+    /// Waits until everything queued is written.
+    fn flush(&mut self) -> io::Result<()> {
+        let (done, wait) = sync_channel(1);
+        self.hand(Msg::Flush(done))?;
+        if wait.recv().is_err() {
+            return Err(self.gone());
+        }
+        self.error().map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(w) = self.worker.take() {
+            w.join().ok();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+
+    /// Holds its first event until the barrier opens; records everything it gets.
+    struct Slow {
+        gate: Option<Arc<Barrier>>,
+        got: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Sink for Slow {
+        fn event(&mut self, ev: &Event) -> io::Result<()> {
+            if let Some(g) = self.gate.take() {
+                g.wait();
+            }
+            self.got.lock().unwrap().push(format!("event {}", ev.ts_ns));
+            Ok(())
+        }
+        fn loss(&mut self, l: &Loss) -> io::Result<()> {
+            self.got.lock().unwrap().push(format!("loss {} {} {}", l.site, l.reason, l.count));
+            Ok(())
+        }
+        fn trailer(&mut self, _t: &Trailer) -> io::Result<()> {
+            self.got.lock().unwrap().push("trailer".into());
+            Ok(())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn event(ts_ns: u64) -> Event {
+        let line = format!(
+            r#"{{"v":0,"ts_ns":{ts_ns},"kind":"entry","name":"umem_get","path":"pin","pid":1,"tid":1,"comm":"x","cpu":0,"fields":{{}}}}"#
+        );
+        serde_json::from_str(&line).unwrap()
+    }
+
+    #[test]
+    fn a_stalled_output_never_holds_the_caller_and_is_told_what_it_missed() {
+        let gate = Arc::new(Barrier::new(2));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let slow = Slow { gate: Some(gate.clone()), got: got.clone() };
+        let mut q = Queued::new("text", Box::new(slow), 8);
+        let t0 = std::time::Instant::now();
+        for ts in 0..1000 {
+            q.event(&event(ts)).unwrap();
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "the caller waited");
+        // 8 wait in the queue, and the first one the output took (held) made room for one
+        // more unless the pushes were quicker than the output thread: the rest are left out.
+        assert!((1000 - 9..=1000 - 8).contains(&q.dropped), "{}", q.dropped);
+        gate.wait();
+        q.flush().unwrap(); // the queue drained: the next record finds room
+        q.event(&event(5000)).unwrap();
+        q.trailer(&Trailer {
+            v: 0,
+            seq: 0,
+            ty: String::new(),
+            ts_ns: 6000,
+            stopped: "SIGINT".into(),
+            exit_code: 0,
+            delivered: 0,
+            lost: 0,
+            sites: Vec::new(),
+        })
+        .unwrap();
+        q.flush().unwrap();
+        let got = got.lock().unwrap().clone();
+        let events = got.iter().filter(|l| l.starts_with("event")).count() as u64;
+        let told: u64 = got.iter().filter_map(|l| l.strip_prefix("loss output text queue full ")).map(|n| n.parse::<u64>().unwrap()).sum();
+        assert_eq!(events + told, 1001, "{got:?}");
+        assert_eq!(told, q.dropped);
+        // Each loss record sits where its gap is: the events around it are not consecutive.
+        let ts = |s: &String| s.strip_prefix("event ").and_then(|n| n.parse::<u64>().ok());
+        for (i, l) in got.iter().enumerate().filter(|(_, l)| l.starts_with("loss")) {
+            let before = got[..i].iter().rev().find_map(ts);
+            let after = got[i + 1..].iter().find_map(ts);
+            assert!(before.zip(after).is_some_and(|(b, a)| a > b + 1), "{l} at {i}: {got:?}");
+        }
+        assert_eq!(got.last().map(String::as_str), Some("trailer"));
+    }
+
+    #[test]
+    fn an_output_error_comes_back_to_the_caller() {
+        struct Full;
+        impl Sink for Full {
+            fn event(&mut self, _: &Event) -> io::Result<()> {
+                Err(io::Error::new(io::ErrorKind::StorageFull, "out.jsonl: no space left"))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut q = Queued::new("capture", Box::new(Full), 8);
+        q.event(&event(1)).unwrap();
+        let e = q.flush().unwrap_err();
+        assert!(e.to_string().contains("no space left"), "{e}");
+        assert!(q.event(&event(2)).is_err(), "every later call fails too");
+    }
+}
