@@ -152,6 +152,10 @@ pub struct DaemonArgs {
     /// Instances per kernel return probe (see `trace --kretprobe-instances`).
     #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
     pub kretprobe_instances: u32,
+    /// Records a subscriber may fall behind by (its queue) before it loses records; it is
+    /// then told how many, and nobody else waits for it.
+    #[arg(long, default_value_t = crate::serve::QUEUE, value_name = "RECORDS")]
+    pub subscriber_queue: usize,
 }
 
 /// How a capture is read (plain or zstd, recognised by content).

@@ -204,13 +204,19 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_accounts_for_every_committed_e
     // reader, and then says in the file how many events it left out.
     let left_out: u64 = rdma_trace::source::capture::Reader::new(text.as_bytes(), true)
         .filter_map(|r| match r.unwrap() {
-            rdma_trace::capture::Record::Loss(l) if l.site == "output capture" && l.reason == "queue full" => {
+            rdma_trace::capture::Record::Loss(l)
+                if l.site == "output capture" && l.reason == "queue full" =>
+            {
                 Some(l.count)
             }
             _ => None,
         })
         .sum();
-    assert_eq!(events + left_out, delivered, "every delivered event is in the file or told as left out:\n{err}");
+    assert_eq!(
+        events + left_out,
+        delivered,
+        "every delivered event is in the file or told as left out:\n{err}"
+    );
     let trailer = text.lines().last().unwrap_or_default();
     assert!(
         trailer.contains(r#""type":"trailer""#) && trailer.contains(&format!(r#""delivered":{delivered},"#)),

@@ -316,3 +316,105 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     assert_eq!(pins, Some(ps.pins_total as f64));
     assert_eq!(ps.pinned_peak_bytes, (1 + 16 + 256) * 4096);
 }
+
+/// A subscriber that stops reading for 10 s while the companion and `ib_send_bw -e` run
+/// costs the daemon and the other subscriber nothing: the other gets every record (no gap,
+/// no loss), the ring loses nothing, and the stalled one is told exactly what it missed
+/// (its records + the counts it was told = the other's, over the same sequence numbers).
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
+    use std::io::BufRead;
+    let dir = out_dir("daemon-stall");
+    let socket = Path::new("/tmp/rdma-trace-stall.sock");
+    let derr = dir.join("daemon.stderr");
+    // A small queue, so that 10 s of the workloads overflow it (and the socket's buffer).
+    let mut daemon = Command::new(tracer_bin())
+        .args(["daemon", "--subscriber-queue", "64", "--socket"])
+        .arg(socket)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&derr).unwrap())
+        .spawn()
+        .expect("start the daemon");
+    wait_for(&derr, "serving on", &mut daemon, 180).expect("the daemon attaches and listens");
+    let mut steady = subscriber(&dir, "steady", socket);
+    let mut stalled =
+        rdma_trace::serve::client::connect(socket, rdma_trace::serve::Want::Both).expect("a raw subscriber");
+    let stalled_at = std::time::Instant::now();
+    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+        .args(["--mr-sizes", "4K,64K", "--iterations", "20", "--announce", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    let (s, c) = pair(
+        &dir,
+        "ib_send_bw",
+        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "500"],
+        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "500", SERVER_IP],
+    );
+    finish(s, c, "ib_send_bw -e");
+    assert!(wait_timeout(&mut companion, 120).success(), "the companion");
+    if let Some(rest) = Duration::from_secs(10).checked_sub(stalled_at.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    // It reads again, to the end: the daemon stops (SIGTERM) while it drains.
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        let mut line = String::new();
+        while stalled.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            lines.push(std::mem::take(&mut line));
+        }
+        lines
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let dst = wait_timeout(&mut daemon, 60);
+    let dtext = std::fs::read_to_string(&derr).unwrap();
+    assert!(dst.success(), "daemon {dst}:\n{dtext}");
+    assert!(!dtext.contains("ring full"), "the stall backed up into the ring:\n{dtext}");
+    assert!(wait_timeout(&mut steady, 30).success());
+    let got: String = reader.join().expect("the stalled reader").concat();
+    let mut r = Reader::new(got.as_bytes(), true);
+    let slow: Vec<Record> = r.by_ref().map(|x| x.expect("readable")).collect();
+    assert!(r.report.saw_trailer, "the stalled one still gets the trailer");
+    let told: Vec<(u64, u64)> = slow
+        .iter()
+        .filter_map(|x| match x {
+            Record::Loss(l) if l.site == "subscriber" => Some((l.seq, l.count)),
+            _ => None,
+        })
+        .collect();
+    assert!(!told.is_empty(), "a 10 s stall with a 64-record queue loses records, and says so");
+    let mut fr =
+        Reader::new(std::io::BufReader::new(std::fs::File::open(dir.join("steady.jsonl")).unwrap()), true);
+    let fast: Vec<Record> = fr.by_ref().map(|x| x.expect("readable")).collect();
+    assert_eq!(fr.report.seq_gaps, 0, "the steady one has every record");
+    assert!(
+        !fast.iter().any(|x| matches!(x, Record::Loss(l) if l.site == "subscriber")),
+        "and is told no loss"
+    );
+    // Over the stalled one's shared span: its records plus what it was told = the other's.
+    let shared = |rs: &[Record]| -> Vec<u64> {
+        rs.iter()
+            .filter(|x| !matches!(x, Record::Header(_) | Record::State(_)))
+            .filter(|x| !matches!(x, Record::Loss(l) if l.site == "subscriber"))
+            .filter_map(Record::seq)
+            .collect()
+    };
+    let (slow_seqs, fast_seqs) = (shared(&slow), shared(&fast));
+    let (first, last) = (slow_seqs[0], *slow_seqs.last().unwrap());
+    let fast_span = fast_seqs.iter().filter(|s| (first..=last).contains(*s)).count() as u64;
+    let lost: u64 = told.iter().map(|t| t.1).sum();
+    assert_eq!(slow_seqs.len() as u64 + lost, fast_span, "received {} + told {lost}", slow_seqs.len());
+    std::fs::write(
+        dir.join("figures.txt"),
+        format!(
+            "stalled: {} records received, {lost} told lost in {} loss records; steady: {fast_span}\n",
+            slow_seqs.len(),
+            told.len()
+        ),
+    )
+    .unwrap();
+}

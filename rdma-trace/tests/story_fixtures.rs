@@ -234,7 +234,8 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
             let evs = events(&format!("{name}-{k}.jsonl"));
             let steps = story::read_steps(&fixture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
             let whole = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
-            let mut sink = rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
+            let mut sink =
+                rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
             let mut pending = steps.iter().peekable();
             for e in &evs {
                 while let Some(s) = pending.next_if(|s| s.t_end_ns < e.ts_ns) {

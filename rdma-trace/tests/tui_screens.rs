@@ -117,7 +117,8 @@ fn the_step_checks_on_screen_are_the_storys() {
         for (row, join) in m.steps.iter().zip(&st.steps) {
             let s = &steps[join.step];
             assert_eq!((row.run, row.step, row.events.len()), (s.run, s.step, join.events.len()), "{k}");
-            let later = |c: &&rdma_trace::pipeline::correlate::checks::Check| c.what.contains("its completions");
+            let later =
+                |c: &&rdma_trace::pipeline::correlate::checks::Check| c.what.contains("its completions");
             let story_checks: Vec<_> = join.checks.iter().filter(|c| !later(c)).collect();
             assert_eq!(row.checks.iter().collect::<Vec<_>>(), story_checks, "{k} step {}", s.step);
         }

@@ -8,8 +8,8 @@ mod fuzz;
 mod gate;
 mod lab;
 mod memory;
-mod tui_load;
 mod setup;
+mod tui_load;
 mod util;
 
 use clap::{Parser, Subcommand};

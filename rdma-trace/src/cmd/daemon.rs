@@ -119,8 +119,9 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         }
         None => None,
     };
-    let mut broadcaster =
-        Broadcaster::new(tracer.header(), joins).seeded_by(Box::new(crate::live::seed::now));
+    let mut broadcaster = Broadcaster::new(tracer.header(), joins)
+        .seeded_by(Box::new(crate::live::seed::now))
+        .with_queue(a.subscriber_queue);
     if let Some(addr) = &a.metrics {
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let bound = crate::output::metrics::serve(addr, text.clone())

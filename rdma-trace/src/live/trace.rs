@@ -382,6 +382,7 @@ impl LossWatch {
 }
 
 /// What a ring record becomes.
+#[allow(clippy::large_enum_variant)] // events are nearly every record: not boxed per event
 enum Item {
     Event(Event),
     Step(Box<crate::steps::StepRecord>),

@@ -56,7 +56,15 @@ impl Queued {
             .spawn(move || serve(inner, rx, f))
             .expect("spawning an output thread");
         let pending = [0; 2];
-        Queued { name: name.into(), tx: Some(tx), pending, dropped: 0, newest_ns: 0, failed, worker: Some(worker) }
+        Queued {
+            name: name.into(),
+            tx: Some(tx),
+            pending,
+            dropped: 0,
+            newest_ns: 0,
+            failed,
+            worker: Some(worker),
+        }
     }
 
     /// The output's name ("text", "capture").
@@ -82,14 +90,20 @@ impl Queued {
             }
             match tx.try_send(Msg::Loss(self.owed(k))) {
                 Ok(()) => self.pending[k] = 0,
-                Err(TrySendError::Full(_)) => return Ok(self.left_out(kind)),
+                Err(TrySendError::Full(_)) => {
+                    self.left_out(kind);
+                    return Ok(());
+                }
                 Err(TrySendError::Disconnected(_)) => return Err(self.gone()),
             }
         }
         match tx.try_send(m) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(Msg::Tick)) => Ok(()),
-            Err(TrySendError::Full(_)) => Ok(self.left_out(kind)),
+            Err(TrySendError::Full(_)) => {
+                self.left_out(kind);
+                Ok(())
+            }
             Err(TrySendError::Disconnected(_)) => Err(self.gone()),
         }
     }
@@ -126,7 +140,11 @@ impl Queued {
     }
 }
 
-fn serve(mut inner: Box<dyn Sink + Send>, rx: Receiver<Msg>, failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>) {
+fn serve(
+    mut inner: Box<dyn Sink + Send>,
+    rx: Receiver<Msg>,
+    failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>,
+) {
     for m in rx {
         let r = match m {
             Msg::Event(e) => inner.event(&e),
@@ -270,7 +288,11 @@ mod tests {
         q.flush().unwrap();
         let got = got.lock().unwrap().clone();
         let events = got.iter().filter(|l| l.starts_with("event")).count() as u64;
-        let told: u64 = got.iter().filter_map(|l| l.strip_prefix("loss output text queue full ")).map(|n| n.parse::<u64>().unwrap()).sum();
+        let told: u64 = got
+            .iter()
+            .filter_map(|l| l.strip_prefix("loss output text queue full "))
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
         assert_eq!(events + told, 1001, "{got:?}");
         assert_eq!(told, q.dropped);
         // Each loss record sits where its gap is: the events around it are not consecutive.

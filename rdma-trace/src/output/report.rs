@@ -173,7 +173,11 @@ fn write_text<E: Events + ?Sized>(
         )?;
     }
     if story.evicted_steps > 0 {
-        writeln!(out, "({} companion steps were let go to bound memory, the oldest first)", story.evicted_steps)?;
+        writeln!(
+            out,
+            "({} companion steps were let go to bound memory, the oldest first)",
+            story.evicted_steps
+        )?;
     }
     if story.evicted_events > 0 {
         writeln!(

@@ -117,6 +117,8 @@ pub struct Broadcaster {
     seed: Option<Seed>,
     /// The Prometheus exposition, renewed with every stats record.
     metrics: Option<Arc<std::sync::Mutex<String>>>,
+    /// Records each subscriber may fall behind by before it loses any.
+    queue: usize,
 }
 
 impl Broadcaster {
@@ -132,7 +134,14 @@ impl Broadcaster {
             notices: Vec::new(),
             seed: None,
             metrics: None,
+            queue: QUEUE,
         }
+    }
+
+    /// How far (records) a subscriber may fall behind before it loses records.
+    pub fn with_queue(mut self, records: usize) -> Self {
+        self.queue = records.max(1);
+        self
     }
 
     /// Keeps `text` the current metrics exposition (`output::metrics`).
@@ -171,7 +180,7 @@ impl Broadcaster {
                 // The number is kept so the stream has no gap.
                 Want::Events => pre.state(&crate::capture::State { processes: Vec::new(), ..state })?,
             }
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(QUEUE);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
             tx.send(Arc::from(pre.take_written())).ok();
             let worker = std::thread::spawn(move || serve_one(j.out, rx));
             self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });

@@ -6,9 +6,9 @@ use crate::capture::{Header, Stats};
 use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
 use crate::pipeline::correlate::checks::{Check, checks_for};
 use crate::pipeline::correlate::story::push_capped;
-use crate::steps::{StepName, StepRecord};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
+use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Rows kept per table, events kept for the stream screen, latency samples kept.
@@ -435,12 +435,20 @@ impl Model {
         }
         let inside = |t: u64| t >= s.t_start_ns && t <= s.t_end_ns;
         let completion = |e: &Event| e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry;
-        let woke: Vec<u64> = self.consumed.get(&s.tid).into_iter().flatten().filter(|(r, _)| inside(*r)).map(|c| c.1).collect();
+        let woke: Vec<u64> = self
+            .consumed
+            .get(&s.tid)
+            .into_iter()
+            .flatten()
+            .filter(|(r, _)| inside(*r))
+            .map(|c| c.1)
+            .collect();
         let mine: Vec<Event> = self
             .events
             .iter()
             .filter(|e| {
-                (e.tid == s.tid && inside(e.ts_ns) && !completion(e)) || (completion(e) && woke.contains(&e.ts_ns))
+                (e.tid == s.tid && inside(e.ts_ns) && !completion(e))
+                    || (completion(e) && woke.contains(&e.ts_ns))
             })
             .cloned()
             .collect();

@@ -211,8 +211,9 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     let narrow = inner.width < NARROW;
     let label_rows = if narrow { 4 } else { 2 };
     let cqs: Vec<&CqRow> = m.cqs.values().collect();
-    let parts = Layout::vertical(cqs.iter().map(|_| Constraint::Length(label_rows + 1)).chain([Constraint::Min(0)]))
-        .split(inner);
+    let parts =
+        Layout::vertical(cqs.iter().map(|_| Constraint::Length(label_rows + 1)).chain([Constraint::Min(0)]))
+            .split(inner);
     for (i, c) in cqs.iter().enumerate() {
         let [label, spark] =
             Layout::vertical([Constraint::Length(label_rows), Constraint::Length(1)]).areas(parts[i]);
@@ -459,12 +460,8 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 
 /// The companion's steps, newest first; the selected one's events and checks below.
 fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let shown: Vec<&super::model::StepRow> = m
-        .steps
-        .iter()
-        .rev()
-        .filter(|s| matches(ui, &[s.pid.to_string(), s.name.clone()]))
-        .collect();
+    let shown: Vec<&super::model::StepRow> =
+        m.steps.iter().rev().filter(|s| matches(ui, &[s.pid.to_string(), s.name.clone()])).collect();
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     let rows: Vec<Row> = shown
@@ -526,7 +523,10 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         .collect();
     lines.extend(s.events.iter().map(|e| Line::from(e.clone())));
     let title = format!("{} (pid {} thread {}): {} events", s.name, s.pid, s.tid, s.events.len());
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title(title)), detail);
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title(title)),
+        detail,
+    );
 }
 
 fn help(f: &mut Frame, area: Rect) {

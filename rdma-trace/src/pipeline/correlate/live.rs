@@ -173,7 +173,17 @@ impl Live {
         let store = Store { cap: limits.events, ..Default::default() };
         let step_keys = steps.iter().map(step_key).collect();
         let window = BinaryHeap::new();
-        Live { limits, steps, step_keys, evicted_steps: 0, next_index: 0, newest_ns: 0, window, store, builder }
+        Live {
+            limits,
+            steps,
+            step_keys,
+            evicted_steps: 0,
+            next_index: 0,
+            newest_ns: 0,
+            window,
+            store,
+            builder,
+        }
     }
 
     /// Feeds one event; returns the index the story knows it by.
