@@ -52,9 +52,6 @@ fn main() {
     let span = last - first + 1_000_000;
     let mut w = Jsonl::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout()));
     let header = Header {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         tool: "synth_capture".into(),
         hostname: "synthetic".into(),
         kernel_release: "7.3.4+deb13-amd64".into(),
@@ -66,6 +63,7 @@ fn main() {
         probes: vec![],
         libibverbs: None,
         redacted: false,
+        ..Default::default()
     };
     let out = (|| -> std::io::Result<()> {
         w.header(&header)?;
@@ -80,15 +78,13 @@ fn main() {
             }
         }
         w.trailer(&Trailer {
-            v: 0,
-            seq: 0,
-            ty: String::new(),
             ts_ns: 0,
             stopped: "synthetic".into(),
             exit_code: 0,
             delivered: written,
             lost: 0,
             sites: vec![],
+            ..Default::default()
         })?;
         w.flush()
     })();

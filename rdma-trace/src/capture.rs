@@ -22,7 +22,7 @@ pub const VERSION: u32 = 1;
 pub const STATS_EVERY: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// The first record: what ran, where, and what was attached.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub v: u32,
     pub seq: u64,
@@ -49,7 +49,7 @@ pub struct Header {
 }
 
 /// One catalog probe in this run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProbeStatus {
     pub id: String,
     /// The symbol it resolved to (absent when skipped before resolving).
@@ -77,7 +77,7 @@ pub struct SiteCount {
 }
 
 /// Periodic accounting, at most a second apart.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub v: u32,
     pub seq: u64,
@@ -88,7 +88,7 @@ pub struct Stats {
 }
 
 /// Loss seen since the previous stats record, where it happened in the stream.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Loss {
     pub v: u32,
     pub seq: u64,
@@ -101,7 +101,7 @@ pub struct Loss {
 }
 
 /// The last record: final counts and why the run stopped.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Trailer {
     pub v: u32,
     pub seq: u64,
@@ -130,7 +130,7 @@ pub struct Step {
 /// What exists when a subscriber joins a running daemon (after its header, before the
 /// live records): per process, the memory pinned and the uverbs mappings, so a viewer
 /// that joins late still sees what was set up before it came.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct State {
     pub v: u32,
     pub seq: u64,

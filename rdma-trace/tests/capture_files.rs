@@ -23,9 +23,6 @@ fn temp(name: &str) -> PathBuf {
 
 fn header() -> Header {
     Header {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         tool: "rdma-trace test".into(),
         hostname: "lab".into(),
         kernel_release: "7.3.4+deb13-amd64".into(),
@@ -43,25 +40,24 @@ fn header() -> Header {
         }],
         libibverbs: None,
         redacted: false,
+        ..Default::default()
     }
 }
 
 fn stats(ts_ns: u64, delivered: u64) -> Stats {
     let site = SiteCount { site: "umem_get".into(), hits: delivered, delivered, ..Default::default() };
-    Stats { v: 0, seq: 0, ty: String::new(), ts_ns, sites: vec![site] }
+    Stats { ts_ns, sites: vec![site], ..Default::default() }
 }
 
 fn trailer(delivered: u64) -> Trailer {
     Trailer {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         ts_ns: 1,
         stopped: "SIGINT".into(),
         exit_code: 0,
         delivered,
         lost: 0,
         sites: vec![],
+        ..Default::default()
     }
 }
 

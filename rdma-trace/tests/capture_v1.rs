@@ -21,9 +21,6 @@ fn lab_events(name: &str) -> Vec<Event> {
 
 fn header() -> Header {
     Header {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         tool: "rdma-trace test".into(),
         hostname: "lab".into(),
         kernel_release: "7.3.4+deb13-amd64".into(),
@@ -41,6 +38,7 @@ fn header() -> Header {
         }],
         libibverbs: None,
         redacted: false,
+        ..Default::default()
     }
 }
 
@@ -60,30 +58,25 @@ fn stream(events: &[Event]) -> Vec<u8> {
     for (i, e) in events.iter().enumerate() {
         w.event(e).unwrap();
         if i == 3 {
-            w.stats(&Stats { v: 0, seq: 0, ty: String::new(), ts_ns: e.ts_ns, sites: vec![site(0)] })
-                .unwrap();
+            w.stats(&Stats { ts_ns: e.ts_ns, sites: vec![site(0)], ..Default::default() }).unwrap();
             w.loss(&Loss {
-                v: 0,
-                seq: 0,
-                ty: String::new(),
                 ts_ns: e.ts_ns,
                 site: "umem_get return".into(),
                 reason: "ring full".into(),
                 count: 2,
+                ..Default::default()
             })
             .unwrap();
         }
     }
     let t = Trailer {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         ts_ns: 1,
         stopped: "SIGINT".into(),
         exit_code: 0,
         delivered: 7,
         lost: 2,
         sites: vec![site(2)],
+        ..Default::default()
     };
     w.trailer(&t).unwrap();
     w.flush().unwrap();

@@ -19,9 +19,6 @@ fn lab_events(name: &str) -> Vec<Event> {
 
 fn header() -> Header {
     Header {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         tool: "test".into(),
         hostname: "lab".into(),
         kernel_release: "7.3.4+deb13-amd64".into(),
@@ -33,20 +30,19 @@ fn header() -> Header {
         probes: vec![],
         libibverbs: None,
         redacted: false,
+        ..Default::default()
     }
 }
 
 fn trailer() -> rdma_trace::capture::Trailer {
     rdma_trace::capture::Trailer {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         ts_ns: 0,
         stopped: "SIGTERM".into(),
         exit_code: 0,
         delivered: 0,
         lost: 0,
         sites: vec![],
+        ..Default::default()
     }
 }
 

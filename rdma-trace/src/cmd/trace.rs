@@ -166,15 +166,13 @@ impl Outputs {
 pub(super) fn trailer(f: &Finished) -> Trailer {
     let a = &f.account;
     Trailer {
-        v: 0,
-        seq: 0,
-        ty: String::new(),
         ts_ns: f.ended_ns,
         stopped: f.stopped.why.clone(),
         exit_code: f.stopped.code,
         delivered: a.delivered(),
         lost: a.lost(),
         sites: a.sites.iter().map(|s| s.count(false)).collect(),
+        ..Default::default()
     }
 }
 

@@ -164,9 +164,6 @@ impl Tracer {
     pub fn header(&self) -> Header {
         let lib = self.planning.plan.probes.iter().find_map(|p| p.target.as_ref()).map(|(path, _)| path);
         Header {
-            v: 0,
-            seq: 0,
-            ty: String::new(),
             tool: format!("rdma-trace {}", env!("CARGO_PKG_VERSION")),
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
             kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -178,6 +175,7 @@ impl Tracer {
             probes: self.probes.clone(),
             libibverbs: lib.map(|p| p.display().to_string()),
             redacted: false,
+            ..Default::default()
         }
     }
 
@@ -253,7 +251,7 @@ impl Tracer {
                         for l in losses.new_losses(ts_ns, &counts) {
                             keep(out.loss(&l));
                         }
-                        keep(out.stats(&Stats { v: 0, seq: 0, ty: String::new(), ts_ns, sites: counts }));
+                        keep(out.stats(&Stats { ts_ns, sites: counts, ..Default::default() }));
                     }
                 };
                 event_loop(&mut ring, &mut handle, &mut periodic, &failed, opts.duration, &mut child).await?
@@ -366,13 +364,11 @@ impl LossWatch {
                 let before = self.seen.insert((c.site.clone(), reason.clone()), *n).unwrap_or(0);
                 if *n > before {
                     out.push(Loss {
-                        v: 0,
-                        seq: 0,
-                        ty: String::new(),
                         ts_ns,
                         site: c.site.clone(),
                         reason: reason.clone(),
                         count: n - before,
+                        ..Default::default()
                     });
                 }
             }

@@ -111,13 +111,11 @@ impl Queued {
     /// The loss record owed for events (0) or other records (1).
     fn owed(&self, k: usize) -> Loss {
         Loss {
-            v: 0,
-            seq: 0,
-            ty: String::new(),
             ts_ns: self.newest_ns,
             site: format!("output {}", self.name),
             reason: [QUEUE_FULL, QUEUE_FULL_OTHER][k].into(),
             count: self.pending[k],
+            ..Default::default()
         }
     }
 
@@ -274,15 +272,13 @@ mod tests {
         q.flush().unwrap(); // the queue drained: the next record finds room
         q.event(&event(5000)).unwrap();
         q.trailer(&Trailer {
-            v: 0,
-            seq: 0,
-            ty: String::new(),
             ts_ns: 6000,
             stopped: "SIGINT".into(),
             exit_code: 0,
             delivered: 0,
             lost: 0,
             sites: Vec::new(),
+            ..Default::default()
         })
         .unwrap();
         q.flush().unwrap();
