@@ -98,6 +98,61 @@ kernel events they caused and their values checked against theirs.")]
         #[command(flatten)]
         read: ReadOpts,
     },
+    /// The numbers of one or more captures: per path, per process, the data phase, loss.
+    #[command(long_about = "The aggregates `story` does not give, in one place: per path (pinning, mmap, \
+completion events, teardown) how many and how long (percentiles and a histogram of the function that does \
+the work), the wakeup latency from a completion event to the channel read, the most frequent kernel stacks \
+per path, per process the pins, the peak bytes pinned against RLIMIT_MEMLOCK and the pins refused, the \
+data phase's syscalls per completion event (and per work request when the companion's steps are in the \
+capture), and the loss each capture accounts for. Several captures (both peers of a test) are merged on the \
+wall clock from their headers. `story` tells each process's story; `report` counts. --json gives the \
+schema of docs/report.md, for scripts; `rdma-trace diff` compares two runs.")]
+    Report {
+        /// Captures (`trace -o`), plain or zstd.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The report as JSON (docs/report.md).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        read: ReadOpts,
+    },
+    /// Compare two captures' reports; fail on thresholds (for CI).
+    #[command(long_about = "Compare the reports of two captures: per-path counts and latency percentiles, \
+bytes and pages pinned, completions, syscalls per completion event and per work request, loss, and the kernel \
+stacks new in B or gone from it. --fail-on NAME=+N% (B may exceed A by at most N %), NAME=-N% (may fall short \
+by at most N %), or +N/-N (absolute) makes the exit status 1 when broken: e.g. --fail-on pin-p99=+20%. \
+Metric names: pin-events, pin-p50, pin-p99, pin-pages, mmap-…, completion-…, teardown-…, wakeup-p50, \
+wakeup-p99, pinned-peak-bytes, refused-pins, completions, syscalls-per-completion, syscalls-per-wr, lost.")]
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// A threshold (repeat, or separate with commas).
+        #[arg(long = "fail-on", value_name = "NAME=±N[%]", value_delimiter = ',')]
+        fail_on: Vec<String>,
+        /// The comparison as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        read: ReadOpts,
+    },
+    /// Pictures of a capture: a Perfetto timeline, folded kernel stacks, a flame graph.
+    Export {
+        /// Captures (several are merged on the wall clock).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Chrome trace-event JSON for Perfetto's UI (ui.perfetto.dev) or chrome://tracing.
+        #[arg(long, value_name = "OUT.json")]
+        perfetto: Option<PathBuf>,
+        /// Kernel stacks per path, folded (`path;outermost;…;innermost count`).
+        #[arg(long, value_name = "OUT")]
+        folded: Option<PathBuf>,
+        /// The folded stacks drawn as a flame graph.
+        #[arg(long, value_name = "OUT.svg")]
+        flamegraph: Option<PathBuf>,
+        #[command(flatten)]
+        read: ReadOpts,
+    },
 }
 
 #[derive(clap::Args)]

@@ -12,6 +12,11 @@ fn run() -> anyhow::Result<i32> {
             cmd::story::story(&capture, steps.as_deref(), json, read)
         }
         Cmd::Replay { file, stacks, read } => cmd::story::replay(&file, stacks, read),
+        Cmd::Report { files, json, read } => cmd::report::report(&files, json, read),
+        Cmd::Diff { a, b, fail_on, json, read } => cmd::report::diff(&a, &b, &fail_on, json, read),
+        Cmd::Export { files, perfetto, folded, flamegraph, read } => {
+            cmd::report::export(&files, perfetto.as_deref(), folded.as_deref(), flamegraph.as_deref(), read)
+        }
     }
 }
 

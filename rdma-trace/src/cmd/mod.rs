@@ -2,6 +2,7 @@
 
 pub mod daemon;
 pub mod probes;
+pub mod report;
 pub mod story;
 pub mod trace;
 pub mod tui;

@@ -1,8 +1,12 @@
 //! Where events and accounts go: a human text stream, a capture stream (JSON Lines, format
 //! v1), the story report, the run's summary, Prometheus metrics, the TUI.
 
+pub mod diff;
+pub mod flame;
 pub mod jsonl;
 pub mod metrics;
+pub mod numbers;
+pub mod perfetto;
 pub mod queued;
 pub mod report;
 pub mod summary;

@@ -6,7 +6,7 @@
 //! (`select.rs`); nothing here is a byte offset.
 
 /// The three paths the tool shows, plus teardown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Path {
     /// Memory registration: pinning user pages for the NIC.

@@ -2,6 +2,7 @@
 //! entry on the same thread and probe to give the call's latency, and adds derived
 //! measures (pages pinned by a umem).
 
+pub mod aggregate;
 pub mod checks;
 pub mod live;
 pub mod story;

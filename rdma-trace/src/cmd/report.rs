@@ -1,0 +1,213 @@
+//! `rdma-trace report FILE…`, `rdma-trace diff A B` and `rdma-trace export`: the numbers,
+//! two runs compared, and pictures (a Perfetto timeline, folded stacks, a flame graph).
+//! Captures are read as streams; several are merged on the wall clock from their headers.
+
+use crate::capture::{Header, Record};
+use crate::cli::ReadOpts;
+use crate::event::Event;
+use crate::output::numbers::{self, PID_SHIFT, Part, Report};
+use crate::pipeline::correlate::aggregate::Aggregates;
+use crate::pipeline::correlate::live::{Limits, Live};
+use crate::source::capture::Reader;
+use crate::steps::StepRecord;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// Lists kept per process for a report: enough for exact percentiles on lab-sized runs.
+const PER_LIST: usize = 100_000;
+
+/// What reading the captures gave: the story, each capture's header and aggregates, the
+/// companion's steps, and every event (only when asked for: an export needs them all).
+pub struct Read {
+    pub live: Live,
+    pub headers: Vec<Option<Header>>,
+    pub aggs: Vec<Aggregates>,
+    pub steps: Vec<StepRecord>,
+    pub events: Vec<Event>,
+}
+
+/// One capture being read: its next timed record (an event, or a step at its end).
+struct Source {
+    reader: Reader<Box<dyn std::io::BufRead>>,
+    next: Option<Record>,
+    /// Added to its times (its wall clock onto the first capture's monotonic clock).
+    shift_ns: i64,
+    /// Added to its pids (another machine's processes kept apart).
+    pid_add: u32,
+}
+
+fn at(r: &Record) -> Option<u64> {
+    match r {
+        Record::Event(e) => Some(e.ts_ns),
+        Record::Step(s) => Some(s.step.t_end_ns),
+        _ => None,
+    }
+}
+
+fn shifted(t: u64, by: i64) -> u64 {
+    (t as i64).saturating_add(by).max(0) as u64
+}
+
+/// Reads every capture, merged on the wall clock, through one story and per-capture
+/// aggregates; `keep_events` keeps the events too.
+pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read> {
+    let limits = Limits { per_list: PER_LIST, ..Limits::default() };
+    let mut out = Read {
+        live: Live::new(Vec::new(), limits),
+        headers: vec![None; files.len()],
+        aggs: vec![Aggregates::default(); files.len()],
+        steps: Vec::new(),
+        events: Vec::new(),
+    };
+    let mut sources = Vec::new();
+    for f in files {
+        let input = crate::source::capture::open(f).with_context(|| format!("opening {}", f.display()))?;
+        sources.push(Source { reader: Reader::new(input, opts.strict), next: None, shift_ns: 0, pid_add: 0 });
+    }
+    loop {
+        for (i, s) in sources.iter_mut().enumerate() {
+            fill(i, s, &mut out).with_context(|| files[i].display().to_string())?;
+        }
+        let first = &out.headers[0];
+        for (i, s) in sources.iter_mut().enumerate().skip(1) {
+            if let (Some(h0), Some(h)) = (first, &out.headers[i]) {
+                s.shift_ns = h.realtime_offset_ns - h0.realtime_offset_ns;
+                if h.boot_id != h0.boot_id {
+                    s.pid_add = (i as u32) << PID_SHIFT;
+                }
+            }
+        }
+        let next = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (shifted(t, s.shift_ns), i)))
+            .min();
+        let Some((_, i)) = next else { break };
+        let s = &mut sources[i];
+        match s.next.take() {
+            Some(Record::Event(mut e)) => {
+                e.ts_ns = shifted(e.ts_ns, s.shift_ns);
+                e.pid += s.pid_add;
+                e.tid += s.pid_add;
+                out.aggs[i].event(&e);
+                if keep_events {
+                    out.events.push((*e).clone());
+                }
+                out.live.push(*e);
+            }
+            Some(Record::Step(st)) => {
+                let mut step = st.step;
+                (step.t_start_ns, step.t_end_ns) =
+                    (shifted(step.t_start_ns, s.shift_ns), shifted(step.t_end_ns, s.shift_ns));
+                step.pid += s.pid_add;
+                step.tid += s.pid_add;
+                out.live.add_steps(vec![step.clone()]);
+                out.steps.push(step);
+            }
+            _ => {}
+        }
+    }
+    for (f, s) in files.iter().zip(&sources) {
+        for n in s.reader.report.notes() {
+            eprintln!("rdma-trace: {}: {n}", f.display());
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `s` until its next timed record (the untimed ones are taken in on the way).
+fn fill(i: usize, s: &mut Source, out: &mut Read) -> Result<()> {
+    while s.next.is_none() {
+        let Some(r) = s.reader.next() else { return Ok(()) };
+        match r? {
+            Record::Header(h) => out.headers[i] = Some(*h),
+            Record::Stats(st) => out.aggs[i].stats(&st),
+            Record::Loss(l) => out.aggs[i].loss(&l),
+            Record::Trailer(t) => out.aggs[i].trailer(&t),
+            Record::State(_) => {}
+            r => s.next = Some(r),
+        }
+    }
+    Ok(())
+}
+
+/// The report of `files` (merged).
+pub fn build(files: &[PathBuf], opts: ReadOpts) -> Result<Report> {
+    let r = read(files, opts, false)?;
+    let (story, _, steps) = r.live.finish();
+    let parts: Vec<Part> = files
+        .iter()
+        .zip(r.headers.iter().zip(&r.aggs))
+        .map(|(f, (h, a))| Part { file: name(f), header: h.as_ref(), agg: a })
+        .collect();
+    Ok(numbers::build(&story, &steps, &parts))
+}
+
+fn name(f: &Path) -> String {
+    f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| f.display().to_string())
+}
+
+pub fn report(files: &[PathBuf], json: bool, opts: ReadOpts) -> Result<i32> {
+    if files.is_empty() {
+        bail!("no capture given");
+    }
+    let r = build(files, opts)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", numbers::text(&r));
+    }
+    Ok(0)
+}
+
+/// `diff A B`: exit 1 when a `--fail-on` threshold is broken.
+pub fn diff(a: &Path, b: &Path, fail_on: &[String], json: bool, opts: ReadOpts) -> Result<i32> {
+    let thresholds = fail_on
+        .iter()
+        .map(|t| t.parse::<crate::output::diff::Threshold>())
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
+    let (ra, rb) = (build(&[a.to_path_buf()], opts)?, build(&[b.to_path_buf()], opts)?);
+    let d = crate::output::diff::diff(&ra, &rb, &thresholds).map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&d)?);
+    } else {
+        println!("A = {}\nB = {}\n", a.display(), b.display());
+        print!("{}", crate::output::diff::text(&d));
+    }
+    Ok(if d.failed.is_empty() { 0 } else { 1 })
+}
+
+/// `export`: each picture asked for, written to its file.
+pub fn export(
+    files: &[PathBuf],
+    perfetto: Option<&Path>,
+    folded: Option<&Path>,
+    flamegraph: Option<&Path>,
+    opts: ReadOpts,
+) -> Result<i32> {
+    if perfetto.is_none() && folded.is_none() && flamegraph.is_none() {
+        bail!("say what to export: --perfetto OUT.json, --folded OUT, --flamegraph OUT.svg");
+    }
+    let r = read(files, opts, true)?;
+    let events = r.events;
+    let write = |path: &Path, text: &str| -> Result<()> {
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("rdma-trace: wrote {}", path.display());
+        Ok(())
+    };
+    if let Some(p) = perfetto {
+        let (story, _, _) = r.live.finish();
+        write(p, &serde_json::to_string(&crate::output::perfetto::export(&events, &story))?)?;
+    }
+    let stacks = crate::output::flame::folded(&events);
+    if let Some(p) = folded {
+        write(p, &stacks)?;
+    }
+    if let Some(p) = flamegraph {
+        let names: Vec<String> = files.iter().map(|f| name(f)).collect();
+        let title = format!("kernel stacks per path: {}", names.join(", "));
+        write(p, &crate::output::flame::svg(&stacks, &title))?;
+    }
+    Ok(0)
+}

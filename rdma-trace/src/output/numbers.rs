@@ -1,0 +1,420 @@
+//! `rdma-trace report`: the numbers of one or more captures in one place, as text or as
+//! JSON (schema in docs/report.md). Built from the story (processes, wakeups, data-phase
+//! syscalls, companion steps) and the per-path aggregates fed beside it.
+
+use crate::capture::{Header, SiteCount};
+use crate::event::Path;
+use crate::pipeline::correlate::aggregate::{Aggregates, Dist, PathNumbers};
+use crate::pipeline::correlate::story::{BUCKETS_NS, Story};
+use crate::steps::{StepName, StepRecord};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// The JSON schema's version (docs/report.md).
+pub const SCHEMA: u32 = 1;
+/// Stacks shown per path.
+pub const TOP_STACKS: usize = 5;
+/// Processes of capture `i > 0` from another machine get `i << PID_SHIFT` added to their
+/// pids while merged (pids are ≤ 2^22 on Linux).
+pub const PID_SHIFT: u32 = 22;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: u32,
+    pub captures: Vec<CaptureInfo>,
+    /// `pin`, `mmap`, `completion`, `teardown`.
+    pub paths: BTreeMap<String, PathReport>,
+    /// Completion event → the channel read that woke the program.
+    pub wakeup: Latency,
+    pub processes: Vec<ProcessReport>,
+    pub data_phase: DataPhase,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureInfo {
+    pub file: String,
+    /// Capture format version (0: no header, no trailer, no account of loss).
+    pub version: u32,
+    pub hostname: String,
+    pub kernel_release: String,
+    pub boot_id: String,
+    /// From the trailer: why the run stopped (absent: cut short).
+    pub stopped: Option<String>,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Per probe site: hits, delivered, lost by reason (the trailer's, else the last stats).
+    pub sites: Vec<SiteCount>,
+    /// Loss records in the stream, by `site: reason`.
+    pub loss_records: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// Entry events of the path's kernel probes.
+    pub events: u64,
+    pub by_probe: BTreeMap<String, u64>,
+    /// Time in the path's main function (`latency.of`).
+    pub latency: Latency,
+    pub top_stacks: Vec<Stack>,
+    /// Every distinct stack (by function) with how often: what `diff` compares.
+    pub stacks: Vec<Stack>,
+    /// Pin path: pages pinned over the run (the umem function's count).
+    pub pages: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// What is timed.
+    pub of: String,
+    pub count: u64,
+    pub mean_ns: Option<u64>,
+    pub p50_ns: Option<u64>,
+    pub p90_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    /// Counts per bucket (`le_ns`: upper bound; absent for the last, unbounded one).
+    pub histogram: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub le_ns: Option<u64>,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stack {
+    pub count: u64,
+    /// Innermost frame first.
+    pub frames: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub hostname: String,
+    pub comm: String,
+    pub pins: u64,
+    pub refused_pins: u64,
+    pub pinned_peak_bytes: u64,
+    /// RLIMIT_MEMLOCK; absent when unknown or unlimited (`memlock_unlimited`).
+    pub memlock_limit_bytes: Option<u64>,
+    pub memlock_unlimited: bool,
+    pub completions: u64,
+    pub wakeup_p50_ns: Option<u64>,
+    pub wakeup_p99_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DataPhase {
+    /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`,
+    /// over every process.
+    pub syscalls: BTreeMap<String, u64>,
+    pub total: u64,
+    pub completion_events: u64,
+    pub per_completion_event: Option<f64>,
+    /// Work requests the companion posted (its post_send/post_write/post_recv steps), when
+    /// the captures carry its steps.
+    pub work_requests: Option<u64>,
+    pub per_work_request: Option<f64>,
+}
+
+/// One capture's part: its header and what was fed from it.
+pub struct Part<'a> {
+    pub file: String,
+    pub header: Option<&'a Header>,
+    pub agg: &'a Aggregates,
+}
+
+fn latency(of: &str, d: &Dist) -> Latency {
+    let h = &d.histogram;
+    let histogram = (0..h.counts.len())
+        .map(|i| Bucket { le_ns: BUCKETS_NS.get(i).copied(), count: h.counts[i] })
+        .collect();
+    Latency {
+        of: of.into(),
+        count: d.count,
+        mean_ns: (d.count > 0).then(|| d.sum_ns / d.count),
+        p50_ns: d.quantile(0.5),
+        p90_ns: d.quantile(0.9),
+        p99_ns: d.quantile(0.99),
+        max_ns: (d.count > 0).then_some(d.max_ns),
+        histogram,
+    }
+}
+
+/// The function timed for each path (see `aggregate::timed`).
+fn timed_name(p: Path) -> &'static str {
+    match p {
+        Path::Pin => "umem_get (pinning the pages)",
+        Path::Mmap => "uverbs_mmap (the mmap dispatch)",
+        Path::Completion => "comp_handler (the completion handler)",
+        Path::Teardown => "umem_release (unpinning)",
+        _ => "",
+    }
+}
+
+fn capture(p: &Part) -> CaptureInfo {
+    let h = p.header;
+    let t = p.agg.trailer.as_ref();
+    CaptureInfo {
+        file: p.file.clone(),
+        version: if h.is_some() { crate::capture::VERSION } else { 0 },
+        hostname: h.map(|h| h.hostname.clone()).unwrap_or_default(),
+        kernel_release: h.map(|h| h.kernel_release.clone()).unwrap_or_default(),
+        boot_id: h.map(|h| h.boot_id.clone()).unwrap_or_default(),
+        stopped: t.map(|t| t.stopped.clone()),
+        delivered: t.map(|t| t.delivered).unwrap_or_else(|| p.agg.sites.iter().map(|s| s.delivered).sum()),
+        lost: t.map(|t| t.lost).unwrap_or_else(|| p.agg.sites.iter().flat_map(|s| s.lost.values()).sum()),
+        sites: p.agg.sites.clone(),
+        loss_records: p.agg.loss_records.iter().map(|((s, r), n)| (format!("{s}: {r}"), *n)).collect(),
+    }
+}
+
+pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
+    let mut paths: BTreeMap<Path, PathNumbers> = BTreeMap::new();
+    for p in parts {
+        for (path, n) in &p.agg.paths {
+            paths.entry(*path).or_default().merge(n);
+        }
+    }
+    let paths = paths
+        .iter()
+        .map(|(path, n)| {
+            let mut stacks: Vec<(&Vec<String>, &u64)> = n.stacks.iter().collect();
+            stacks.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+            let all: Vec<Stack> =
+                stacks.into_iter().map(|(f, c)| Stack { count: *c, frames: f.clone() }).collect();
+            let r = PathReport {
+                events: n.count,
+                by_probe: n.by_probe.clone(),
+                latency: latency(timed_name(*path), &n.latency),
+                top_stacks: all.iter().take(TOP_STACKS).cloned().collect(),
+                stacks: all,
+                pages: (*path == Path::Pin).then_some(n.pages),
+            };
+            (path.as_str().to_string(), r)
+        })
+        .collect();
+    let mut wake = Dist::default();
+    for ps in story.processes.values() {
+        ps.wakeup_latencies_ns.iter().for_each(|&l| wake.observe(l));
+    }
+    let host = |pid: u32| {
+        let i = (pid >> PID_SHIFT) as usize;
+        parts.get(i).and_then(|p| p.header).map(|h| h.hostname.clone()).unwrap_or_default()
+    };
+    let processes = story
+        .processes
+        .values()
+        .filter(|ps| ps.pins_total + ps.failed_pins_total + ps.completions_total > 0)
+        .map(|ps| {
+            let mut w = Dist::default();
+            ps.wakeup_latencies_ns.iter().for_each(|&l| w.observe(l));
+            ProcessReport {
+                pid: ps.pid & ((1 << PID_SHIFT) - 1),
+                hostname: host(ps.pid),
+                comm: ps.comm.clone(),
+                pins: ps.pins_total,
+                refused_pins: ps.failed_pins_total,
+                pinned_peak_bytes: ps.pinned_peak_bytes,
+                memlock_limit_bytes: ps.memlock_limit.filter(|&l| l != u64::MAX),
+                memlock_unlimited: ps.memlock_limit == Some(u64::MAX),
+                completions: ps.completions_total,
+                wakeup_p50_ns: w.quantile(0.5),
+                wakeup_p99_ns: w.quantile(0.99),
+            }
+        })
+        .collect();
+    Report {
+        schema: SCHEMA,
+        captures: parts.iter().map(capture).collect(),
+        paths,
+        wakeup: latency("completion event → the channel read that woke the program", &wake),
+        processes,
+        data_phase: data_phase(story, steps),
+    }
+}
+
+fn data_phase(story: &Story, steps: &[StepRecord]) -> DataPhase {
+    let mut syscalls: BTreeMap<String, u64> = BTreeMap::new();
+    for ps in story.processes.values() {
+        for (k, v) in &ps.data_phase_syscalls {
+            *syscalls.entry(k.clone()).or_default() += v;
+        }
+    }
+    let total: u64 = syscalls.values().sum();
+    let completion_events: u64 = story.processes.values().map(|p| p.completions_total).sum();
+    let posts = [StepName::PostSend, StepName::PostWrite, StepName::PostRecv];
+    let wr = steps.iter().filter(|s| posts.contains(&s.name)).count() as u64;
+    let work_requests = (wr > 0).then_some(wr);
+    let per = |n: u64| (n > 0).then(|| total as f64 / n as f64);
+    DataPhase {
+        syscalls,
+        total,
+        completion_events,
+        per_completion_event: per(completion_events),
+        work_requests,
+        per_work_request: work_requests.and_then(per),
+    }
+}
+
+fn ns(v: Option<u64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(n) if n >= 1_000_000 => format!("{:.2} ms", n as f64 / 1e6),
+        Some(n) => format!("{:.1} µs", n as f64 / 1e3),
+    }
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// The report as text.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    write_text(&mut out, r).expect("formatting into a String cannot fail");
+    out
+}
+
+fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
+    for c in r.captures.iter().filter(|c| c.version == 0) {
+        writeln!(out, "capture {}: format v0 (no header, no trailer: no account of loss)", c.file)?;
+    }
+    for c in r.captures.iter().filter(|c| c.version > 0) {
+        writeln!(
+            out,
+            "capture {}: {} ({}), {} events delivered, {} lost, {}",
+            c.file,
+            if c.hostname.is_empty() { "?" } else { &c.hostname },
+            c.kernel_release,
+            c.delivered,
+            c.lost,
+            c.stopped
+                .as_deref()
+                .map(|s| format!("stopped on {s}"))
+                .unwrap_or("cut short (no trailer)".into())
+        )?;
+    }
+    writeln!(
+        out,
+        "\n{:<11} {:>7}  {:>10} {:>10} {:>10} {:>10}  timed",
+        "path", "events", "p50", "p90", "p99", "max"
+    )?;
+    let row = |out: &mut String, name: &str, events: u64, l: &Latency| {
+        writeln!(
+            out,
+            "{name:<11} {events:>7}  {:>10} {:>10} {:>10} {:>10}  {} ×{}",
+            ns(l.p50_ns),
+            ns(l.p90_ns),
+            ns(l.p99_ns),
+            ns(l.max_ns),
+            l.of,
+            l.count
+        )
+    };
+    for (name, p) in &r.paths {
+        row(out, name, p.events, &p.latency)?;
+    }
+    row(out, "wakeup", r.wakeup.count, &r.wakeup)?;
+    for (name, p) in &r.paths {
+        let each: Vec<String> = p.by_probe.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        writeln!(out, "  {name}: {}", each.join(", "))?;
+    }
+    for (name, l) in r.paths.iter().map(|(n, p)| (n.as_str(), &p.latency)).chain([("wakeup", &r.wakeup)]) {
+        histogram(out, name, l)?;
+    }
+    writeln!(out, "\ntop kernel stacks (innermost frame first)")?;
+    for (name, p) in r.paths.iter().filter(|(_, p)| !p.top_stacks.is_empty()) {
+        writeln!(out, "  {name}:")?;
+        for s in &p.top_stacks {
+            let frames: Vec<&str> = s.frames.iter().take(6).map(String::as_str).collect();
+            let more = s.frames.len().saturating_sub(6);
+            let more = if more > 0 { format!(" ← … {more} more") } else { String::new() };
+            writeln!(out, "    {:>6}×  {}{more}", s.count, frames.join(" ← "))?;
+        }
+    }
+    writeln!(out, "\nprocesses")?;
+    writeln!(
+        out,
+        "  {:<24} {:>5} {:>7} {:>12} {:>12} {:>6} {:>10}",
+        "pid comm", "pins", "refused", "pinned peak", "memlock", "compl", "wake p50"
+    )?;
+    for p in &r.processes {
+        let memlock = match (p.memlock_unlimited, p.memlock_limit_bytes) {
+            (true, _) => "unlimited".to_string(),
+            (false, Some(l)) => bytes(l),
+            (false, None) => "?".into(),
+        };
+        let who = format!("{} {}", p.pid, crate::pipeline::render::printable(&p.comm));
+        let who = if r.captures.len() > 1 { format!("{who} @{}", p.hostname) } else { who };
+        writeln!(
+            out,
+            "  {who:<24} {:>5} {:>7} {:>12} {memlock:>12} {:>6} {:>10}",
+            p.pins,
+            p.refused_pins,
+            bytes(p.pinned_peak_bytes),
+            p.completions,
+            ns(p.wakeup_p50_ns)
+        )?;
+    }
+    let d = &r.data_phase;
+    writeln!(out, "\ndata phase: {} syscalls", d.total)?;
+    for (k, v) in &d.syscalls {
+        writeln!(out, "  {v:>7}  {k}")?;
+    }
+    if let Some(x) = d.per_completion_event {
+        writeln!(out, "  {x:.2} per completion event ({} events)", d.completion_events)?;
+    }
+    if let (Some(x), Some(n)) = (d.per_work_request, d.work_requests) {
+        writeln!(out, "  {x:.2} per work request ({n} posted by the companion)")?;
+    }
+    writeln!(out, "\nloss, as each capture accounts for it")?;
+    for c in &r.captures {
+        if c.version == 0 {
+            writeln!(out, "  {}: no account (format v0)", c.file)?;
+            continue;
+        }
+        let lossy: Vec<&SiteCount> = c.sites.iter().filter(|s| !s.lost.is_empty()).collect();
+        if lossy.is_empty() && c.loss_records.is_empty() {
+            writeln!(out, "  {}: none ({} sites, every hit delivered)", c.file, c.sites.len())?;
+        }
+        for s in lossy {
+            let why: Vec<String> = s.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            writeln!(
+                out,
+                "  {}: {}: {} hits, {} delivered, lost {}",
+                c.file,
+                s.site,
+                s.hits,
+                s.delivered,
+                why.join(", ")
+            )?;
+        }
+        for (k, v) in &c.loss_records {
+            writeln!(out, "  {}: loss record {k}: {v}", c.file)?;
+        }
+    }
+    Ok(())
+}
+
+/// A path's histogram as bars (only buckets up to the last non-empty one).
+fn histogram(out: &mut String, name: &str, l: &Latency) -> std::fmt::Result {
+    let last = l.histogram.iter().rposition(|b| b.count > 0);
+    let Some(last) = last else { return Ok(()) };
+    let first = l.histogram.iter().position(|b| b.count > 0).unwrap_or(0);
+    let most = l.histogram.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+    writeln!(out, "\n{name}: {}", l.of)?;
+    for b in &l.histogram[first..=last] {
+        let le = b.le_ns.map(|n| format!("≤ {}", ns(Some(n)))).unwrap_or("> 1 s".into());
+        let bar = "█".repeat(((b.count * 40).div_ceil(most)) as usize);
+        writeln!(out, "  {le:>12} {:>7} {bar}", b.count)?;
+    }
+    Ok(())
+}

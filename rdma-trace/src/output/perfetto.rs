@@ -1,0 +1,150 @@
+//! `rdma-trace export --perfetto`: a capture as Chrome trace-event JSON (what Perfetto's UI
+//! and chrome://tracing load). A track per thread; complete slices (`ph:"X"`) for verbs
+//! calls, syscalls and kernel functions (entry → return on one thread, so they nest as
+//! the calls did); completions on their kworker's track, or on a softirq track per CPU;
+//! a flow arrow from each completion to the channel read it woke; process and thread names
+//! (`ph:"M"`); timestamps in microseconds from the first event.
+
+use crate::event::{Event, EventKind, ExecContext};
+use crate::pipeline::correlate::story::Story;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+
+/// Softirq tracks: pid 0, tid this + the CPU.
+const SOFTIRQ_TID: u32 = 1 << 30;
+/// A completion without a return seen still gets a slice this long (flows need slices).
+const MIN_DUR_US: f64 = 1.0;
+
+/// The track an event is drawn on.
+fn track(e: &Event) -> (u32, u32) {
+    if e.context == Some(ExecContext::Softirq) { (0, SOFTIRQ_TID + e.cpu) } else { (e.pid, e.tid) }
+}
+
+struct Slice {
+    name: String,
+    cat: &'static str,
+    track: (u32, u32),
+    start_ns: u64,
+    end_ns: Option<u64>,
+    args: serde_json::Map<String, Value>,
+    flow: Option<(u64, bool)>,
+}
+
+fn args_of(e: &Event) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for (k, v) in &e.fields {
+        m.insert(k.clone(), json!(crate::pipeline::render::text(e.render_of(k), *v)));
+    }
+    if let Some(fd) = &e.fd_kind {
+        m.insert("fd".into(), json!(fd));
+    }
+    m
+}
+
+/// Pairs entries with returns per (thread, name), in order: one slice per pair, an open
+/// slice for an entry never returned from. `slice_of[event index]` is its slice.
+fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
+    let mut out: Vec<Slice> = Vec::new();
+    let mut slice_of = HashMap::new();
+    let mut open: HashMap<(u32, String), Vec<usize>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let key = (e.tid, e.name.clone());
+        match e.kind {
+            EventKind::Entry | EventKind::SyscallEnter => {
+                let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
+                out.push(Slice {
+                    name: e.name.clone(),
+                    cat,
+                    track: track(e),
+                    start_ns: e.ts_ns,
+                    end_ns: None,
+                    args: args_of(e),
+                    flow: None,
+                });
+                open.entry(key).or_default().push(out.len() - 1);
+                slice_of.insert(i, out.len() - 1);
+            }
+            EventKind::Return | EventKind::SyscallExit => {
+                if let Some(s) = open.get_mut(&key).and_then(Vec::pop) {
+                    out[s].end_ns = Some(e.ts_ns);
+                    out[s].args.extend(args_of(e));
+                    slice_of.insert(i, s);
+                }
+            }
+        }
+    }
+    (out, slice_of)
+}
+
+/// The trace-event JSON of `events` (in time order), with the story's completion → wakeup
+/// pairs (indices into `events`) as flows.
+pub fn export(events: &[Event], story: &Story) -> Value {
+    let (mut slices, slice_of) = slices(events);
+    let mut flow = 0u64;
+    for ps in story.processes.values() {
+        for c in &ps.completions {
+            let (Some(w), Some(&from)) = (c.wakeup, slice_of.get(&c.event)) else { continue };
+            let Some(&to) = slice_of.get(&w) else { continue };
+            if from == to || slices[from].flow.is_some() || slices[to].flow.is_some() {
+                continue;
+            }
+            flow += 1;
+            slices[from].flow = Some((flow, true));
+            slices[to].flow = Some((flow, false));
+        }
+    }
+    let t0 = events.first().map(|e| e.ts_ns).unwrap_or(0);
+    let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
+    let mut trace: Vec<Value> = names(events);
+    for s in &slices {
+        let (pid, tid) = s.track;
+        let mut ev = json!({"name": s.name, "cat": s.cat, "pid": pid, "tid": tid, "ts": us(s.start_ns), "args": s.args});
+        match (s.end_ns, s.flow) {
+            (Some(end), _) => {
+                ev["ph"] = json!("X");
+                ev["dur"] = json!(end.saturating_sub(s.start_ns) as f64 / 1000.0);
+            }
+            // Flows attach to slices, not instants: an unreturned completion gets a short one.
+            (None, Some(_)) => {
+                ev["ph"] = json!("X");
+                ev["dur"] = json!(MIN_DUR_US);
+            }
+            (None, None) => {
+                ev["ph"] = json!("i");
+                ev["s"] = json!("t");
+            }
+        }
+        if let Some((id, out)) = s.flow {
+            ev["bind_id"] = json!(format!("{id:#x}"));
+            ev[if out { "flow_out" } else { "flow_in" }] = json!(true);
+        }
+        trace.push(ev);
+    }
+    json!({"traceEvents": trace, "displayTimeUnit": "ns", "otherData": {"tool": "rdma-trace"}})
+}
+
+/// `process_name` and `thread_name` metadata for every track.
+fn names(events: &[Event]) -> Vec<Value> {
+    let mut procs: BTreeMap<u32, String> = BTreeMap::new();
+    let mut threads: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    for e in events {
+        let (pid, tid) = track(e);
+        if pid == 0 {
+            procs.insert(0, "softirq".into());
+            threads.insert((pid, tid), format!("softirq cpu {}", e.cpu));
+            continue;
+        }
+        if e.pid == e.tid || !procs.contains_key(&pid) {
+            procs.insert(pid, e.comm.clone());
+        }
+        threads.insert((pid, tid), e.comm.clone());
+    }
+    let mut out: Vec<Value> = procs
+        .iter()
+        .map(|(pid, name)| json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": format!("{name} [{pid}]")}}))
+        .collect();
+    out.extend(threads.iter().map(
+        |((pid, tid), name)| json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("{name} [{tid}]")}}),
+    ));
+    out
+}

@@ -1,0 +1,252 @@
+//! `report`, `diff` and `export` on lab captures of both kernels: golden text (insta), and
+//! the Perfetto export held to a checker written from the Trace Event Format document —
+//! the keys each phase requires, every flow id on exactly one `flow_out` and one `flow_in`
+//! slice, and the complete slices of each track properly nested.
+
+use rdma_trace::cli::ReadOpts;
+use rdma_trace::cmd::report::{build, read};
+use rdma_trace::output::{diff, flame, numbers, perfetto};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
+}
+
+const OPTS: ReadOpts = ReadOpts { strict: true, follow: false };
+
+/// A complete slice on a track: start, end (µs), name.
+type Span = (f64, f64, String);
+
+/// What is wrong with a trace-event JSON document, if anything.
+pub fn check_trace_events(doc: &Value) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let Some(events) = doc["traceEvents"].as_array() else { return vec!["no traceEvents array".into()] };
+    let mut flows: HashMap<String, (u32, u32)> = HashMap::new();
+    let mut tracks: BTreeMap<(u64, u64), Vec<Span>> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let ph = e["ph"].as_str().unwrap_or("");
+        let need: &[&str] = match ph {
+            "X" => &["name", "ts", "dur", "pid", "tid"],
+            "i" | "I" => &["name", "ts", "pid", "tid", "s"],
+            "M" => &["name", "pid", "args"],
+            "B" | "E" => &["ts", "pid", "tid"],
+            other => {
+                wrong.push(format!("event {i}: unknown phase {other:?}"));
+                continue;
+            }
+        };
+        for k in need {
+            if e.get(*k).is_none() {
+                wrong.push(format!("event {i} ({ph}): no {k}"));
+            }
+        }
+        if ph == "M" && e["args"]["name"].as_str().is_none() {
+            wrong.push(format!("event {i}: metadata without args.name"));
+        }
+        if ph == "i" && !["g", "p", "t"].contains(&e["s"].as_str().unwrap_or("")) {
+            wrong.push(format!("event {i}: instant scope {:?}", e["s"]));
+        }
+        if let Some(id) = e.get("bind_id") {
+            if ph != "X" {
+                wrong.push(format!("event {i}: a flow bound to a {ph} event (flows bind to slices)"));
+            }
+            let f = flows.entry(id.to_string()).or_default();
+            if e["flow_out"] == Value::Bool(true) {
+                f.0 += 1;
+            }
+            if e["flow_in"] == Value::Bool(true) {
+                f.1 += 1;
+            }
+        }
+        if ph == "X" {
+            let (ts, dur) = (e["ts"].as_f64().unwrap_or(-1.0), e["dur"].as_f64().unwrap_or(-1.0));
+            if ts < 0.0 || dur < 0.0 {
+                wrong.push(format!("event {i}: ts {ts} dur {dur}"));
+            }
+            let track = (e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0));
+            tracks.entry(track).or_default().push((
+                ts,
+                ts + dur,
+                e["name"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+    }
+    for (id, (outs, ins)) in &flows {
+        if (*outs, *ins) != (1, 1) {
+            wrong.push(format!("flow {id}: {outs} flow_out and {ins} flow_in slices (want one each)"));
+        }
+    }
+    const EPS: f64 = 1e-6;
+    for (track, slices) in &mut tracks {
+        // Longer first at equal starts: a parent opens before its child.
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<&Span> = Vec::new();
+        for s in slices.iter() {
+            while open.last().is_some_and(|p| s.0 >= p.1 - EPS) {
+                open.pop();
+            }
+            if let Some(p) = open.last()
+                && s.1 > p.1 + EPS
+            {
+                wrong.push(format!(
+                    "track {track:?}: {} [{}, {}] overlaps {} [{}, {}]",
+                    s.2, s.0, s.1, p.2, p.0, p.1
+                ));
+            }
+            open.push(s);
+        }
+    }
+    wrong
+}
+
+const CAPTURES: [&str; 4] = [
+    "companion-6.12.jsonl",
+    "companion-7.3.jsonl",
+    "perftest-rping-6.12.jsonl.zst",
+    "perftest-rping-7.3.jsonl.zst",
+];
+
+#[test]
+fn the_perfetto_export_of_every_lab_capture_passes_the_checker() {
+    for c in CAPTURES {
+        let r = read(&[fixture(c)], OPTS, true).unwrap();
+        let events = r.events.clone();
+        let (story, _, _) = r.live.finish();
+        let doc = perfetto::export(&events, &story);
+        let wrong = check_trace_events(&doc);
+        assert!(wrong.is_empty(), "{c}: {} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
+        let evs = doc["traceEvents"].as_array().unwrap();
+        let flows = evs.iter().filter(|e| e["flow_out"] == Value::Bool(true)).count() as u64;
+        let woken: u64 =
+            story.processes.values().flat_map(|p| &p.completions).filter(|c| c.wakeup.is_some()).count()
+                as u64;
+        assert_eq!(flows, woken, "{c}: a flow per completion that woke its program");
+        assert!(flows > 0, "{c}");
+    }
+}
+
+#[test]
+fn the_checker_finds_what_is_wrong() {
+    let doc = serde_json::json!({"traceEvents": [
+        {"ph": "X", "name": "a", "ts": 0.0, "dur": 10.0, "pid": 1, "tid": 1, "bind_id": "0x1", "flow_out": true},
+        {"ph": "X", "name": "b", "ts": 5.0, "dur": 10.0, "pid": 1, "tid": 1},
+        {"ph": "i", "name": "c", "ts": 1.0, "pid": 1, "tid": 1, "s": "t", "bind_id": "0x2", "flow_in": true},
+        {"ph": "M", "name": "process_name", "pid": 1},
+        {"ph": "X", "name": "d", "ts": 1.0, "pid": 1, "tid": 2}
+    ]});
+    let wrong = check_trace_events(&doc).join("\n");
+    for want in [
+        "overlaps a",
+        "flow \"0x1\": 1 flow_out and 0 flow_in",
+        "a flow bound to a i event",
+        "metadata without args.name",
+        "event 4 (X): no dur",
+    ] {
+        assert!(wrong.contains(want), "{want:?} not found in:\n{wrong}");
+    }
+}
+
+#[test]
+fn report_text_and_json_of_both_kernels() {
+    for c in CAPTURES {
+        let r = build(&[fixture(c)], OPTS).unwrap();
+        insta::assert_snapshot!(format!("report-{c}"), numbers::text(&r));
+        let json = serde_json::to_string_pretty(&r).unwrap();
+        let back: numbers::Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r, "{c}: the JSON reads back as the report");
+    }
+    let r = build(&[fixture("companion-6.12.jsonl")], OPTS).unwrap();
+    insta::assert_snapshot!("report-companion-6.12.json", serde_json::to_string_pretty(&r).unwrap());
+}
+
+/// The report's numbers are the story's and the capture's own: pins and pinned bytes per
+/// process, completions, and the pages the companion's MRs span.
+#[test]
+fn the_report_counts_what_the_story_counts() {
+    for k in ["6.12", "7.3"] {
+        let file = fixture(&format!("companion-{k}.jsonl"));
+        let r = build(std::slice::from_ref(&file), OPTS).unwrap();
+        let events = rdma_trace::event::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
+        for p in &r.processes {
+            let s = &story.processes[&p.pid];
+            assert_eq!(
+                (p.pins, p.pinned_peak_bytes, p.completions),
+                (s.pins_total, s.pinned_peak_bytes, s.completions_total)
+            );
+        }
+        let steps = rdma_trace::pipeline::correlate::story::read_steps(&fixture(&format!(
+            "companion-{k}.steps.jsonl"
+        )))
+        .unwrap();
+        let pages: u64 = steps
+            .iter()
+            .filter_map(|s| s.mr.as_ref().filter(|_| s.name == rdma_trace::steps::StepName::RegMr))
+            .map(|m| rdma_trace::steps::pages_spanned(m.addr, m.length))
+            .sum();
+        assert_eq!(r.paths["pin"].pages, Some(pages), "{k}: pages pinned = the pages the MRs span");
+        let comp = events
+            .iter()
+            .filter(|e| {
+                e.is(rdma_trace::event::ProbeId::CompHandler) && e.kind == rdma_trace::event::EventKind::Entry
+            })
+            .count() as u64;
+        assert_eq!(r.paths["completion"].by_probe["comp_handler"], comp);
+    }
+}
+
+#[test]
+fn diff_of_two_runs_and_its_thresholds() {
+    let a = build(&[fixture("companion-7.3.jsonl")], OPTS).unwrap();
+    let b = build(&[fixture("perftest-rping-7.3.jsonl.zst")], OPTS).unwrap();
+    // B pins fewer pages (perftest and rping register small MRs): a decrease rule breaks.
+    let th: Vec<diff::Threshold> = ["pin-pages=-10%", "lost=+0"].iter().map(|s| s.parse().unwrap()).collect();
+    let d = diff::diff(&a, &b, &th).unwrap();
+    insta::assert_snapshot!("diff-companion-7.3-vs-perftest-rping-7.3", diff::text(&d));
+    assert_eq!(d.failed.len(), 1, "{:?}", d.failed);
+    assert!(d.failed[0].starts_with("pin-pages=-10%: A 273 → B 71"), "{:?}", d.failed);
+    let same = diff::diff(&a, &a, &th).unwrap();
+    assert!(same.failed.is_empty() && same.new_stacks.is_empty() && same.missing_stacks.is_empty());
+}
+
+#[test]
+fn folded_stacks_and_the_flame_graph_of_both_kernels() {
+    for c in ["companion-6.12.jsonl", "perftest-rping-7.3.jsonl.zst"] {
+        let r = read(&[fixture(c)], OPTS, true).unwrap();
+        let folded = flame::folded(&r.events);
+        insta::assert_snapshot!(format!("folded-{c}"), folded);
+        let total: u64 = folded.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
+        let with_stacks = r
+            .events
+            .iter()
+            .filter(|e| {
+                !e.stack.is_empty()
+                    && e.kind == rdma_trace::event::EventKind::Entry
+                    && !matches!(e.path, rdma_trace::event::Path::Syscall | rdma_trace::event::Path::Verbs)
+            })
+            .count() as u64;
+        assert_eq!(total, with_stacks, "{c}: every kernel stack counted once");
+        let svg = flame::svg(&folded, c);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains(&format!("<title>all ({total} samples, 100.0%)</title>")), "{c}");
+    }
+}
+
+/// The example in docs/ is what this build exports from that lab capture.
+#[test]
+fn the_committed_perfetto_example_is_this_builds_export() {
+    let r = read(&[fixture("companion-7.3.jsonl")], OPTS, true).unwrap();
+    let events = r.events.clone();
+    let (story, _, _) = r.live.finish();
+    let doc = perfetto::export(&events, &story);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/companion-7.3.perfetto.json");
+    let committed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        committed == doc,
+        "regenerate: rdma-trace export rdma-trace/tests/fixtures/lab/companion-7.3.jsonl --perfetto {}",
+        path.display()
+    );
+    assert!(check_trace_events(&committed).is_empty());
+}
