@@ -288,9 +288,21 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
-    let peak = prom_query(&format!("rdma_trace_pinned_peak_bytes{{pid=\"{cpid}\"}}"));
-    let completions = prom_query(&format!("sum(rdma_trace_completions_total{{pid=\"{cpid}\"}})"));
-    let pins = prom_query(&format!("rdma_trace_mr_registrations_total{{pid=\"{cpid}\"}}"));
+    // Prometheus scrapes on its own schedule (slow to start under TCG): the companion's
+    // series are waited for, at most a minute.
+    let query = |q: String| {
+        let t0 = std::time::Instant::now();
+        loop {
+            match prom_query(&q) {
+                Some(v) => return Some(v),
+                None if t0.elapsed() > Duration::from_secs(60) => return None,
+                None => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
+    };
+    let peak = query(format!("rdma_trace_pinned_peak_bytes{{pid=\"{cpid}\"}}"));
+    let completions = query(format!("sum(rdma_trace_completions_total{{pid=\"{cpid}\"}})"));
+    let pins = query(format!("rdma_trace_mr_registrations_total{{pid=\"{cpid}\"}}"));
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);
