@@ -46,6 +46,10 @@ pub struct Header {
     /// Written with `--redact`: kernel addresses and page frames are stand-ins.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub redacted: bool,
+    /// What the kernel said of fork() and pinned pages at start (`rdma sys show`:
+    /// copy-on-fork), when it could be asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_on_fork: Option<bool>,
 }
 
 /// One catalog probe in this run.

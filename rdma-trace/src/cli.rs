@@ -98,6 +98,15 @@ kernel events they caused and their values checked against theirs.")]
         #[command(flatten)]
         read: ReadOpts,
     },
+    /// One real occurrence of a path, explained stage by stage with its values.
+    #[command(long_about = "Walk through one real occurrence of a path, from a capture or from a command \
+traced here (root): the user call, the system call, the uverbs dispatch, the provider and the core work, each \
+with the values seen, the kernel functions that did it (with their source files, as that kernel's stacks show \
+them) and why. Topics: mr (pinning and RLIMIT_MEMLOCK; a refused pin is explained with the limit and the size \
+asked), mmap (doorbell and queue pages; what the offset encodes), cq (interrupt or worker → completion event → \
+the program's wakeup), bypass (the data phase's syscalls per work request: soft-RoCE's write(2) doorbell \
+against a NIC's MMIO store), fork (MADV_DONTFORK and copy-on-fork). The TUI shows the same with `e`.")]
+    Explain(ExplainArgs),
     /// The numbers of one or more captures: per path, per process, the data phase, loss.
     #[command(long_about = "The aggregates `story` does not give, in one place: per path (pinning, mmap, \
 completion events, teardown) how many and how long (percentiles and a histogram of the function that does \
@@ -211,6 +220,23 @@ pub struct DaemonArgs {
     /// then told how many, and nobody else waits for it.
     #[arg(long, default_value_t = crate::serve::QUEUE, value_name = "RECORDS")]
     pub subscriber_queue: usize,
+}
+
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    #[arg(value_enum)]
+    pub topic: crate::plan::lessons::Topic,
+    /// A capture (`trace -o`); or give a command after `--` to trace it here.
+    pub file: Option<PathBuf>,
+    /// The companion's step records, for a capture made without its marker.
+    #[arg(long, value_name = "FILE")]
+    pub steps: Option<PathBuf>,
+    /// The explanation as JSON (its values by name, the functions it names).
+    #[arg(long)]
+    pub json: bool,
+    /// A command to run and trace (its syscalls watched), then explain.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// How a capture is read (plain or zstd, recognised by content).

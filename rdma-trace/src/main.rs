@@ -12,6 +12,7 @@ fn run() -> anyhow::Result<i32> {
             cmd::story::story(&capture, steps.as_deref(), json, read)
         }
         Cmd::Replay { file, stacks, read } => cmd::story::replay(&file, stacks, read),
+        Cmd::Explain(a) => cmd::explain::run(a),
         Cmd::Report { files, json, read } => cmd::report::report(&files, json, read),
         Cmd::Diff { a, b, fail_on, json, read } => cmd::report::diff(&a, &b, &fail_on, json, read),
         Cmd::Export { files, perfetto, folded, flamegraph, read } => {

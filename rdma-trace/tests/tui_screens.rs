@@ -124,3 +124,35 @@ fn the_step_checks_on_screen_are_the_storys() {
         }
     }
 }
+
+/// `e` on a selected event: the explanation of its path, anchored on that event — a
+/// completion handler selected explains the completion it raised (its CQ, its wakeup), a
+/// registration the pin it made; the same text as `explain` for that occurrence.
+#[test]
+fn e_on_an_event_explains_its_path_for_that_occurrence() {
+    use rdma_trace::event::{EventKind, ProbeId};
+    use rdma_trace::output::tui::lesson;
+    for k in ["6.12", "7.3"] {
+        let m = model(&format!("companion-{k}.jsonl"));
+        let ui = Ui { screen: 4, ..Default::default() };
+        let shown = screens::shown_events(&m, &ui);
+        // The newest pin entry shown, and the oldest completion handler shown.
+        let pin = shown.iter().position(|e| e.is(ProbeId::UmemGet) && e.kind == EventKind::Entry).unwrap();
+        let comp =
+            shown.iter().rposition(|e| e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry).unwrap();
+        let (pin_ev, comp_ev) = (shown[pin].clone(), shown[comp].clone());
+        let text = lesson::explanation(&m, &Ui { selected: pin, ..ui.clone() });
+        let size = pin_ev.field("size").unwrap();
+        assert!(
+            text.contains(&format!("size={size}")) || text.contains(&format!("size={size:#x}")),
+            "{k}: {text}"
+        );
+        assert!(text.contains(&format!("thread {}", pin_ev.tid)), "{k}: {text}");
+        let cq = comp_ev.field("cq_user_handle").unwrap();
+        let text = lesson::explanation(&m, &Ui { selected: comp, ..ui.clone() });
+        assert!(text.contains(&format!("CQ {cq:#x}")), "{k}: {text}");
+        assert!(text.contains(&format!("[{}] on CPU {}", comp_ev.tid, comp_ev.cpu)), "{k}: {text}");
+        let screen = render(&m, &Ui { explain: Some(text), selected: comp, ..ui.clone() }, 100, 30);
+        insta::assert_snapshot!(format!("companion-{k}-Events-explain-cq-100x30"), screen);
+    }
+}

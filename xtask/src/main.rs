@@ -6,6 +6,7 @@
 
 mod fuzz;
 mod gate;
+mod guides;
 mod lab;
 mod memory;
 mod setup;
@@ -41,6 +42,9 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// `rdma-trace story` on a long synthetic stream: its peak memory stays bounded.
     StoryMemory(memory::MemoryArgs),
+    /// docs/guides/ from captures the lab makes on every kernel (`--no-lab`: from those
+    /// already in docs/guides/captures/).
+    Guides(guides::GuidesArgs),
     /// `rdma-trace tui` replaying a long synthetic capture at top speed: nothing lost, keys
     /// answered; reports frame rate and key latency.
     TuiLoad(tui_load::TuiLoadArgs),
@@ -57,6 +61,7 @@ fn main() {
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),
+        Cmd::Guides(a) => guides::run(&a),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

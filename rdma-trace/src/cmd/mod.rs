@@ -1,6 +1,7 @@
 //! The subcommands: each gathers what the libraries return and prints it.
 
 pub mod daemon;
+pub mod explain;
 pub mod probes;
 pub mod report;
 pub mod story;

@@ -96,6 +96,8 @@ pub struct Tracer {
     child: Option<(std::process::Child, std::fs::File)>,
     /// Every catalog probe's fate in this run, for the capture header.
     probes: Vec<ProbeStatus>,
+    /// `rdma sys show`'s copy-on-fork, asked once at start.
+    copy_on_fork: Option<bool>,
 }
 
 /// Not root (or without the capabilities): the one line to print.
@@ -157,7 +159,7 @@ impl Tracer {
         }
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
-        Ok(Self { opts, planning, loaded, ring, child, probes })
+        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork: copy_on_fork() })
     }
 
     /// The capture header of this run (its version and sequence are the writer's).
@@ -175,6 +177,7 @@ impl Tracer {
             probes: self.probes.clone(),
             libibverbs: lib.map(|p| p.display().to_string()),
             redacted: false,
+            copy_on_fork: self.copy_on_fork,
             ..Default::default()
         }
     }
@@ -272,6 +275,18 @@ fn uses_verbs(ev: &Event) -> bool {
     use crate::event::ProbeId;
     ev.kind == crate::event::EventKind::Entry
         && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
+}
+
+/// `rdma -j sys show`'s copy-on-fork (iproute2's rdma tool), if it answers.
+fn copy_on_fork() -> Option<bool> {
+    let out = std::process::Command::new("rdma").args(["-j", "sys", "show"]).output().ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = if v.is_array() { v[0].clone() } else { v };
+    match &v["copy-on-fork"] {
+        serde_json::Value::Bool(b) => Some(*b),
+        serde_json::Value::String(s) => Some(s == "on"),
+        _ => None,
+    }
 }
 
 /// The step marker's row among the probes (header, summary).

@@ -2,6 +2,7 @@
 //! v1), the story report, the run's summary, Prometheus metrics, the TUI.
 
 pub mod diff;
+pub mod explain;
 pub mod flame;
 pub mod jsonl;
 pub mod metrics;

@@ -8,5 +8,6 @@ pub mod elfsym;
 pub mod frames;
 pub mod here;
 pub mod kernel;
+pub mod lessons;
 pub mod select;
 pub mod syscalls;

@@ -8,6 +8,7 @@
 //! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
 //! keys that steer a replay back.
 
+pub mod lesson;
 pub mod model;
 pub mod screens;
 
@@ -211,7 +212,7 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
                 continue;
             }
             key_read = Some(Instant::now());
-            if key(k.code, &mut ui, &control, replay) {
+            if key(k.code, &mut ui, &model, &control, replay) {
                 return Ok(());
             }
         }
@@ -223,8 +224,26 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
 }
 
 /// One key: what it changes; true for `q`.
-fn key(code: ratatui::crossterm::event::KeyCode, ui: &mut Ui, control: &Control, replay: bool) -> bool {
+fn key(
+    code: ratatui::crossterm::event::KeyCode,
+    ui: &mut Ui,
+    model: &Model,
+    control: &Control,
+    replay: bool,
+) -> bool {
     use ratatui::crossterm::event::KeyCode;
+    if ui.explain.is_some() {
+        match code {
+            KeyCode::Char('q') => return true,
+            KeyCode::Esc | KeyCode::Char('e') => ui.explain = None,
+            KeyCode::Down | KeyCode::Char('j') => ui.explain_scroll = ui.explain_scroll.saturating_add(1),
+            KeyCode::Up | KeyCode::Char('k') => ui.explain_scroll = ui.explain_scroll.saturating_sub(1),
+            KeyCode::PageDown => ui.explain_scroll = ui.explain_scroll.saturating_add(10),
+            KeyCode::PageUp => ui.explain_scroll = ui.explain_scroll.saturating_sub(10),
+            _ => {}
+        }
+        return false;
+    }
     if ui.editing_filter {
         match code {
             KeyCode::Enter | KeyCode::Esc => ui.editing_filter = false,
@@ -250,6 +269,9 @@ fn key(code: ratatui::crossterm::event::KeyCode, ui: &mut Ui, control: &Control,
         }
         KeyCode::Esc => ui.filter.clear(),
         KeyCode::Char('?') => ui.help = !ui.help,
+        KeyCode::Char('e') if screens::SCREENS[ui.screen] == "Events" => {
+            (ui.explain, ui.explain_scroll) = (Some(lesson::explanation(model, ui)), 0);
+        }
         KeyCode::Char(' ') => {
             control.paused.fetch_xor(true, Ordering::Relaxed);
         }

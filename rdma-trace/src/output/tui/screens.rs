@@ -24,6 +24,9 @@ pub struct Ui {
     pub paused: bool,
     /// Replay speed ×10 (10 = real time), for the status line.
     pub speed_x10: Option<u32>,
+    /// The explanation open over the screen (`e`), and how far it is scrolled.
+    pub explain: Option<String>,
+    pub explain_scroll: u16,
 }
 
 fn ns(v: Option<u64>) -> String {
@@ -68,6 +71,9 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         _ => steps(f, body, m, ui),
     }
     status_line(f, status, m, ui);
+    if let Some(text) = &ui.explain {
+        super::lesson::draw(f, body, text, ui.explain_scroll);
+    }
     if ui.help {
         help(f, body);
     }
@@ -427,13 +433,17 @@ fn histogram(s: &Samples, n: usize) -> Vec<u64> {
     out
 }
 
-fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let shown: Vec<&crate::event::Event> = m
-        .events
+/// The events the Events screen lists, newest first, filtered.
+pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
+    m.events
         .iter()
         .rev()
         .filter(|e| matches(ui, &[e.pid.to_string(), e.comm.clone(), crate::output::text::fields_text(e)]))
-        .collect();
+        .collect()
+}
+
+fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
+    let shown = shown_events(m, ui);
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
     let rows: Vec<Row> = shown.iter().map(|e| Row::new(vec![crate::output::text::line(e)])).collect();
@@ -531,7 +541,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 
 fn help(f: &mut Frame, area: Rect) {
     let w = area.width.min(60);
-    let h = area.height.min(12);
+    let h = area.height.min(13);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     f.render_widget(Clear, r);
     f.render_widget(
@@ -542,6 +552,7 @@ fn help(f: &mut Frame, area: Rect) {
             Line::from("space       pause (a replay stops; live keeps counting)"),
             Line::from("+ -         replay speed ×0.1 … ×100"),
             Line::from("n           step one event (paused replay)"),
+            Line::from("e           explain the selected event's path (Events)"),
             Line::from("g G         replay from the start / to the end"),
             Line::from("q           quit"),
         ])

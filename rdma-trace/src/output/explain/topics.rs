@@ -1,0 +1,329 @@
+//! The three paths, each walked through one real occurrence: MR registration, a mmap on
+//! the uverbs fd, a completion event.
+
+use super::{Explanation, Input, Stage, bytes, fields, named, named_frames, us};
+use crate::event::{Event, EventKind, Path, ProbeId};
+use crate::plan::lessons as L;
+
+fn is(e: &Event, ids: &[ProbeId], kind: EventKind) -> bool {
+    e.is_any(ids) && e.kind == kind
+}
+
+const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
+
+/// The umem function's error, if it returned one (an ERR_PTR).
+fn pin_error(r: &Event) -> Option<i64> {
+    r.field("umem").and_then(crate::pipeline::render::err_ptr)
+}
+
+/// The syscall that carried the work at `i` into the kernel (the last one entered on its
+/// thread before it), as a stage.
+fn syscall_stage(input: &Input, i: usize, tid: u32, what: &str) -> Stage {
+    let sys = input.prev_on(i, tid, |e| e.kind == EventKind::SyscallEnter);
+    let mut s = Stage { title: format!("The system call — {what}"), ..Default::default() };
+    match sys {
+        Some((_, e)) => {
+            let on = e.fd_kind.as_deref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
+            s.seen.push(format!("{}({}){on}", e.name, crate::output::text::fields_text(e)));
+        }
+        None => s.seen.push("(syscalls were not watched in this capture: trace with --pid or -- CMD)".into()),
+    }
+    s
+}
+
+pub fn mr(input: &Input) -> Result<Explanation, String> {
+    let ev = input.events;
+    let pins: Vec<usize> =
+        (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UmemGet], EventKind::Entry)).collect();
+    let ok = |i: &usize| input.return_of(*i).is_some_and(|(_, r)| pin_error(r).is_none());
+    let Some(pin) = input.anchored(&pins).or(pins.iter().find(|i| ok(i)).or(pins.first()).copied()) else {
+        return Err("no MR registration in this capture (no umem_get event)".into());
+    };
+    let p = &ev[pin];
+    let ret = input.return_of(pin);
+    let mut x = Explanation {
+        occurrence: format!(
+            "One real registration: {} [{}], thread {}.",
+            crate::pipeline::render::printable(&p.comm),
+            p.pid,
+            p.tid
+        ),
+        ..Default::default()
+    };
+    let v = &mut x.values;
+    // 1. The user call.
+    let outer = input.prev_on(pin, p.tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
+    let inner = input.prev_on(pin, p.tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
+    let mut user = Stage { title: "The user call — libibverbs".into(), ..Default::default() };
+    for (_, c) in outer.into_iter().chain(inner) {
+        user.seen.push(format!("{}({})", c.name, fields(c, &["addr", "length", "iova", "access"])));
+    }
+    if user.seen.is_empty() {
+        user.seen.push("(no libibverbs uprobe event: the program's libibverbs was not probed)".into());
+    }
+    user.text =
+        "The program asks libibverbs to register a buffer with access rights; libibverbs and the provider \
+library turn it into a uverbs command on the device's fd."
+            .into();
+    x.stages.push(user);
+    x.stages.push(syscall_stage(input, pin, p.tid, "the command enters the kernel"));
+    // 3. The dispatch: the stack's frames above the provider.
+    let provider = input.prev_on(pin, p.tid, |e| is(e, &REG_MR, EventKind::Entry));
+    let stack = named_frames(&p.stack);
+    let (dispatch, below): (Vec<_>, Vec<_>) =
+        stack.into_iter().partition(|f| f.file.contains("/core/uverbs") || f.file.starts_with("fs/"));
+    x.stages.push(Stage {
+        title: "The uverbs dispatch".into(),
+        functions: dispatch,
+        text: "uverbs checks the command and calls the provider's reg_user_mr.".into(),
+        ..Default::default()
+    });
+    let mut prov = Stage { title: "The provider".into(), ..Default::default() };
+    if let Some((pi, pe)) = provider {
+        prov.seen.push(format!(
+            "{}({})",
+            pe.symbol.as_deref().unwrap_or(&pe.name),
+            fields(pe, &["start", "length", "iova", "access"])
+        ));
+        prov.functions.push(super::named(pe.symbol.as_deref().unwrap_or(&pe.name)));
+        if let Some((_, r)) = input.return_of(pi) {
+            prov.seen.push(format!(
+                "returned {} after {}",
+                fields(r, &["lkey", "rkey"]),
+                us(r.latency_ns.unwrap_or(0))
+            ));
+            if let (Some(l), Some(k)) = (r.field("lkey"), r.field("rkey")) {
+                v.insert("lkey".into(), l);
+                v.insert("rkey".into(), k);
+            }
+        }
+    }
+    prov.functions.extend(below.into_iter().filter(|f| !f.file.contains("core/umem")));
+    prov.functions.dedup_by(|a, b| a.function == b.function);
+    prov.text =
+        "The provider builds what the NIC will use to reach the buffer: on hardware a translation table in \
+the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
+            .into();
+    x.stages.push(prov);
+    // 5. The core work: pinning.
+    let umem_fn = p.symbol.clone().unwrap_or_else(|| p.name.clone());
+    let mut core = Stage { title: "The core work — pinning the pages".into(), ..Default::default() };
+    core.functions.push(named(&umem_fn));
+    core.seen.push(format!("{umem_fn}({})", fields(p, &["addr", "size", "access"])));
+    let (addr, size) = (p.field("addr").unwrap_or(0), p.field("size").unwrap_or(0));
+    let pages = crate::steps::pages_spanned(addr, size);
+    let limit = p.field("memlock_limit");
+    v.insert("mr_addr".into(), addr);
+    v.insert("mr_length".into(), size);
+    v.insert("pages".into(), pages);
+    if let Some(l) = limit {
+        v.insert("memlock_limit".into(), l);
+    }
+    match ret {
+        Some((_, r)) if pin_error(r).is_none() => {
+            let pinned = r.field("pages").unwrap_or(pages);
+            core.seen.push(format!(
+                "pinned {pinned} pages ({}) in {}; charged to RLIMIT_MEMLOCK ({})",
+                bytes(pinned * 4096),
+                us(r.latency_ns.unwrap_or(0)),
+                limit.map(bytes).unwrap_or("limit not read".into())
+            ));
+            v.insert("pin_ns".into(), r.latency_ns.unwrap_or(0));
+        }
+        Some((_, r)) => core.seen.push(format!("REFUSED: {}", fields(r, &["umem"]))),
+        None => core.seen.push("(its return was not seen)".into()),
+    }
+    core.text = L::PIN_WHY.into();
+    x.stages.push(core);
+    x.notes.push(("What ENOMEM means here".into(), L::PIN_ENOMEM.into()));
+    refusals(input, &mut x);
+    Ok(x)
+}
+
+/// Every refused pin of the run: who, how much was asked, against which limit.
+fn refusals(input: &Input, x: &mut Explanation) {
+    let ev = input.events;
+    for i in (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UmemGet], EventKind::Entry)) {
+        let Some((_, r)) = input.return_of(i) else { continue };
+        let Some(err) = pin_error(r) else { continue };
+        let e = &ev[i];
+        let (size, limit) = (e.field("size").unwrap_or(0), e.field("memlock_limit"));
+        let pages = crate::steps::pages_spanned(e.field("addr").unwrap_or(0), size);
+        let text = format!(
+            "{} [{}] asked to pin {} ({pages} pages) with RLIMIT_MEMLOCK at {}: the umem function returned {} ({}), and \
+ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it.",
+            crate::pipeline::render::printable(&e.comm),
+            e.pid,
+            bytes(size),
+            limit.map(bytes).unwrap_or("an unknown limit".into()),
+            err,
+            crate::pipeline::render::errno_name(-err),
+            -err
+        );
+        x.values.insert("refused_asked_bytes".into(), size);
+        x.values.insert("refused_errno".into(), (-err) as u64);
+        if let Some(l) = limit {
+            x.values.insert("refused_memlock_limit".into(), l);
+        }
+        x.notes.push(("A pin this run refused".into(), text));
+        return;
+    }
+}
+
+pub fn mmap(input: &Input) -> Result<Explanation, String> {
+    let ev = input.events;
+    let maps: Vec<usize> =
+        (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UverbsMmap], EventKind::Entry)).collect();
+    let Some(i) = input.anchored(&maps).or(maps.first().copied()) else {
+        return Err("no mmap on a uverbs fd in this capture (no uverbs_mmap event)".into());
+    };
+    let m = &ev[i];
+    let mut x = Explanation {
+        occurrence: format!(
+            "One real mapping: {} [{}], thread {}.",
+            crate::pipeline::render::printable(&m.comm),
+            m.pid,
+            m.tid
+        ),
+        ..Default::default()
+    };
+    let (start, end, pgoff) =
+        (m.field("vm_start").unwrap_or(0), m.field("vm_end").unwrap_or(0), m.field("vm_pgoff").unwrap_or(0));
+    x.values.insert("length".into(), end.saturating_sub(start));
+    x.values.insert("pgoff".into(), pgoff);
+    x.stages.push(syscall_stage(input, i, m.tid, "mmap(2) on the uverbs fd"));
+    let mut dispatch = Stage { title: "The uverbs dispatch".into(), ..Default::default() };
+    dispatch.seen.push(format!(
+        "{} bytes at {start:#x}, offset {pgoff:#x} (in pages), {}",
+        end.saturating_sub(start),
+        fields(m, &["vm_page_prot", "vm_flags"])
+    ));
+    dispatch.functions = named_frames(&m.stack).into_iter().filter(|f| f.file.contains("/core/")).collect();
+    dispatch.text =
+        "ib_uverbs_mmap hands the mapping to the provider of the device the fd was opened on.".into();
+    x.stages.push(dispatch);
+    let provider = input.next_on(i, m.tid, |e| {
+        e.path == Path::Mmap && e.kind == EventKind::Entry && !e.is(ProbeId::UverbsMmap)
+    });
+    let mut prov = Stage { title: "The provider — what the offset selects".into(), ..Default::default() };
+    if let Some((_, p)) = provider {
+        prov.functions.push(named(p.symbol.as_deref().unwrap_or(&p.name)));
+        prov.seen.push(format!("{} at offset {pgoff:#x}", p.symbol.as_deref().unwrap_or(&p.name)));
+    }
+    if let Some((_, r)) = input.return_of(i) {
+        prov.seen.push(format!("mapped in {}", us(r.latency_ns.unwrap_or(0))));
+        x.values.insert("mmap_ns".into(), r.latency_ns.unwrap_or(0));
+    }
+    prov.text = L::MMAP_OFFSET.into();
+    x.stages.push(prov);
+    let count = (0..ev.len())
+        .filter(|&j| ev[j].pid == m.pid && is(&ev[j], &[ProbeId::UverbsMmap], EventKind::Entry))
+        .count();
+    x.values.insert("mappings".into(), count as u64);
+    x.notes.push((format!("Why map at all ({count} uverbs mappings in this process)"), L::MMAP_WHY.into()));
+    x.notes.push(("Doorbells on hardware".into(), L::MMAP_WC.into()));
+    Ok(x)
+}
+
+pub fn cq(input: &Input) -> Result<Explanation, String> {
+    let ev = input.events;
+    let woke: Vec<_> = input
+        .story
+        .processes
+        .values()
+        .flat_map(|p| p.completions.iter().map(move |c| (p, c)))
+        .filter(|(_, c)| c.wakeup.is_some())
+        .collect();
+    // The person's choice: the completion it is, or the wakeup it is, or the nearest on
+    // its thread (the kworker's or the program's).
+    let chosen = input.anchor.and_then(|a| {
+        let exact = woke.iter().find(|(_, c)| c.event == a || c.wakeup == Some(a));
+        let mut at: Vec<usize> = woke.iter().map(|(_, c)| c.event).collect();
+        at.sort_unstable();
+        let by_handler = input.anchored(&at).and_then(|e| woke.iter().find(|(_, c)| c.event == e));
+        let mut reads: Vec<usize> = woke.iter().filter_map(|(_, c)| c.wakeup).collect();
+        reads.sort_unstable();
+        let by_read = input.anchored(&reads).and_then(|w| woke.iter().find(|(_, c)| c.wakeup == Some(w)));
+        exact.or(by_handler).or(by_read).copied()
+    });
+    let found = chosen.or(woke.first().copied());
+    let Some((ps, c)) = found else {
+        return Err("no completion event that woke a program in this capture (event mode: ibv_req_notify_cq + ibv_get_cq_event)".into());
+    };
+    let comp = &ev[c.event];
+    let mut x = Explanation {
+        occurrence: format!(
+            "One real completion event: CQ {:#x} of {} [{}], raised by {} [{}].",
+            c.cq_user_handle,
+            crate::pipeline::render::printable(&ps.comm),
+            ps.pid,
+            crate::pipeline::render::printable(&comp.comm),
+            comp.tid
+        ),
+        ..Default::default()
+    };
+    x.values.insert("cq_handle".into(), c.cq_user_handle);
+    let arm = Stage {
+        title: "Arming — ibv_req_notify_cq".into(),
+        seen: vec!["(inline in libibverbs: the provider arms the CQ; no kernel event)".into()],
+        text: L::CQ_ARM.into(),
+        ..Default::default()
+    };
+    x.stages.push(arm);
+    let ctx = comp.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or("unknown".into());
+    let mut worker =
+        Stage { title: format!("The NIC's side — in a {ctx}, not in the program"), ..Default::default() };
+    worker.seen.push(format!(
+        "{} [{}] on CPU {}",
+        crate::pipeline::render::printable(&comp.comm),
+        comp.tid,
+        comp.cpu
+    ));
+    worker.functions =
+        named_frames(&comp.stack).into_iter().filter(|f| f.function != "ib_uverbs_comp_handler").collect();
+    worker.text = L::CQ_CONTEXT.into();
+    x.stages.push(worker);
+    let mut handler = Stage { title: "The handler — the event is queued".into(), ..Default::default() };
+    handler.functions.push(named("ib_uverbs_comp_handler"));
+    handler.seen.push(format!("ib_uverbs_comp_handler({})", fields(comp, &["cq_user_handle", "cqe"])));
+    if let Some((_, r)) = input.return_of(c.event) {
+        handler.seen.push(format!("queued and woke the reader in {}", us(r.latency_ns.unwrap_or(0))));
+    }
+    x.stages.push(handler);
+    let w = c.wakeup.unwrap_or(c.event);
+    let read = &ev[w];
+    let mut wake = Stage { title: "The wakeup — the channel read returns".into(), ..Default::default() };
+    wake.functions.push(named(read.symbol.as_deref().unwrap_or("ib_uverbs_comp_event_read")));
+    let lat = c.wakeup_latency_ns.unwrap_or(0);
+    wake.seen.push(format!(
+        "{} [{}] thread {}: {} after the completion event",
+        read.name,
+        read.pid,
+        read.tid,
+        us(lat)
+    ));
+    x.values.insert("wakeup_ns".into(), lat);
+    wake.text = L::CQ_LATER.into();
+    x.stages.push(wake);
+    if let Some((_, g)) =
+        input.next_on(w, read.tid, |e| e.is(ProbeId::IbvGetCqEvent) && e.kind == EventKind::Return)
+    {
+        x.stages.push(Stage {
+            title: "Back in the program — ibv_get_cq_event returns".into(),
+            seen: vec![format!("{} after the read", us(g.ts_ns.saturating_sub(read.ts_ns)))],
+            ..Default::default()
+        });
+    }
+    let all: Vec<u64> = ps.wakeup_latencies_ns.clone();
+    if !all.is_empty() {
+        let mut s = all.clone();
+        s.sort_unstable();
+        let (mid, p99) = (s[s.len() / 2], s[((s.len() as f64 * 0.99).ceil() as usize).max(1) - 1]);
+        x.values.insert("wakeups".into(), s.len() as u64);
+        x.notes.push((
+            format!("This process's {} wakeups", s.len()),
+            format!("median {}, p99 {}, slowest {}.", us(mid), us(p99), us(*s.last().unwrap_or(&0))),
+        ));
+    }
+    Ok(x)
+}

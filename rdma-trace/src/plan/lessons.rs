@@ -1,0 +1,124 @@
+//! What each path means, in words: the explanations `explain`, the TUI (`e` on an event) and
+//! the guides share. Each text is true of the kernels in the lab (Linux 6.12 and 7.3) and
+//! names functions only through the frames table (`frames.rs`) or the events themselves,
+//! so what it names is what that kernel ran.
+
+/// The topics of `rdma-trace explain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Topic {
+    /// Memory registration: pinning and RLIMIT_MEMLOCK.
+    Mr,
+    /// Doorbell and queue mmaps.
+    Mmap,
+    /// Interrupt (or worker) to completion event to the program's wakeup.
+    Cq,
+    /// Kernel bypass: the data phase's syscalls per work request.
+    Bypass,
+    /// fork() and pinned memory: MADV_DONTFORK and copy-on-fork.
+    Fork,
+}
+
+impl Topic {
+    pub const ALL: [Topic; 5] = [Topic::Mr, Topic::Mmap, Topic::Cq, Topic::Bypass, Topic::Fork];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::Mr => "mr",
+            Topic::Mmap => "mmap",
+            Topic::Cq => "cq",
+            Topic::Bypass => "bypass",
+            Topic::Fork => "fork",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Topic::Mr => "Memory registration: pinning the pages the NIC will use",
+            Topic::Mmap => "Doorbell and queue mmaps",
+            Topic::Cq => "From the NIC (or its worker) to the program's wakeup: a completion event",
+            Topic::Bypass => "Kernel bypass: the data phase without the kernel",
+            Topic::Fork => "fork() and pinned memory",
+        }
+    }
+
+    /// The topic of an event's path, for the TUI.
+    pub fn of_path(p: crate::plan::catalog::Path) -> Option<Topic> {
+        use crate::plan::catalog::Path;
+        match p {
+            Path::Pin | Path::Teardown => Some(Topic::Mr),
+            Path::Mmap => Some(Topic::Mmap),
+            Path::Completion => Some(Topic::Cq),
+            _ => None,
+        }
+    }
+}
+
+pub const PIN_WHY: &str = "The NIC reads and writes a registered buffer by DMA, on its own, long after the call \
+returned and with no CPU involved. So the pages must stay in RAM at the same physical addresses until the MR is \
+deregistered: the kernel pins them (FOLL_LONGTERM: no swapping, no migration) and gives the NIC their addresses \
+(the provider's translation table; the lkey and rkey name it). Pinned pages cannot be reclaimed, so they are \
+charged to the process's RLIMIT_MEMLOCK (`ulimit -l`), unless it has CAP_IPC_LOCK (root has).";
+
+pub const PIN_ENOMEM: &str = "When the charge would pass RLIMIT_MEMLOCK, the umem function returns -ENOMEM and \
+ibv_reg_mr fails with errno 12 (ENOMEM). It is not a shortage of memory but the limit: raise `ulimit -l` (or \
+memlock in limits.conf / LimitMEMLOCK= for a service), register less, or run with CAP_IPC_LOCK.";
+
+pub const MMAP_WHY: &str = "Set-up goes through the kernel; the data path must not. So at set-up the provider \
+maps into the process what the fast path needs: on hardware the doorbell (UAR) page of the NIC — device memory, \
+mapped write-combining (BlueFlame) or uncached, so a store from user space reaches the NIC at once — and \
+queue buffers in host memory; on soft-RoCE the queue buffers only (its 'NIC' is kernel code).";
+
+pub const MMAP_OFFSET: &str = "mmap(2)'s offset is not a file position here: it is a key the kernel handed out. \
+mlx5 encodes a command and an index in it (the command in bits 8–15: a UAR page, a BlueFlame page, the clock \
+page, device memory; the index in bits 0–7, extended by bits 16–23), decodes it in mlx5_ib_mmap and remaps the page with \
+rdma_user_mmap_io. soft-RoCE hands out a key per queue buffer in the create command's reply and looks it up in \
+rxe_mmap.";
+
+pub const MMAP_WC: &str = "Why write-combining for a doorbell on hardware: the CPU may gather the stores of a \
+work request (BlueFlame writes the whole descriptor into the doorbell page) into one burst on PCIe, instead of \
+one uncached transaction per word; the NIC sees the descriptor without fetching it from host memory.";
+
+pub const CQ_ARM: &str = "A completion event is raised only for a CQ armed with ibv_req_notify_cq, and only once \
+per arming: the program arms, waits, takes the event (ibv_get_cq_event), acknowledges it, re-arms, and polls \
+the CQ for the completions themselves. A CQ that is only polled never takes this path.";
+
+pub const CQ_CONTEXT: &str = "The handler runs where the NIC's completion is noticed, never in the program: on \
+hardware in the completion interrupt's softirq (the mlx5 CQ tasklet), on soft-RoCE in a kworker running the \
+software NIC's tasks. ib_uverbs_comp_handler queues an event on the completion channel and wakes whoever sleeps \
+in read(2) on it.";
+
+pub const CQ_LATER: &str = "The program wakes later: the scheduler has to run the woken thread, which then \
+returns from read(2) and from ibv_get_cq_event. That is the wakeup latency; busy polling (ibv_poll_cq in a loop) \
+avoids it at the cost of a CPU.";
+
+pub const BYPASS_WHY: &str = "Posting a work request on hardware is a few stores to memory and one to the mapped \
+doorbell page: no system call. The kernel is needed only for set-up (open, register, create, map) and for \
+completion events. soft-RoCE has no doorbell to map: its provider rings it with a write(2) on the uverbs fd, one \
+per post, so this run's count is soft-RoCE's, not a NIC's.";
+
+pub const BYPASS_HW: &str = "Expected on a hardware NIC (not measured here: the lab has none): 0 syscalls per \
+work request in the data phase; with completion events, one read(2) per event on the completion channel.";
+
+pub const POLL_VS_EVENT: &str = "Event mode sleeps in read(2) on the completion channel until the handler wakes \
+it: one syscall per event, and the wakeup latency. Busy polling calls ibv_poll_cq, which reads the CQ in mapped \
+memory: no syscall, no wakeup, one CPU spinning.";
+
+pub const FORK_WHY: &str = "After fork() parent and child share their pages copy-on-write. If the parent writes \
+to a registered page first, it gets a new copy while the NIC keeps the old one: the parent's data no longer \
+reaches the NIC. libibverbs used to prevent this with madvise(MADV_DONTFORK) on every registered range (after \
+ibv_fork_init, or with RDMAV_FORK_SAFE set), so the child does not get those pages at all.";
+
+pub const FORK_COW: &str = "Newer kernels copy a pinned page at fork() time instead (the child gets the copy, the \
+parent keeps the pinned page the NIC uses), and say so to user space (since 5.12): `rdma sys show` prints \
+copy-on-fork on. libibverbs then issues no madvise at all.";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_topic_has_a_title_and_a_name() {
+        for t in super::Topic::ALL {
+            assert!(!t.title().is_empty() && !t.as_str().is_empty());
+        }
+    }
+}
