@@ -18,7 +18,7 @@ use rdma_trace::steps::{StepName, StepRecord, pages_spanned};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn workload() -> std::path::PathBuf {
     tracer_bin().with_file_name("rdma-trace-workload")
@@ -32,20 +32,7 @@ fn capture(
     steps: &Path,
 ) -> (std::process::ExitStatus, Vec<StepRecord>) {
     std::fs::remove_file(steps).ok();
-    let err = dir.join(format!("{name}.rdma-trace.stderr"));
-    let mut c = Command::new(tracer_bin())
-        .args(["trace", "-q", "-o"])
-        .arg(dir.join(format!("{name}.jsonl")))
-        .arg("--")
-        .args(cmd)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("start rdma-trace");
-    let st = wait_timeout(&mut c, 300);
-    let stderr = std::fs::read_to_string(&err).unwrap();
-    let lost = tool_losses(&stderr);
-    assert!(lost.is_empty(), "{lost:?}\n{stderr}");
+    let (st, _) = trace_to_capture(dir, name, cmd);
     (st, read_steps(steps).unwrap_or_else(|e| panic!("{name}: the companion's steps: {e}")))
 }
 

@@ -12,7 +12,7 @@ use rdma_trace::event::{Event, EventKind, parse_jsonl};
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::steps::{StepName, StepRecord};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn workload_bin() -> std::path::PathBuf {
     tracer_bin().with_file_name("rdma-trace-workload")
@@ -24,21 +24,8 @@ fn trace_command_status(
     name: &str,
     cmd: &[&str],
 ) -> (std::process::ExitStatus, String, Vec<Event>) {
+    let (st, stderr) = trace_to_capture(dir, name, cmd);
     let capture = dir.join(format!("{name}.jsonl"));
-    let err = dir.join(format!("{name}.rdma-trace.stderr"));
-    let mut c = Command::new(tracer_bin())
-        .args(["trace", "-q", "-o"])
-        .arg(&capture)
-        .arg("--")
-        .args(cmd)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("start rdma-trace");
-    let st = wait_timeout(&mut c, 300);
-    let stderr = std::fs::read_to_string(&err).unwrap();
-    let lost = tool_losses(&stderr);
-    assert!(lost.is_empty(), "{lost:?}\n{stderr}");
     (st, stderr, parse_jsonl(&std::fs::read_to_string(&capture).unwrap()).expect("capture parses"))
 }
 

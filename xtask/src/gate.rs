@@ -78,9 +78,14 @@ fn demo_in_tmux() -> Result<()> {
                 std::thread::sleep(Duration::from_millis(500));
             }
         };
+        let started = Instant::now();
         wait("the companion pinning (overview)", 900, &|s| {
             s.contains("rdma-trace-work [") && s.contains(" MRs")
         })?;
+        step(&format!(
+            "gate: demo: the companion's pinning live on screen {:.0} s after the demo started",
+            started.elapsed().as_secs_f64()
+        ));
         tmux(&["send-keys", "-t", "d", "2"]);
         let rows =
             wait("an MR row", 120, &|s| s.lines().any(|l| l.contains("rdma-trac") && l.contains("0x")))?;

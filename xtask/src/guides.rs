@@ -25,7 +25,7 @@ pub fn run(a: &GuidesArgs) -> Result<()> {
     std::fs::create_dir_all(&captures)?;
     if !a.no_lab {
         if !a.last_run {
-            crate::setup::run()?;
+            crate::setup::for_lab()?;
             lab::vm_test(lab::VmTestArgs { only: Some("lab_explain".into()), ..Default::default() })?;
         }
         for s in Series::ALL {

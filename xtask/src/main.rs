@@ -55,9 +55,9 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Setup => setup::run(),
         Cmd::Test { no_lab } => gate::run(no_lab),
-        Cmd::Lab(a) => setup::run().and_then(|()| lab::lab(a)),
-        Cmd::VmTest(a) => setup::run().and_then(|()| lab::vm_test(a)),
-        Cmd::Demo(a) => setup::run().and_then(|()| lab::demo(a)),
+        Cmd::Lab(a) => setup::for_lab().and_then(|()| lab::lab(a)),
+        Cmd::VmTest(a) => setup::for_lab().and_then(|()| lab::vm_test(a)),
+        Cmd::Demo(a) => setup::for_lab().and_then(|()| lab::demo(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),

@@ -51,13 +51,23 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// The cargo-fuzz release the reader's fuzz target (`fuzz/`) is run with.
 const CARGO_FUZZ_VERSION: &str = "0.13.1";
 
+/// Everything: what building, the lab and the demo need, and the gate's own tools.
 pub fn run() -> Result<()> {
-    nightly_rust_src()?;
-    bpf_linker()?;
+    for_lab()?;
     cargo_deny()?;
     cargo_fuzz()?;
-    debian_packages()?;
     step("setup: done");
+    Ok(())
+}
+
+/// What building rdma-trace and running the lab (the demo, vm-test) need: not the gate's
+/// licence checker and fuzzer, which take most of a cold setup to build (on 2 cores,
+/// longer than everything else together).
+pub fn for_lab() -> Result<()> {
+    nightly_rust_src()?;
+    bpf_linker()?;
+    debian_packages()?;
+    step("setup: what the build and the lab need: done");
     Ok(())
 }
 

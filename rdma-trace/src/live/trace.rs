@@ -277,14 +277,19 @@ fn uses_verbs(ev: &Event) -> bool {
         && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
 }
 
-/// `rdma -j sys show`'s copy-on-fork (iproute2's rdma tool), if it answers.
+/// `rdma sys show`'s copy-on-fork (iproute2's rdma tool: `… copy-on-fork on`), if it
+/// answers.
 fn copy_on_fork() -> Option<bool> {
-    let out = std::process::Command::new("rdma").args(["-j", "sys", "show"]).output().ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let v = if v.is_array() { v[0].clone() } else { v };
-    match &v["copy-on-fork"] {
-        serde_json::Value::Bool(b) => Some(*b),
-        serde_json::Value::String(s) => Some(s == "on"),
+    let out = std::process::Command::new("rdma").args(["sys", "show"]).output().ok()?;
+    parse_copy_on_fork(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_copy_on_fork(text: &str) -> Option<bool> {
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "copy-on-fork")?;
+    match words.next()? {
+        "on" => Some(true),
+        "off" => Some(false),
         _ => None,
     }
 }
@@ -526,3 +531,15 @@ async fn shutdown(
 
 /// How long shutdown waits for records still being written after the programs detach.
 const HELD_DEADLINE: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn copy_on_fork_as_rdma_sys_show_prints_it() {
+        // The shape of rdma sys show's line (the lab guest prints copy-on-fork on).
+        let text = "netns shared privileged-qkey off copy-on-fork on\n";
+        assert_eq!(super::parse_copy_on_fork(text), Some(true));
+        assert_eq!(super::parse_copy_on_fork("netns shared copy-on-fork off"), Some(false));
+        assert_eq!(super::parse_copy_on_fork("netns shared"), None);
+    }
+}

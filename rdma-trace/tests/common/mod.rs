@@ -254,3 +254,24 @@ pub fn compare_counts(events: &[rdma_trace::event::Event], bt: &Bpftrace, bt_out
     }
     (report, equal)
 }
+
+/// `rdma-trace trace -q -o DIR/NAME.jsonl -- cmd…` to its end (300 s at most): its exit
+/// status and stderr; the tool itself must have lost nothing.
+pub fn trace_to_capture(dir: &Path, name: &str, cmd: &[&str]) -> (std::process::ExitStatus, String) {
+    let capture = dir.join(format!("{name}.jsonl"));
+    let err = dir.join(format!("{name}.rdma-trace.stderr"));
+    let mut c = Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(&capture)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    let st = wait_timeout(&mut c, 300);
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    let lost = tool_losses(&stderr);
+    assert!(lost.is_empty(), "{lost:?}\n{stderr}");
+    (st, stderr)
+}

@@ -8,12 +8,15 @@ use super::{Explanation, Stage};
 use crate::plan::lessons::{self as L, Topic};
 use std::fmt::Write;
 
+/// Every topic's explanation of one capture (or why it has none).
+pub type Explained = Vec<(Topic, Result<Explanation, String>)>;
+
 /// What one kernel's captures explain.
 pub struct KernelRun {
     /// `uname -r` of the capture's kernel (its header).
     pub kernel: String,
     /// The companion capture's file name, and every topic's explanation of it.
-    pub companion: (String, Vec<(Topic, Result<Explanation, String>)>),
+    pub companion: (String, Explained),
     /// The refused-pin capture's file name and its `mr` explanation.
     pub memlock: Option<(String, Result<Explanation, String>)>,
 }
@@ -90,6 +93,19 @@ fn code(v: u64) -> String {
     format!("`{v}`")
 }
 
+/// `name `value``: addresses, keys and handles in hex, times also in µs.
+fn kv(k: &str, v: u64) -> String {
+    if v == u64::MAX {
+        format!("{k} `unlimited`")
+    } else if ["addr", "key", "handle"].iter().any(|w| k.contains(w)) {
+        format!("{k} `{v:#x}`")
+    } else if k.ends_with("_ns") {
+        format!("{k} {} ({})", code(v), super::us(v))
+    } else {
+        format!("{k} {}", code(v))
+    }
+}
+
 fn guide(p: &Plan, runs: &[KernelRun]) -> String {
     let mut out = String::new();
     let w = &mut out;
@@ -106,9 +122,11 @@ is from those captures (in code spans); `rdma-trace explain {}` gives the same f
         ),
     );
     why(w, p, runs);
+    // A paragraph of the catalog is written once: in Why, or at its first stage.
+    let mut written: Vec<String> = p.why.iter().map(|t| t.to_string()).collect();
     for r in runs {
         match r.companion.1.iter().find(|(t, _)| *t == p.topic).map(|(_, x)| x) {
-            Some(Ok(x)) => occurrence(w, &r.kernel, &r.companion.0, x),
+            Some(Ok(x)) => occurrence(w, &r.kernel, &r.companion.0, x, &mut written),
             Some(Err(e)) => wl(w, &format!("## Linux {}\n\nNot in this capture: {e}\n", r.kernel)),
             None => {}
         }
@@ -140,7 +158,7 @@ fn why(w: &mut String, p: &Plan, runs: &[KernelRun]) {
         .iter()
         .filter_map(|r| {
             let x = r.get(p.topic)?;
-            let vals: Vec<String> = x.values.iter().map(|(k, v)| format!("{k} {}", code(*v))).collect();
+            let vals: Vec<String> = x.values.iter().map(|(k, v)| kv(k, *v)).collect();
             Some(format!("- Linux {}: {}", r.kernel, vals.join(", ")))
         })
         .collect();
@@ -150,7 +168,7 @@ fn why(w: &mut String, p: &Plan, runs: &[KernelRun]) {
     }
 }
 
-fn stage(w: &mut String, i: usize, s: &Stage) {
+fn stage(w: &mut String, i: usize, s: &Stage, written: &mut Vec<String>) {
     wl(w, &format!("### {}. {}\n", i + 1, s.title));
     if !s.seen.is_empty() {
         wl(w, &format!("```text\n{}\n```\n", s.seen.join("\n")));
@@ -163,25 +181,33 @@ fn stage(w: &mut String, i: usize, s: &Stage) {
     if !s.functions.is_empty() {
         wl(w, "");
     }
-    if !s.text.is_empty() {
+    if !s.text.is_empty() && !written.contains(&s.text) {
         wl(w, &format!("{}\n", s.text));
+        written.push(s.text.clone());
     }
 }
 
 fn values_line(x: &Explanation) -> String {
-    let v: Vec<String> = x.values.iter().map(|(k, v)| format!("{k} {}", code(*v))).collect();
+    let v: Vec<String> = x.values.iter().map(|(k, v)| kv(k, *v)).collect();
     format!("The values (`explain --json`): {}.\n", v.join(", "))
 }
 
-fn occurrence(w: &mut String, kernel: &str, file: &str, x: &Explanation) {
+fn occurrence(w: &mut String, kernel: &str, file: &str, x: &Explanation, written: &mut Vec<String>) {
     wl(w, &format!("## Linux {kernel}: one real occurrence\n"));
     wl(w, &format!("{} (from `{file}`)\n", x.occurrence));
     wl(w, &values_line(x));
     for (i, s) in x.stages.iter().enumerate() {
-        stage(w, i, s);
+        stage(w, i, s, written);
     }
-    for (head, t) in x.notes.iter().filter(|(h, _)| !h.starts_with("What ENOMEM")) {
-        wl(w, &format!("**{head}.** {t}\n"));
+    for (head, t) in &x.notes {
+        if written.contains(t) {
+            // The catalog's words, already given: only a heading that holds this run's count.
+            if head.chars().any(|c| c.is_ascii_digit()) {
+                wl(w, &format!("**{head}.**\n"));
+            }
+        } else {
+            wl(w, &format!("**{head}.** {t}\n"));
+        }
     }
 }
 
@@ -197,8 +223,7 @@ fn refused(w: &mut String, r: &KernelRun) {
         wl(w, &format!("**{head}.** {t}\n"));
     }
     let keys = ["refused_asked_bytes", "refused_memlock_limit", "refused_errno"];
-    let v: Vec<String> =
-        keys.iter().filter_map(|k| x.values.get(*k).map(|v| format!("{k} {}", code(*v)))).collect();
+    let v: Vec<String> = keys.iter().filter_map(|k| x.values.get(*k).map(|v| kv(k, *v))).collect();
     wl(w, &format!("The values: {}.\n", v.join(", ")));
 }
 
@@ -250,12 +275,8 @@ fn between(w: &mut String, topic: Topic, runs: &[KernelRun]) {
         wl(w, &format!("- only Linux {}: {}", a.kernel, list(&oa)));
         wl(w, &format!("- only Linux {}: {}", b.kernel, list(&ob)));
     }
-    let same: Vec<String> = xa
-        .values
-        .iter()
-        .filter(|(k, v)| xb.values.get(*k) == Some(v))
-        .map(|(k, v)| format!("{k} {}", code(*v)))
-        .collect();
+    let same: Vec<String> =
+        xa.values.iter().filter(|(k, v)| xb.values.get(*k) == Some(v)).map(|(k, v)| kv(k, *v)).collect();
     if !same.is_empty() {
         wl(w, &format!("\nThe same on both: {}.", same.join(", ")));
     }
@@ -267,7 +288,7 @@ fn hardware(w: &mut String, p: &Plan, runs: &[KernelRun]) {
     wl(w, &format!("{}\n", p.hardware));
     for r in runs {
         if let Some(v) = r.get(p.topic).and_then(|x| x.values.get(p.contrast)) {
-            wl(w, &format!("- measured here, Linux {} on soft-RoCE: {} {}", r.kernel, p.contrast, code(*v)));
+            wl(w, &format!("- measured here, Linux {} on soft-RoCE: {}", r.kernel, kv(p.contrast, *v)));
         }
     }
     wl(w, "");

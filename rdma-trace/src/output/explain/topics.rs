@@ -9,6 +9,11 @@ fn is(e: &Event, ids: &[ProbeId], kind: EventKind) -> bool {
     e.is_any(ids) && e.kind == kind
 }
 
+/// "One real registration: comm [pid], thread tid."
+fn one_real(what: &str, e: &Event) -> String {
+    format!("One real {what}: {} [{}], thread {}.", crate::pipeline::render::printable(&e.comm), e.pid, e.tid)
+}
+
 const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
 
 /// The umem function's error, if it returned one (an ERR_PTR).
@@ -41,15 +46,7 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
     };
     let p = &ev[pin];
     let ret = input.return_of(pin);
-    let mut x = Explanation {
-        occurrence: format!(
-            "One real registration: {} [{}], thread {}.",
-            crate::pipeline::render::printable(&p.comm),
-            p.pid,
-            p.tid
-        ),
-        ..Default::default()
-    };
+    let mut x = Explanation { occurrence: one_real("registration", p), ..Default::default() };
     let v = &mut x.values;
     // 1. The user call.
     let outer = input.prev_on(pin, p.tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
@@ -178,15 +175,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
         return Err("no mmap on a uverbs fd in this capture (no uverbs_mmap event)".into());
     };
     let m = &ev[i];
-    let mut x = Explanation {
-        occurrence: format!(
-            "One real mapping: {} [{}], thread {}.",
-            crate::pipeline::render::printable(&m.comm),
-            m.pid,
-            m.tid
-        ),
-        ..Default::default()
-    };
+    let mut x = Explanation { occurrence: one_real("mapping", m), ..Default::default() };
     let (start, end, pgoff) =
         (m.field("vm_start").unwrap_or(0), m.field("vm_end").unwrap_or(0), m.field("vm_pgoff").unwrap_or(0));
     x.values.insert("length".into(), end.saturating_sub(start));
