@@ -504,8 +504,8 @@ pub fn step_marker(ctx: ProbeContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     let built = STEP_ZERO
         .get(0)
-        .and_then(|zero| STEP_SCRATCH.insert(&key, zero, 0).ok())
-        .and_then(|()| STEP_SCRATCH.get_ptr_mut(&key));
+        .and_then(|zero| STEP_SCRATCH.insert(key, zero, 0).ok())
+        .and_then(|()| STEP_SCRATCH.get_ptr_mut(key));
     let Some(rec) = built else {
         count(SITE_STEP, CNT_NO_SCRATCH);
         return 0;
@@ -530,7 +530,7 @@ pub fn step_marker(ctx: ProbeContext) -> u32 {
     };
     emit(SITE_STEP, rec, STEP_FIXED_LEN + len);
     // The entry is this run's alone; a failed delete only leaves a zero record behind.
-    STEP_SCRATCH.remove(&key).ok();
+    STEP_SCRATCH.remove(key).ok();
     0
 }
 
