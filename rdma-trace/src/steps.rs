@@ -274,6 +274,12 @@ pub struct WcInfo {
     pub qpn: u32,
 }
 
+/// A step that posts a work request (send, RDMA write, receive): what "per work request"
+/// counts, in the report and in `explain bypass`.
+pub fn is_work_request(name: StepName) -> bool {
+    matches!(name, StepName::PostSend | StepName::PostWrite | StepName::PostRecv)
+}
+
 /// One step. Optional parts appear only on the steps they belong to.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct StepRecord {

@@ -62,7 +62,9 @@ fn the_numbers_are_the_companions_own() {
         let sends =
             steps.iter().filter(|s| matches!(s.name, StepName::PostSend | StepName::PostWrite)).count()
                 as u64;
-        assert_eq!(v(Topic::Bypass, "work_requests"), Some(sends), "{k}");
+        let posts = steps.iter().filter(|s| rdma_trace::steps::is_work_request(s.name)).count() as u64;
+        assert_eq!(v(Topic::Bypass, "work_requests"), Some(posts), "{k}");
+        assert_eq!(v(Topic::Bypass, "sends_posted"), Some(sends), "{k}");
         assert_eq!(v(Topic::Bypass, "doorbell_writes"), Some(sends), "{k}: rxe rings with write(2)");
         assert_eq!(v(Topic::Fork, "madvise_dontfork"), Some(0), "{k}: copy-on-fork kernels get no madvise");
     }

@@ -250,3 +250,32 @@ fn the_committed_perfetto_example_is_this_builds_export() {
     );
     assert!(check_trace_events(&committed).is_empty());
 }
+
+/// Records the capture's own writer left out (its `output capture` loss records) are lost
+/// for the report and for `diff --fail-on lost`, beside the trailer's account.
+#[test]
+fn records_the_writer_left_out_count_as_lost() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
+    let plain = String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
+    let (body, trailer) = plain.trim_end().rsplit_once('\n').unwrap();
+    assert!(trailer.contains(r#""type":"trailer""#), "{trailer}");
+    let t: Value = serde_json::from_str(trailer).unwrap();
+    let loss = format!(
+        r#"{{"v":1,"seq":{},"type":"loss","ts_ns":{},"site":"output capture","reason":"queue full","count":7}}"#,
+        t["seq"].as_u64().unwrap(),
+        t["ts_ns"].as_u64().unwrap()
+    );
+    let trailer = trailer.replacen(&format!(r#""seq":{}"#, t["seq"]), &format!(r#""seq":{}"#, t["seq"].as_u64().unwrap() + 1), 1);
+    let dir = std::env::temp_dir().join(format!("rt-left-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (whole, cut) = (dir.join("whole.jsonl"), dir.join("left-out.jsonl"));
+    std::fs::write(&whole, &plain).unwrap();
+    std::fs::write(&cut, format!("{body}\n{loss}\n{trailer}\n")).unwrap();
+    let (a, b) = (build(&[whole.clone()], OPTS).unwrap(), build(&[cut.clone()], OPTS).unwrap());
+    assert_eq!((a.captures[0].left_out, b.captures[0].left_out), (0, 7));
+    assert_eq!(b.captures[0].lost, a.captures[0].lost + 7);
+    let th: Vec<diff::Threshold> = vec!["lost=+0".parse().unwrap()];
+    let d = diff::diff(&a, &b, &th).unwrap();
+    assert_eq!(d.failed.len(), 1, "a run that left records out fails --fail-on lost=+0: {:?}", d.failed);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -118,7 +118,8 @@ fn lab_explain_every_topic_on_the_companion_with_its_own_numbers() {
                     .filter(|s| matches!(s.name, StepName::PostSend | StepName::PostWrite))
                     .count() as u64;
                 let recvs = steps.iter().filter(|s| s.name == StepName::PostRecv).count() as u64;
-                assert_eq!(value(&x, "work_requests"), Some(sends));
+                assert_eq!(value(&x, "work_requests"), Some(sends + recvs));
+                assert_eq!(value(&x, "sends_posted"), Some(sends));
                 assert_eq!(value(&x, "receives_posted"), Some(recvs));
                 assert_eq!(value(&x, "doorbell_writes"), Some(sends), "soft-RoCE rings with write(2)");
             }

@@ -252,3 +252,23 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
         }
     }
 }
+
+/// Past the step bound, the steps read again from the file at the end are not taken as new:
+/// the newest are kept, each step let go is counted once.
+#[test]
+fn steps_past_the_bound_read_again_are_not_new() {
+    let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
+    let per_list = 10;
+    assert!(steps.len() > 2 * per_list, "{}", steps.len());
+    let mut live = Live::new(Vec::new(), Limits { per_list, ..Limits::default() });
+    for s in &steps {
+        live.add_steps(vec![s.clone()]);
+    }
+    live.add_steps(steps.clone());
+    let (st, _, kept) = live.finish();
+    let mut newest: Vec<u64> = steps.iter().map(|s| s.t_end_ns).collect();
+    newest.sort_unstable();
+    let newest = &newest[newest.len() - per_list..];
+    assert_eq!(kept.iter().map(|s| s.t_end_ns).collect::<Vec<_>>(), newest, "the newest steps are kept");
+    assert_eq!(st.evicted_steps as usize, steps.len() - per_list, "each step let go counted once");
+}

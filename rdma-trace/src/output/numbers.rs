@@ -6,7 +6,7 @@ use crate::capture::{Header, SiteCount};
 use crate::event::Path;
 use crate::pipeline::correlate::aggregate::{Aggregates, Dist, PathNumbers};
 use crate::pipeline::correlate::story::{BUCKETS_NS, Story};
-use crate::steps::{StepName, StepRecord};
+use crate::steps::StepRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -42,7 +42,13 @@ pub struct CaptureInfo {
     /// From the trailer: why the run stopped (absent: cut short).
     pub stopped: Option<String>,
     pub delivered: u64,
+    /// Lost on the way into this capture: by the ring and the probes (the trailer's
+    /// account) and `left_out`.
     pub lost: u64,
+    /// Of `lost`: records the capture's writer (or, for a daemon's stream, the daemon)
+    /// left out because it fell behind: its loss records (site `output …`, `subscriber`).
+    #[serde(default)]
+    pub left_out: u64,
     /// Per probe site: hits, delivered, lost by reason (the trailer's, else the last stats).
     pub sites: Vec<SiteCount>,
     /// Loss records in the stream, by `site: reason`.
@@ -158,6 +164,13 @@ fn timed_name(p: Path) -> &'static str {
 fn capture(p: &Part) -> CaptureInfo {
     let h = p.header;
     let t = p.agg.trailer.as_ref();
+    let left_out: u64 = p
+        .agg
+        .loss_records
+        .iter()
+        .filter(|((site, _), _)| site.starts_with("output ") || site == "subscriber")
+        .map(|(_, n)| n)
+        .sum();
     CaptureInfo {
         file: p.file.clone(),
         version: if h.is_some() { crate::capture::VERSION } else { 0 },
@@ -166,7 +179,9 @@ fn capture(p: &Part) -> CaptureInfo {
         boot_id: h.map(|h| h.boot_id.clone()).unwrap_or_default(),
         stopped: t.map(|t| t.stopped.clone()),
         delivered: t.map(|t| t.delivered).unwrap_or_else(|| p.agg.sites.iter().map(|s| s.delivered).sum()),
-        lost: t.map(|t| t.lost).unwrap_or_else(|| p.agg.sites.iter().flat_map(|s| s.lost.values()).sum()),
+        lost: left_out
+            + t.map(|t| t.lost).unwrap_or_else(|| p.agg.sites.iter().flat_map(|s| s.lost.values()).sum()),
+        left_out,
         sites: p.agg.sites.clone(),
         loss_records: p.agg.loss_records.iter().map(|((s, r), n)| (format!("{s}: {r}"), *n)).collect(),
     }
@@ -246,17 +261,24 @@ fn data_phase(story: &Story, steps: &[StepRecord]) -> DataPhase {
     }
     let total: u64 = syscalls.values().sum();
     let completion_events: u64 = story.processes.values().map(|p| p.completions_total).sum();
-    let posts = [StepName::PostSend, StepName::PostWrite, StepName::PostRecv];
-    let wr = steps.iter().filter(|s| posts.contains(&s.name)).count() as u64;
+    let posts: Vec<&StepRecord> = steps.iter().filter(|s| crate::steps::is_work_request(s.name)).collect();
+    let wr = posts.len() as u64;
     let work_requests = (wr > 0).then_some(wr);
-    let per = |n: u64| (n > 0).then(|| total as f64 / n as f64);
+    // Per work request: the syscalls of the processes that posted them, not every process's.
+    let posters: std::collections::BTreeSet<u32> = posts.iter().map(|s| s.pid).collect();
+    let theirs: u64 = story
+        .processes
+        .values()
+        .filter(|p| posters.contains(&p.pid))
+        .map(|p| p.data_phase_syscalls.values().sum::<u64>())
+        .sum();
     DataPhase {
         syscalls,
         total,
         completion_events,
-        per_completion_event: per(completion_events),
+        per_completion_event: (completion_events > 0).then(|| total as f64 / completion_events as f64),
         work_requests,
-        per_work_request: work_requests.and_then(per),
+        per_work_request: work_requests.map(|n| theirs as f64 / n as f64),
     }
 }
 
@@ -290,12 +312,13 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
     for c in r.captures.iter().filter(|c| c.version > 0) {
         writeln!(
             out,
-            "capture {}: {} ({}), {} events delivered, {} lost, {}",
+            "capture {}: {} ({}), {} events delivered, {} lost{}, {}",
             c.file,
             if c.hostname.is_empty() { "?" } else { &c.hostname },
             c.kernel_release,
             c.delivered,
             c.lost,
+            if c.left_out > 0 { format!(" ({} left out by a writer that fell behind)", c.left_out) } else { String::new() },
             c.stopped
                 .as_deref()
                 .map(|s| format!("stopped on {s}"))

@@ -91,7 +91,10 @@ impl Queued {
             match tx.try_send(Msg::Loss(self.owed(k))) {
                 Ok(()) => self.pending[k] = 0,
                 Err(TrySendError::Full(_)) => {
-                    self.left_out(kind);
+                    // A tick is no record: a stalled output loses none by skipping one.
+                    if !matches!(m, Msg::Tick) {
+                        self.left_out(kind);
+                    }
                     return Ok(());
                 }
                 Err(TrySendError::Disconnected(_)) => return Err(self.gone()),
@@ -299,6 +302,28 @@ mod tests {
             assert!(before.zip(after).is_some_and(|(b, a)| a > b + 1), "{l} at {i}: {got:?}");
         }
         assert_eq!(got.last().map(String::as_str), Some("trailer"));
+    }
+
+    #[test]
+    fn ticks_offered_to_a_stalled_output_are_not_counted_as_lost() {
+        let gate = Arc::new(Barrier::new(2));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let slow = Slow { gate: Some(gate.clone()), got: got.clone() };
+        let mut q = Queued::new("text", Box::new(slow), 8);
+        for ts in 0..100 {
+            q.event(&event(ts)).unwrap();
+        }
+        let dropped = q.dropped;
+        assert!(dropped >= 100 - 9, "{dropped}");
+        // The stall goes on (a loss record is owed and the queue is full): ticks keep coming.
+        for _ in 0..50 {
+            q.tick().unwrap();
+        }
+        assert_eq!(q.dropped, dropped, "a tick is not a record");
+        gate.wait();
+        q.flush().unwrap();
+        let got = got.lock().unwrap().clone();
+        assert!(!got.iter().any(|l| l.contains("other records")), "{got:?}");
     }
 
     #[test]

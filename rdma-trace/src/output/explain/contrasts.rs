@@ -23,8 +23,8 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
         input.steps.iter().filter(|s| s.pid == ps.pid && names.contains(&s.name)).count() as u64
     };
     let (sends, recvs) = (count(&[StepName::PostSend, StepName::PostWrite]), count(&[StepName::PostRecv]));
-    let (wr, counted_as) = if sends > 0 {
-        (sends, format!("send work requests it posted (its own steps; and {recvs} receives)"))
+    let (wr, counted_as) = if sends + recvs > 0 {
+        (sends + recvs, format!("work requests it posted (its own steps: {sends} sends, {recvs} receives)"))
     } else {
         (
             ps.completions_total,
@@ -44,11 +44,13 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
     };
     let v = &mut x.values;
     v.insert("work_requests".into(), wr);
+    v.insert("sends_posted".into(), sends);
     v.insert("receives_posted".into(), recvs);
     v.insert("syscalls".into(), total);
     v.insert("doorbell_writes".into(), doorbells);
     v.insert("channel_reads".into(), reads);
-    let per = |n: u64| if wr > 0 { format!("{:.2}", n as f64 / wr as f64) } else { "-".into() };
+    let ratio = |n: u64, d: u64| if d > 0 { format!("{:.2}", n as f64 / d as f64) } else { "-".into() };
+    let per = |n: u64| ratio(n, wr);
     let mut seen: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, n)| format!("{n:>6}  {k}")).collect();
     seen.push(format!("{total} syscalls: {} per work request", per(total)));
     x.stages.push(Stage {
@@ -62,7 +64,7 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
         seen: vec![
             format!(
                 "{doorbells} write(2) on the uverbs fd: {} per send work request (soft-RoCE's doorbell)",
-                per(doorbells)
+                ratio(doorbells, sends)
             ),
             receives(input, ps.pid, recvs),
         ],

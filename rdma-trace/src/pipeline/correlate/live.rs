@@ -159,6 +159,9 @@ pub struct Live {
     /// the companion's file at the end is joined once.
     step_keys: std::collections::HashSet<(u32, u32, u32)>,
     evicted_steps: u64,
+    /// The end of the newest step let go: a step ending by then was known (its key is
+    /// gone with it), so it is not taken again.
+    evicted_through_ns: Option<u64>,
     next_index: usize,
     newest_ns: u64,
     window: BinaryHeap<Reverse<Waiting>>,
@@ -178,6 +181,7 @@ impl Live {
             steps,
             step_keys,
             evicted_steps: 0,
+            evicted_through_ns: None,
             next_index: 0,
             newest_ns: 0,
             window,
@@ -246,13 +250,20 @@ impl Live {
     /// added twice. CQ owners they name count for completions joined after this. At most
     /// `per_list` steps are kept, the oldest let go first (and counted).
     pub fn add_steps(&mut self, steps: Vec<StepRecord>) {
-        let new: Vec<StepRecord> = steps.into_iter().filter(|s| self.step_keys.insert(step_key(s))).collect();
+        let gone = self.evicted_through_ns;
+        let new: Vec<StepRecord> = steps
+            .into_iter()
+            .filter(|s| gone.is_none_or(|t| s.t_end_ns > t))
+            .filter(|s| self.step_keys.insert(step_key(s)))
+            .collect();
         self.builder.learn_steps(&new);
         self.steps.extend(new);
         let over = self.steps.len().saturating_sub(self.limits.per_list);
         if over > 0 {
+            self.steps.sort_by_key(|s| s.t_end_ns);
             for s in self.steps.drain(..over) {
                 self.step_keys.remove(&step_key(&s));
+                self.evicted_through_ns = Some(self.evicted_through_ns.unwrap_or(0).max(s.t_end_ns));
             }
             self.evicted_steps += over as u64;
         }
