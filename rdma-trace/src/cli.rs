@@ -218,7 +218,7 @@ pub struct DaemonArgs {
     pub kretprobe_instances: u32,
     /// Records a subscriber may fall behind by (its queue) before it loses records; it is
     /// then told how many, and nobody else waits for it.
-    #[arg(long, default_value_t = crate::serve::QUEUE, value_name = "RECORDS")]
+    #[arg(long, default_value_t = crate::serve::QUEUE, value_name = "RECORDS", value_parser = at_least_one)]
     pub subscriber_queue: usize,
 }
 
@@ -308,4 +308,13 @@ pub struct TraceArgs {
     /// Run this command under the tracer and watch its syscalls from its first one.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// A count that must be 1 or more (a queue of none holds nothing).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 records could hold nothing: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }

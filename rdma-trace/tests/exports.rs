@@ -181,6 +181,17 @@ fn the_report_counts_what_the_story_counts() {
             "companion-{k}.steps.jsonl"
         )))
         .unwrap();
+        // Against the companion's own steps: its MRs registered, their bytes pinned at once.
+        let cpid = steps[0].pid;
+        let mrs: Vec<_> = steps
+            .iter()
+            .filter(|s| s.name == rdma_trace::steps::StepName::RegMr)
+            .filter_map(|s| s.mr.clone())
+            .collect();
+        let p = r.processes.iter().find(|p| p.pid == cpid).expect("the companion in the report");
+        assert_eq!(p.pins, mrs.len() as u64, "{k}");
+        let span: u64 = mrs.iter().map(|m| rdma_trace::steps::pages_spanned(m.addr, m.length) * 4096).sum();
+        assert_eq!(p.pinned_peak_bytes, span, "{k}: all its MRs live at once");
         let pages: u64 = steps
             .iter()
             .filter_map(|s| s.mr.as_ref().filter(|_| s.name == rdma_trace::steps::StepName::RegMr))
@@ -255,8 +266,10 @@ fn the_committed_perfetto_example_is_this_builds_export() {
 /// for the report and for `diff --fail-on lost`, beside the trailer's account.
 #[test]
 fn records_the_writer_left_out_count_as_lost() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
-    let plain = String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
+    let plain =
+        String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
     let (body, trailer) = plain.trim_end().rsplit_once('\n').unwrap();
     assert!(trailer.contains(r#""type":"trailer""#), "{trailer}");
     let t: Value = serde_json::from_str(trailer).unwrap();
@@ -265,13 +278,20 @@ fn records_the_writer_left_out_count_as_lost() {
         t["seq"].as_u64().unwrap(),
         t["ts_ns"].as_u64().unwrap()
     );
-    let trailer = trailer.replacen(&format!(r#""seq":{}"#, t["seq"]), &format!(r#""seq":{}"#, t["seq"].as_u64().unwrap() + 1), 1);
+    let trailer = trailer.replacen(
+        &format!(r#""seq":{}"#, t["seq"]),
+        &format!(r#""seq":{}"#, t["seq"].as_u64().unwrap() + 1),
+        1,
+    );
     let dir = std::env::temp_dir().join(format!("rt-left-out-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (whole, cut) = (dir.join("whole.jsonl"), dir.join("left-out.jsonl"));
     std::fs::write(&whole, &plain).unwrap();
     std::fs::write(&cut, format!("{body}\n{loss}\n{trailer}\n")).unwrap();
-    let (a, b) = (build(&[whole.clone()], OPTS).unwrap(), build(&[cut.clone()], OPTS).unwrap());
+    let (a, b) = (
+        build(std::slice::from_ref(&whole), OPTS).unwrap(),
+        build(std::slice::from_ref(&cut), OPTS).unwrap(),
+    );
     assert_eq!((a.captures[0].left_out, b.captures[0].left_out), (0, 7));
     assert_eq!(b.captures[0].lost, a.captures[0].lost + 7);
     let th: Vec<diff::Threshold> = vec!["lost=+0".parse().unwrap()];

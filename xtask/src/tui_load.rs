@@ -22,8 +22,11 @@ struct Tmux(&'static str);
 
 impl Tmux {
     fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux").args(["-L", self.0]).args(args).output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+        match Command::new("tmux").args(["-L", self.0]).args(args).output() {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+            // Said at once: otherwise a missing tmux looks like a TUI that never drew.
+            Err(e) => panic!("tui-load: cannot run tmux ({e}); cargo xtask setup installs it"),
+        }
     }
     fn screen(&self) -> String {
         self.run(&["capture-pane", "-p", "-t", "t"])
@@ -131,6 +134,9 @@ fn drive(tmux: &Tmux, dir: &Path, events: u64) -> Result<()> {
     let stderr = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
     if exit.trim() != "0" {
         bail!("the TUI exited {}: {stderr}", exit.trim());
+    }
+    if latencies.is_empty() {
+        bail!("the replay ended before any key was sent: give it more events (--events)");
     }
     latencies.sort_unstable();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

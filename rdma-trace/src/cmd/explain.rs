@@ -129,13 +129,13 @@ pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::output::explain::guide
             bail!("{name}: no v1 header (the kernel is not named)")
         };
         let memlock_name = name.replace("-companion.", "-memlock.");
-        let memlock = match read_capture(&dir.join(&memlock_name)) {
-            Ok(m) => {
-                let x =
-                    all(&m.events, &m.steps, m.header.as_ref()).into_iter().find(|(t, _)| *t == Topic::Mr);
-                x.map(|(_, x)| (memlock_name, x))
-            }
-            Err(_) => None,
+        // The refused-pin capture may be absent (its section is then left out), never broken.
+        let memlock = if dir.join(&memlock_name).exists() {
+            let m = read_capture(&dir.join(&memlock_name))?;
+            let x = all(&m.events, &m.steps, m.header.as_ref()).into_iter().find(|(t, _)| *t == Topic::Mr);
+            x.map(|(_, x)| (memlock_name, x))
+        } else {
+            None
         };
         let companion = (name, all(&run.events, &run.steps, Some(&header)));
         runs.push(KernelRun { kernel: header.kernel_release, companion, memlock });

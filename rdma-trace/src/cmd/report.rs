@@ -51,6 +51,11 @@ fn shifted(t: u64, by: i64) -> u64 {
 /// Reads every capture, merged on the wall clock, through one story and per-capture
 /// aggregates; `keep_events` keeps the events too.
 pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read> {
+    if opts.follow {
+        bail!(
+            "--follow is for replay, story and tui: the numbers are of a capture as it stands (run again when it ends)"
+        );
+    }
     let limits = Limits { per_list: PER_LIST, ..Limits::default() };
     let mut out = Read {
         live: Live::new(Vec::new(), limits),

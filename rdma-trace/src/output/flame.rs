@@ -100,7 +100,12 @@ fn draw(
     let label = if w > 3.0 * CHAR {
         let fit = ((w - 4.0) / CHAR) as usize;
         let s: String = name.chars().take(fit).collect();
-        if s.len() < name.len() && fit > 2 { format!("{}..", &s[..s.len().saturating_sub(2)]) } else { s }
+        if s.len() < name.len() && fit > 2 {
+            // Cut by characters: a frame name from a capture may hold any UTF-8.
+            format!("{}..", name.chars().take(fit - 2).collect::<String>())
+        } else {
+            s
+        }
     } else {
         String::new()
     };
@@ -138,5 +143,18 @@ mod tests {
         assert!(s.contains("<title>b (3 samples, 37.5%)</title>"), "{s}");
         assert!(s.contains(r#"width="1200.0""#) && s.contains(r#"width="600.0""#), "{s}");
         assert!(s.contains("<title>all (8 samples, 100.0%)</title>"));
+    }
+
+    #[test]
+    fn a_long_name_with_multibyte_characters_is_cut_by_characters() {
+        // One frame among many (narrow) whose name is mostly multibyte: cut, never split.
+        let name = "é".repeat(400);
+        let folded = format!(
+            "pin;{name} 1
+pin;x 30
+"
+        );
+        let s = svg(&folded, "t");
+        assert!(s.contains("é.."), "{s}");
     }
 }

@@ -318,7 +318,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
             c.kernel_release,
             c.delivered,
             c.lost,
-            if c.left_out > 0 { format!(" ({} left out by a writer that fell behind)", c.left_out) } else { String::new() },
+            if c.left_out > 0 {
+                format!(" ({} left out by a writer that fell behind)", c.left_out)
+            } else {
+                String::new()
+            },
             c.stopped
                 .as_deref()
                 .map(|s| format!("stopped on {s}"))

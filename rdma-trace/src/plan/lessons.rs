@@ -4,7 +4,7 @@
 //! so what it names is what that kernel ran.
 
 /// The topics of `rdma-trace explain`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Topic {
     /// Memory registration: pinning and RLIMIT_MEMLOCK.

@@ -303,15 +303,14 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
             ..Default::default()
         });
     }
-    let all: Vec<u64> = ps.wakeup_latencies_ns.clone();
-    if !all.is_empty() {
-        let mut s = all.clone();
-        s.sort_unstable();
-        let (mid, p99) = (s[s.len() / 2], s[((s.len() as f64 * 0.99).ceil() as usize).max(1) - 1]);
-        x.values.insert("wakeups".into(), s.len() as u64);
+    // The same percentiles as `report` (nearest rank).
+    let mut d = crate::pipeline::correlate::aggregate::Dist::default();
+    ps.wakeup_latencies_ns.iter().for_each(|ns| d.observe(*ns));
+    if let (Some(mid), Some(p99)) = (d.quantile(0.5), d.quantile(0.99)) {
+        x.values.insert("wakeups".into(), d.count);
         x.notes.push((
-            format!("This process's {} wakeups", s.len()),
-            format!("median {}, p99 {}, slowest {}.", us(mid), us(p99), us(*s.last().unwrap_or(&0))),
+            format!("This process's {} wakeups", d.count),
+            format!("median {}, p99 {}, slowest {}.", us(mid), us(p99), us(d.max_ns)),
         ));
     }
     Ok(x)

@@ -45,7 +45,16 @@ impl Dist {
         self.count += o.count;
         self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
         self.max_ns = self.max_ns.max(o.max_ns);
-        self.samples.extend(&o.samples);
+        // Each sample stands for `stride` observations: the denser side is thinned to the
+        // sparser one's stride first (strides are powers of two), so neither capture weighs
+        // more than its share.
+        let (mine, theirs) = (self.stride.max(1), o.stride.max(1));
+        let stride = mine.max(theirs);
+        if mine < stride {
+            self.samples = self.samples.iter().copied().step_by((stride / mine) as usize).collect();
+        }
+        self.samples.extend(o.samples.iter().copied().step_by((stride / theirs) as usize));
+        self.stride = stride;
         if self.histogram.counts.is_empty() {
             self.histogram.counts = vec![0; super::story::BUCKETS_NS.len() + 1];
         }
@@ -177,6 +186,19 @@ impl Aggregates {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merge_weighs_each_side_by_what_it_saw() {
+        // 4 M fast observations (decimated to a stride of 4) and 20 000 slow ones (all
+        // kept): the slow are 0.5 % of what was seen, so the p99 is the fast value.
+        let (mut fast, mut slow) = (Dist::default(), Dist::default());
+        (0..4 * SAMPLES as u64).for_each(|_| fast.observe(1));
+        (0..20_000).for_each(|_| slow.observe(1000));
+        fast.merge(&slow);
+        assert_eq!(fast.count, 4 * SAMPLES as u64 + 20_000);
+        assert_eq!(fast.quantile(0.99), Some(1), "the slow side counted 4× its share");
+        assert_eq!(fast.quantile(0.999), Some(1000));
+    }
 
     #[test]
     fn quantiles_are_nearest_rank_and_decimation_keeps_them_close() {
