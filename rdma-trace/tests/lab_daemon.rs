@@ -84,8 +84,8 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     let (s, c) = pair(
         &dir,
         "ib_send_bw",
-        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "200"],
-        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
+        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200"],
+        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
     );
     finish(s, c, "ib_send_bw -e");
     let cst = wait_timeout(&mut companion, 120);
@@ -362,8 +362,8 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     let (s, c) = pair(
         &dir,
         "ib_send_bw",
-        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "500"],
-        &["ib_send_bw", "-e", "-d", "rxe0", "-x", "1", "-n", "500", SERVER_IP],
+        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "500"],
+        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "500", SERVER_IP],
     );
     finish(s, c, "ib_send_bw -e");
     assert!(wait_timeout(&mut companion, 120).success(), "the companion");

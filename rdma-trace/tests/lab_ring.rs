@@ -37,8 +37,8 @@ fn scenario(dir: &std::path::Path) {
     let (s, c) = pair(
         dir,
         "ib_write_bw",
-        &["ib_write_bw", "-d", "rxe0", "-x", "1", "-n", "200"],
-        &["ib_write_bw", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
+        &["ib_write_bw", "-F", "-d", "rxe0", "-x", "1", "-n", "200"],
+        &["ib_write_bw", "-F", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
     );
     finish(s, c, "ib_write_bw");
 }

@@ -173,8 +173,8 @@ fn lab_story_companion_steps_join_their_kernel_events() {
 fn lab_story_perftest_and_rping_traced_by_command() {
     let dir = out_dir("story");
     let bt = Bpftrace::for_this_kernel();
-    let script = "exec 2>/tmp/perftest-rping.sh.log; set -x; ib_send_bw -e -d rxe0 -x 1 -n 300 >/tmp/sbw-s.log 2>&1 & sleep 1; \
-                  ib_send_bw -e -d rxe0 -x 1 -n 300 10.0.0.1 >/tmp/sbw-c.log 2>&1 || exit 11; wait $! || exit 12; \
+    let script = "exec 2>/tmp/perftest-rping.sh.log; set -x; ib_send_bw -F -e -d rxe0 -x 1 -n 300 >/tmp/sbw-s.log 2>&1 & sleep 1; \
+                  ib_send_bw -F -e -d rxe0 -x 1 -n 300 10.0.0.1 >/tmp/sbw-c.log 2>&1 || exit 11; wait $! || exit 12; \
                   rping -s -a 10.0.0.1 -C 10 >/tmp/rp-s.log 2>&1 & sleep 1; \
                   rping -c -a 10.0.0.1 -C 10 >/tmp/rp-c.log 2>&1 || exit 13; wait $! || exit 14";
     let mut bpftrace = bt.start(&dir);

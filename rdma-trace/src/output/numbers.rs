@@ -306,6 +306,16 @@ pub fn text(r: &Report) -> String {
 }
 
 fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
+    text_captures(out, r)?;
+    text_paths(out, r)?;
+    text_stacks(out, r)?;
+    text_processes(out, r)?;
+    text_data_phase(out, r)?;
+    text_loss(out, r)
+}
+
+/// Each capture: where, which kernel, how much came and how it ended.
+fn text_captures(out: &mut String, r: &Report) -> std::fmt::Result {
     for c in r.captures.iter().filter(|c| c.version == 0) {
         writeln!(out, "capture {}: format v0 (no header, no trailer: no account of loss)", c.file)?;
     }
@@ -329,6 +339,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
                 .unwrap_or("cut short (no trailer)".into())
         )?;
     }
+    Ok(())
+}
+
+/// Per path: counts and the latency of its main function, then histograms.
+fn text_paths(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(
         out,
         "\n{:<11} {:>7}  {:>10} {:>10} {:>10} {:>10}  timed",
@@ -357,6 +372,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
     for (name, l) in r.paths.iter().map(|(n, p)| (n.as_str(), &p.latency)).chain([("wakeup", &r.wakeup)]) {
         histogram(out, name, l)?;
     }
+    Ok(())
+}
+
+/// The most frequent kernel stacks per path.
+fn text_stacks(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "\ntop kernel stacks (innermost frame first)")?;
     for (name, p) in r.paths.iter().filter(|(_, p)| !p.top_stacks.is_empty()) {
         writeln!(out, "  {name}:")?;
@@ -367,6 +387,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
             writeln!(out, "    {:>6}×  {}{more}", s.count, frames.join(" ← "))?;
         }
     }
+    Ok(())
+}
+
+/// Per process: pins, refusals, the peak pinned against memlock, completions.
+fn text_processes(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "\nprocesses")?;
     writeln!(
         out,
@@ -391,6 +416,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
             ns(p.wakeup_p50_ns)
         )?;
     }
+    Ok(())
+}
+
+/// The data phase's syscalls, per completion event and per work request.
+fn text_data_phase(out: &mut String, r: &Report) -> std::fmt::Result {
     let d = &r.data_phase;
     writeln!(out, "\ndata phase: {} syscalls", d.total)?;
     for (k, v) in &d.syscalls {
@@ -402,6 +432,11 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
     if let (Some(x), Some(n)) = (d.per_work_request, d.work_requests) {
         writeln!(out, "  {x:.2} per work request ({n} posted by the companion)")?;
     }
+    Ok(())
+}
+
+/// Loss, as each capture accounts for it.
+fn text_loss(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "\nloss, as each capture accounts for it")?;
     for c in &r.captures {
         if c.version == 0 {

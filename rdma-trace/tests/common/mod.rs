@@ -80,6 +80,11 @@ pub fn spawn_logged(cmd: &str, args: &[&str], log: &Path) -> Child {
         .unwrap_or_else(|e| panic!("cannot start {cmd}: {e}"))
 }
 
+/// perftest (ib_send_bw, ib_write_bw) is always given `-F`: without it, it calibrates the
+/// CPU clock at the end against gettimeofday and exits 1 ("Correlation coefficient r^2:
+/// 0.898 < 0.9 / Can't produce a report") when the fit is poor, which under TCG it can be:
+/// a client that did all its work then fails, and the server's last handshake with it.
+///
 /// Runs a server, then a client a second later (spawned directly: their pids are the
 /// workloads' own; `finish` bounds them).
 pub fn pair(dir: &Path, name: &str, server: &[&str], client: &[&str]) -> (Child, Child) {

@@ -45,12 +45,33 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
         return Err("no MR registration in this capture (no umem_get event)".into());
     };
     let p = &ev[pin];
-    let ret = input.return_of(pin);
     let mut x = Explanation { occurrence: one_real("registration", p), ..Default::default() };
-    let v = &mut x.values;
-    // 1. The user call.
-    let outer = input.prev_on(pin, p.tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
-    let inner = input.prev_on(pin, p.tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
+    x.stages.push(mr_user_call(input, pin));
+    x.stages.push(syscall_stage(input, pin, p.tid, "the command enters the kernel"));
+    // The dispatch: the stack's frames above the provider; the provider's below them.
+    let (dispatch, below): (Vec<_>, Vec<_>) = named_frames(&p.stack)
+        .into_iter()
+        .partition(|f| f.file.contains("/core/uverbs") || f.file.starts_with("fs/"));
+    x.stages.push(Stage {
+        title: "The uverbs dispatch".into(),
+        functions: dispatch,
+        text: "uverbs checks the command and calls the provider's reg_user_mr.".into(),
+        ..Default::default()
+    });
+    let prov = mr_provider(input, pin, below, &mut x.values);
+    x.stages.push(prov);
+    let core = mr_pinning(input, pin, &mut x.values);
+    x.stages.push(core);
+    x.notes.push(("What ENOMEM means here".into(), L::PIN_ENOMEM.into()));
+    refusals(input, &mut x);
+    Ok(x)
+}
+
+/// The libibverbs calls around the pin at `pin` (ibv_reg_mr and its iova2 inner call).
+fn mr_user_call(input: &Input, pin: usize) -> Stage {
+    let tid = input.events[pin].tid;
+    let outer = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
+    let inner = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
     let mut user = Stage { title: "The user call — libibverbs".into(), ..Default::default() };
     for (_, c) in outer.into_iter().chain(inner) {
         user.seen.push(format!("{}({})", c.name, fields(c, &["addr", "length", "iova", "access"])));
@@ -62,27 +83,23 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
         "The program asks libibverbs to register a buffer with access rights; libibverbs and the provider \
 library turn it into a uverbs command on the device's fd."
             .into();
-    x.stages.push(user);
-    x.stages.push(syscall_stage(input, pin, p.tid, "the command enters the kernel"));
-    // 3. The dispatch: the stack's frames above the provider.
-    let provider = input.prev_on(pin, p.tid, |e| is(e, &REG_MR, EventKind::Entry));
-    let stack = named_frames(&p.stack);
-    let (dispatch, below): (Vec<_>, Vec<_>) =
-        stack.into_iter().partition(|f| f.file.contains("/core/uverbs") || f.file.starts_with("fs/"));
-    x.stages.push(Stage {
-        title: "The uverbs dispatch".into(),
-        functions: dispatch,
-        text: "uverbs checks the command and calls the provider's reg_user_mr.".into(),
-        ..Default::default()
-    });
+    user
+}
+
+/// The provider's registration around the pin: its arguments, the keys it returned, and
+/// its own frames (`below`: the stack under the dispatch).
+fn mr_provider(
+    input: &Input,
+    pin: usize,
+    below: Vec<super::Named>,
+    v: &mut std::collections::BTreeMap<String, u64>,
+) -> Stage {
+    let provider = input.prev_on(pin, input.events[pin].tid, |e| is(e, &REG_MR, EventKind::Entry));
     let mut prov = Stage { title: "The provider".into(), ..Default::default() };
     if let Some((pi, pe)) = provider {
-        prov.seen.push(format!(
-            "{}({})",
-            pe.symbol.as_deref().unwrap_or(&pe.name),
-            fields(pe, &["start", "length", "iova", "access"])
-        ));
-        prov.functions.push(super::named(pe.symbol.as_deref().unwrap_or(&pe.name)));
+        let name = pe.symbol.as_deref().unwrap_or(&pe.name);
+        prov.seen.push(format!("{name}({})", fields(pe, &["start", "length", "iova", "access"])));
+        prov.functions.push(named(name));
         if let Some((_, r)) = input.return_of(pi) {
             prov.seen.push(format!(
                 "returned {} after {}",
@@ -101,8 +118,12 @@ library turn it into a uverbs command on the device's fd."
         "The provider builds what the NIC will use to reach the buffer: on hardware a translation table in \
 the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
             .into();
-    x.stages.push(prov);
-    // 5. The core work: pinning.
+    prov
+}
+
+/// The core's pinning: what was asked, what was pinned, how long, against which limit.
+fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<String, u64>) -> Stage {
+    let p = &input.events[pin];
     let umem_fn = p.symbol.clone().unwrap_or_else(|| p.name.clone());
     let mut core = Stage { title: "The core work — pinning the pages".into(), ..Default::default() };
     core.functions.push(named(&umem_fn));
@@ -116,7 +137,7 @@ the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
     if let Some(l) = limit {
         v.insert("memlock_limit".into(), l);
     }
-    match ret {
+    match input.return_of(pin) {
         Some((_, r)) if pin_error(r).is_none() => {
             let pinned = r.field("pages").unwrap_or(pages);
             core.seen.push(format!(
@@ -131,10 +152,7 @@ the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
         None => core.seen.push("(its return was not seen)".into()),
     }
     core.text = L::PIN_WHY.into();
-    x.stages.push(core);
-    x.notes.push(("What ENOMEM means here".into(), L::PIN_ENOMEM.into()));
-    refusals(input, &mut x);
-    Ok(x)
+    core
 }
 
 /// Every refused pin of the run: who, how much was asked, against which limit.
@@ -216,26 +234,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
 
 pub fn cq(input: &Input) -> Result<Explanation, String> {
     let ev = input.events;
-    let woke: Vec<_> = input
-        .story
-        .processes
-        .values()
-        .flat_map(|p| p.completions.iter().map(move |c| (p, c)))
-        .filter(|(_, c)| c.wakeup.is_some())
-        .collect();
-    // The person's choice: the completion it is, or the wakeup it is, or the nearest on
-    // its thread (the kworker's or the program's).
-    let chosen = input.anchor.and_then(|a| {
-        let exact = woke.iter().find(|(_, c)| c.event == a || c.wakeup == Some(a));
-        let mut at: Vec<usize> = woke.iter().map(|(_, c)| c.event).collect();
-        at.sort_unstable();
-        let by_handler = input.anchored(&at).and_then(|e| woke.iter().find(|(_, c)| c.event == e));
-        let mut reads: Vec<usize> = woke.iter().filter_map(|(_, c)| c.wakeup).collect();
-        reads.sort_unstable();
-        let by_read = input.anchored(&reads).and_then(|w| woke.iter().find(|(_, c)| c.wakeup == Some(w)));
-        exact.or(by_handler).or(by_read).copied()
-    });
-    let found = chosen.or(woke.first().copied());
+    let found = chosen_completion(input);
     let Some((ps, c)) = found else {
         return Err("no completion event that woke a program in this capture (event mode: ibv_req_notify_cq + ibv_get_cq_event)".into());
     };
@@ -259,26 +258,8 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
         ..Default::default()
     };
     x.stages.push(arm);
-    let ctx = comp.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or("unknown".into());
-    let mut worker =
-        Stage { title: format!("The NIC's side — in a {ctx}, not in the program"), ..Default::default() };
-    worker.seen.push(format!(
-        "{} [{}] on CPU {}",
-        crate::pipeline::render::printable(&comp.comm),
-        comp.tid,
-        comp.cpu
-    ));
-    worker.functions =
-        named_frames(&comp.stack).into_iter().filter(|f| f.function != "ib_uverbs_comp_handler").collect();
-    worker.text = L::CQ_CONTEXT.into();
-    x.stages.push(worker);
-    let mut handler = Stage { title: "The handler — the event is queued".into(), ..Default::default() };
-    handler.functions.push(named("ib_uverbs_comp_handler"));
-    handler.seen.push(format!("ib_uverbs_comp_handler({})", fields(comp, &["cq_user_handle", "cqe"])));
-    if let Some((_, r)) = input.return_of(c.event) {
-        handler.seen.push(format!("queued and woke the reader in {}", us(r.latency_ns.unwrap_or(0))));
-    }
-    x.stages.push(handler);
+    x.stages.push(cq_nic_side(comp));
+    x.stages.push(cq_handler(input, c.event));
     let w = c.wakeup.unwrap_or(c.event);
     let read = &ev[w];
     let mut wake = Stage { title: "The wakeup — the channel read returns".into(), ..Default::default() };
@@ -314,4 +295,60 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
         ));
     }
     Ok(x)
+}
+
+type Woke<'a> =
+    (&'a crate::pipeline::correlate::story::ProcessStory, &'a crate::pipeline::correlate::story::Completion);
+
+/// The completion to explain: with an anchor, the completion it is, the wakeup it is, or
+/// the nearest on its thread (the kworker's or the program's); else the run's first that
+/// woke a program.
+fn chosen_completion<'a>(input: &Input<'a>) -> Option<Woke<'a>> {
+    let woke: Vec<Woke<'a>> = input
+        .story
+        .processes
+        .values()
+        .flat_map(|p| p.completions.iter().map(move |c| (p, c)))
+        .filter(|(_, c)| c.wakeup.is_some())
+        .collect();
+    let chosen = input.anchor.and_then(|a| {
+        let exact = woke.iter().find(|(_, c)| c.event == a || c.wakeup == Some(a));
+        let mut at: Vec<usize> = woke.iter().map(|(_, c)| c.event).collect();
+        at.sort_unstable();
+        let by_handler = input.anchored(&at).and_then(|e| woke.iter().find(|(_, c)| c.event == e));
+        let mut reads: Vec<usize> = woke.iter().filter_map(|(_, c)| c.wakeup).collect();
+        reads.sort_unstable();
+        let by_read = input.anchored(&reads).and_then(|w| woke.iter().find(|(_, c)| c.wakeup == Some(w)));
+        exact.or(by_handler).or(by_read).copied()
+    });
+    chosen.or(woke.first().copied())
+}
+
+/// Where the completion was noticed: the context and the frames under the handler.
+fn cq_nic_side(comp: &Event) -> Stage {
+    let ctx = comp.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or("unknown".into());
+    let mut worker =
+        Stage { title: format!("The NIC's side — in a {ctx}, not in the program"), ..Default::default() };
+    worker.seen.push(format!(
+        "{} [{}] on CPU {}",
+        crate::pipeline::render::printable(&comp.comm),
+        comp.tid,
+        comp.cpu
+    ));
+    worker.functions =
+        named_frames(&comp.stack).into_iter().filter(|f| f.function != "ib_uverbs_comp_handler").collect();
+    worker.text = L::CQ_CONTEXT.into();
+    worker
+}
+
+/// ib_uverbs_comp_handler at `i`: its arguments and how long it ran.
+fn cq_handler(input: &Input, i: usize) -> Stage {
+    let comp = &input.events[i];
+    let mut handler = Stage { title: "The handler — the event is queued".into(), ..Default::default() };
+    handler.functions.push(named("ib_uverbs_comp_handler"));
+    handler.seen.push(format!("ib_uverbs_comp_handler({})", fields(comp, &["cq_user_handle", "cqe"])));
+    if let Some((_, r)) = input.return_of(i) {
+        handler.seen.push(format!("queued and woke the reader in {}", us(r.latency_ns.unwrap_or(0))));
+    }
+    handler
 }

@@ -23,9 +23,9 @@ done
 cat /tmp/daemon.stderr
 "$W" --loop --mr-sizes 4K,64K,1M --iterations 8 --hold-ms 2000 --announce /tmp/steps.jsonl >/dev/null 2>&1 &
 while :; do
-  timeout 60 ib_send_bw -e -d rxe0 -x 1 -n 500 >/dev/null 2>&1 &
+  timeout 60 ib_send_bw -F -e -d rxe0 -x 1 -n 500 >/dev/null 2>&1 &
   sleep 1
-  timeout 60 ib_send_bw -e -d rxe0 -x 1 -n 500 10.0.0.1 >/dev/null 2>&1
+  timeout 60 ib_send_bw -F -e -d rxe0 -x 1 -n 500 10.0.0.1 >/dev/null 2>&1
   wait
   sleep 3
 done

@@ -39,7 +39,7 @@ pair() { # title, server command, client command
 pair "ibv_rc_pingpong -e (completion events)" \
   "ibv_rc_pingpong -e -d rxe0 -g 1 -n 100" "ibv_rc_pingpong -e -d rxe0 -g 1 -n 100 10.0.0.1"
 pair "rping (rdma_cm)" "rping -s -a 10.0.0.1 -C 10" "rping -c -a 10.0.0.1 -C 10"
-pair "ib_write_bw" "ib_write_bw -d rxe0 -x 1 -n 1000" "ib_write_bw -d rxe0 -x 1 -n 1000 10.0.0.1"
+pair "ib_write_bw" "ib_write_bw -F -d rxe0 -x 1 -n 1000" "ib_write_bw -F -d rxe0 -x 1 -n 1000 10.0.0.1"
 
 sleep 1
 echo "[demo] stopping rdma-trace (SIGINT)"
