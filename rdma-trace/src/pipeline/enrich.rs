@@ -150,9 +150,13 @@ impl Enricher<'_> {
                 self.fds.opened(tgid, tid, args[0] as i64);
             }
         } else {
-            if let (true, Some(p)) = (opens, path) {
-                self.fds.opening(tid, p);
-                ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
+            match (opens, path) {
+                (true, Some(p)) => {
+                    self.fds.opening(tid, p);
+                    ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
+                }
+                (true, None) => self.fds.opening_unknown(tid),
+                _ => {}
             }
             for (i, a) in spec.args.iter().enumerate() {
                 ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));

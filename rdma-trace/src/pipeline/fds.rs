@@ -23,10 +23,14 @@ pub fn classify_target(target: &str) -> String {
 /// (dup, dup2, dup3, fcntl F_DUPFD) from the fd it copies; a completion channel from the
 /// fd ibv_create_comp_channel returned; other fds (opened before tracing) are looked up in
 /// /proc/<pid>/fd once and cached until closed — a lookup that fails once the process is
-/// gone, since events are processed after the fact.
+/// gone, since events are processed after the fact. An fd number seen closed, or opened
+/// from an unreadable path, is never looked up there: by then it may be another file.
 #[derive(Default)]
 pub struct FdCache {
     known: HashMap<(u32, u64), String>,
+    /// Fds seen closed, or opened by a syscall whose path could not be read: what /proc
+    /// shows for that number later is some other file, so it is not asked.
+    gone: std::collections::HashSet<(u32, u64)>,
     /// A syscall in flight per thread that will return a new fd: what that fd will be
     /// (`None`: not known, so whatever the number meant before is forgotten).
     pending: HashMap<u32, Option<String>>,
@@ -40,6 +44,9 @@ impl FdCache {
         if let Some(k) = self.known.get(&(pid, fd)) {
             return Some(k.clone());
         }
+        if self.gone.contains(&(pid, fd)) {
+            return None;
+        }
         let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
         let k = classify_target(&target.to_string_lossy());
         self.known.insert((pid, fd), k.clone());
@@ -49,6 +56,11 @@ impl FdCache {
     /// An open/openat of `path` started on thread `tid`.
     pub fn opening(&mut self, tid: u32, path: &str) {
         self.pending.insert(tid, Some(classify_target(path)));
+    }
+
+    /// An open/openat whose path could not be read started on `tid`: its fd is unknown.
+    pub fn opening_unknown(&mut self, tid: u32) {
+        self.pending.insert(tid, None);
     }
 
     /// A dup of `old` started on thread `tid` (dup, dup2, dup3, fcntl F_DUPFD*): the new
@@ -62,10 +74,12 @@ impl FdCache {
     pub fn opened(&mut self, pid: u32, tid: u32, ret: i64) {
         match self.pending.remove(&tid) {
             Some(Some(k)) if ret >= 0 => {
+                self.gone.remove(&(pid, ret as u64));
                 self.known.insert((pid, ret as u64), k);
             }
             Some(None) if ret >= 0 => {
                 self.known.remove(&(pid, ret as u64));
+                self.gone.insert((pid, ret as u64));
             }
             _ => {}
         }
@@ -73,12 +87,15 @@ impl FdCache {
 
     /// Something else told us what this fd is (e.g. ibv_create_comp_channel's result).
     pub fn bind(&mut self, pid: u32, fd: u64, kind: &str) {
+        self.gone.remove(&(pid, fd));
         self.known.insert((pid, fd), kind.to_string());
     }
 
-    /// An fd was closed: forget what it was.
+    /// An fd was closed: forget what it was (and do not ask /proc: the number may be
+    /// another file by the time this event is enriched).
     pub fn forget(&mut self, pid: u32, fd: u64) {
         self.known.remove(&(pid, fd));
+        self.gone.insert((pid, fd));
     }
 }
 
@@ -101,6 +118,23 @@ mod tests {
         c.opening(7, "/dev/infiniband/uverbs9");
         c.opened(7, 7, -2);
         assert_eq!(c.known.get(&(7, 4)), None);
+    }
+
+    #[test]
+    fn a_closed_fd_number_is_not_looked_up_in_proc() {
+        // This process's fd 0 is open (stdin): /proc would name it. Seen closed (or opened
+        // from a path the probe could not read), the number is unknown until an open the
+        // tracer saw binds it again — /proc would show whatever holds it by then.
+        let me = std::process::id();
+        let mut c = FdCache::default();
+        c.forget(me, 0);
+        assert_eq!(c.kind(me, 0), None, "closed: not asked of /proc");
+        c.opening_unknown(9);
+        c.opened(me, 9, 1);
+        assert_eq!(c.kind(me, 1), None, "opened from an unreadable path");
+        c.opening(9, "/dev/infiniband/uverbs0");
+        c.opened(me, 9, 0);
+        assert_eq!(c.kind(me, 0).as_deref(), Some("uverbs"));
     }
 
     #[test]

@@ -72,14 +72,14 @@ pub struct VmTestArgs {
     /// Kernel series to test (repeatable) [default: all].
     #[arg(long, value_enum, value_name = "SERIES")]
     pub kernel: Vec<Series>,
-    /// Timeout of each boot, in seconds [default: 1800].
+    /// Timeout of each boot, in seconds [default: 2700].
     #[arg(long, value_name = "SECS")]
     pub boot_timeout: Option<u64>,
-    /// Timeout of the whole run, in seconds [default: 3600].
+    /// Timeout of the whole run, in seconds [default: 4800].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
-    /// Only the lab tests whose names contain this (for iterating on one test; the gate
-    /// runs them all).
+    /// Only the lab tests whose names contain this, or one of these (comma-separated), for
+    /// iterating on a few tests; the gate runs them all.
     #[arg(long, value_name = "SUBSTRING")]
     pub only: Option<String>,
 }

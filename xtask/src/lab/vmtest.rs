@@ -64,7 +64,7 @@ fn build_tests(only: Option<&str>) -> Result<Vec<TestExe>> {
         let tests: Vec<String> = list
             .lines()
             .filter_map(|l| l.strip_suffix(": test"))
-            .filter(|n| n.contains("lab_") && only.is_none_or(|o| n.contains(o)))
+            .filter(|n| n.contains("lab_") && only.is_none_or(|o| o.split(',').any(|part| n.contains(part))))
             .map(str::to_string)
             .collect();
         let name = path.file_name().context("test executable name")?.to_string_lossy().into_owned();
@@ -88,13 +88,46 @@ struct Tally {
     note: Option<String>,
 }
 
-/// `test NAME ... ok|FAILED|ignored…` lines of libtest output.
+/// `test NAME ... ok|FAILED|ignored…` lines of libtest output. What a test's own child
+/// processes print to stdout can land after ` ... ` and push the result onto a later line
+/// of its own: the result is the first of ok/FAILED/ignored at the end of the test line or
+/// alone on a line before the next test; none seen is "" (started, never finished).
 fn parse(log: &str) -> BTreeMap<String, String> {
-    log.lines()
-        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("test "))
-        .filter_map(|l| l.split_once(" ... "))
-        .map(|(n, r)| (n.to_string(), r.split([',', ' ']).next().unwrap_or("").to_string()))
-        .collect()
+    const RESULTS: [&str; 3] = ["ok", "FAILED", "ignored"];
+    let mut out = BTreeMap::new();
+    let mut open: Option<String> = None;
+    for l in log.lines().map(|l| l.trim_end_matches('\r')) {
+        if let Some((name, rest)) = l.strip_prefix("test ").and_then(|l| l.split_once(" ... ")) {
+            let first = rest.split([',', ' ']).next().unwrap_or("");
+            let done = RESULTS.contains(&first);
+            out.insert(name.to_string(), if done { first.to_string() } else { String::new() });
+            open = (!done).then(|| name.to_string());
+            continue;
+        }
+        let Some(name) = open.as_ref() else { continue };
+        let word = l.trim();
+        let last = word.rsplit(' ').next().unwrap_or("");
+        if RESULTS.contains(&word) || (RESULTS.contains(&last) && !word.starts_with("test result")) {
+            let r = if RESULTS.contains(&word) { word } else { last };
+            out.insert(name.clone(), r.to_string());
+            open = None;
+        } else if word.starts_with("test result") || word == "failures:" {
+            open = None;
+        }
+    }
+    // libtest's own list of failures (indented names after a bare `failures:`) has the
+    // last word: no stray output can make a failed test read as passed.
+    let mut listing = false;
+    for l in log.lines().map(|l| l.trim_end_matches('\r')) {
+        if l == "failures:" {
+            listing = true;
+        } else if listing && l.starts_with("    ") && !l.trim().contains(' ') {
+            out.insert(l.trim().to_string(), "FAILED".into());
+        } else if listing && !l.trim().is_empty() {
+            listing = false;
+        }
+    }
+    out
 }
 
 fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duration) -> Result<Tally> {
@@ -104,6 +137,9 @@ fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duratio
     let mut list = String::new();
     for e in exes.iter().filter(|e| !e.tests.is_empty()) {
         let skips: Vec<String> = HARDWARE_ONLY.iter().map(|(n, _)| format!("--skip {n}")).collect();
+        // libtest takes one filter here: the part of `--only a,b` this binary's tests match.
+        let parts: Vec<&str> = filter.split(',').filter(|p| e.tests.iter().any(|t| t.contains(p))).collect();
+        let filter = if parts.len() == 1 { parts[0] } else { "lab_" };
         list.push_str(&format!("{}\t{filter}\t{}\n", e.name, skips.join(" ")));
     }
     let files = [("tests.txt", list)];
@@ -139,8 +175,8 @@ fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duratio
 
 pub fn vm_test(a: VmTestArgs) -> Result<()> {
     let start = Instant::now();
-    let overall = Duration::from_secs(a.timeout.unwrap_or(3600));
-    let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(1800));
+    let overall = Duration::from_secs(a.timeout.unwrap_or(4800));
+    let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(2700));
     let mut series = if a.kernel.is_empty() { Series::ALL.to_vec() } else { a.kernel.clone() };
     series.dedup();
     // Everything the guest runs is built here, before the first boot.
@@ -208,4 +244,34 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         bail!("no lab tests exist (names starting with lab_, #[ignore = \"lab: …\"])");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_result_pushed_to_its_own_line_by_a_childs_output_is_still_read() {
+        let log = "running 3 tests\n\
+test a ... ok\n\
+test b ... A = /mnt/host/x.jsonl\n\
+B = /mnt/host/x.jsonl\n\
+metric  A  B\n\
+ok\n\
+test c ... FAILED\n\
+test d ... \n\
+test e ... child says all ok\n\
+\n\
+failures:\n\
+\n\
+---- e stdout ----\n\
+\n\
+failures:\n    c\n    e\n\
+\n\
+test result: FAILED. 2 passed; 2 failed\n";
+        let r = super::parse(log);
+        assert_eq!(r["a"], "ok");
+        assert_eq!(r["b"], "ok");
+        assert_eq!(r["c"], "FAILED");
+        assert_eq!(r["d"], "", "never finished");
+        assert_eq!(r["e"], "FAILED", "libtest's list of failures decides");
+    }
 }
