@@ -75,7 +75,7 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     assert!(nerr.contains("refused: uid 65534"), "{nerr}");
 
     let steps = dir.join("companion-steps.jsonl");
-    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+    let mut companion = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "4", "--hold-ms", "6000", "--announce"])
         .arg(&steps)
         .stdout(Stdio::null())
@@ -154,7 +154,7 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
 fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     let dir = out_dir("daemon");
     let steps = dir.join("seeded-steps.jsonl");
-    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+    let mut companion = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "2", "--hold-ms", "180000", "--announce"])
         .arg(&steps)
         .stdout(Stdio::null())
@@ -263,7 +263,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let steps = dir.join("metrics-steps.jsonl");
-    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+    let mut companion = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "6", "--announce"])
         .arg(&steps)
         .stdout(Stdio::null())
@@ -362,7 +362,7 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     let mut stalled =
         rdma_trace::serve::client::connect(socket, rdma_trace::serve::Want::Both).expect("a raw subscriber");
     let stalled_at = std::time::Instant::now();
-    let mut companion = Command::new(tracer_bin().with_file_name("rdma-trace-workload"))
+    let mut companion = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K", "--iterations", "20", "--announce", "/dev/null"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())

@@ -20,10 +20,6 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 
-fn workload() -> std::path::PathBuf {
-    tracer_bin().with_file_name("rdma-trace-workload")
-}
-
 /// `rdma-trace trace -q -o DIR/NAME.jsonl -- cmd…`; the steps the companion announced.
 fn capture(
     dir: &Path,
@@ -68,7 +64,7 @@ fn this_kernel() -> String {
 fn lab_explain_every_topic_on_the_companion_with_its_own_numbers() {
     let dir = out_dir("explain");
     let steps_file = dir.join("companion.steps.jsonl");
-    let w = workload();
+    let w = workload_bin();
     let cmd = [
         w.to_str().unwrap(),
         "--announce",
@@ -147,7 +143,10 @@ fn lab_explain_a_pin_refused_over_memlock_as_nobody() {
     // 64 KiB limit, once into a capture (for the guides) and once live through explain.
     let dir = out_dir("explain");
     let inner = |steps: &str| {
-        format!("ulimit -l 64; exec {} --announce {steps} --mr-sizes 1M --iterations 1", workload().display())
+        format!(
+            "ulimit -l 64; exec {} --announce {steps} --mr-sizes 1M --iterations 1",
+            workload_bin().display()
+        )
     };
     let as_nobody = |inner: &str| -> Vec<String> {
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c", inner]

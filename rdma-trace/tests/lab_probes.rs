@@ -423,7 +423,7 @@ fn lab_probes_uprobes_fire_on_binaries_served_over_9p() {
     // The companion's step marker, in the binary as the host share (9p) serves it: one hit
     // per announced step.
     let dir = out_dir("session");
-    let w = tracer_bin().with_file_name("rdma-trace-workload");
+    let w = workload_bin();
     let script = format!(
         "uprobe:{}:rdma_trace_step {{ @steps = count(); }} BEGIN {{ printf(\"ready\\n\"); }}",
         w.display()

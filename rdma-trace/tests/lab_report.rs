@@ -15,10 +15,6 @@ use std::time::Duration;
 
 const SERVER_IP: &str = "10.0.0.1";
 
-fn workload() -> std::path::PathBuf {
-    tracer_bin().with_file_name("rdma-trace-workload")
-}
-
 fn report_json(capture: &Path) -> Report {
     let out = Command::new(tracer_bin()).args(["report", "--json"]).arg(capture).output().expect("report");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -42,7 +38,7 @@ fn lab_report_counts_equal_the_trace_summary_and_bpftrace() {
     let bt = Bpftrace::for_this_kernel();
     let mut bpftrace = bt.start(&dir);
     let steps = dir.join("companion-steps.jsonl");
-    let st = Command::new(workload())
+    let st = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "6", "--announce"])
         .arg(&steps)
         .stdout(Stdio::null())
@@ -116,7 +112,7 @@ fn lab_report_diff_of_4k_and_64m_runs_shows_the_pinned_pages_and_fails() {
             .args(["trace", "-q", "-o"])
             .arg(&capture)
             .arg("--")
-            .arg(workload())
+            .arg(workload_bin())
             .args(["--mr-sizes", size, "--iterations", "2", "--announce", "/dev/null"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("{name}.stderr"))).unwrap())

@@ -14,10 +14,6 @@ use rdma_trace::steps::{StepName, StepRecord};
 use std::path::Path;
 use std::process::Command;
 
-fn workload_bin() -> std::path::PathBuf {
-    tracer_bin().with_file_name("rdma-trace-workload")
-}
-
 /// `rdma-trace trace -q -o CAPTURE -- cmd…`: its exit status, stderr and events.
 fn trace_command_status(
     dir: &Path,

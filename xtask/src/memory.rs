@@ -22,18 +22,7 @@ pub fn run(a: &MemoryArgs) -> Result<()> {
         "story-memory: {} events through `rdma-trace story -`, peak RSS under {} MiB",
         a.events, a.max_mib
     ));
-    util::run(util::cargo().args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "rdma-trace",
-        "--bin",
-        "rdma-trace",
-        "--example",
-        "synth_capture",
-    ]))?;
-    let release = util::workspace_root().join("target/release");
+    let release = util::build_release_with_synth_capture()?;
     let mut synth = Command::new(release.join("examples/synth_capture"))
         .arg(a.events.to_string())
         .stdout(Stdio::piped())

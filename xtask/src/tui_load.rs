@@ -49,19 +49,8 @@ impl Tmux {
 
 pub fn run(a: &TuiLoadArgs) -> Result<()> {
     step(&format!("tui-load: `rdma-trace tui` replays {} events at top speed; keys stay answered", a.events));
-    util::run(util::cargo().args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "rdma-trace",
-        "--bin",
-        "rdma-trace",
-        "--example",
-        "synth_capture",
-    ]))?;
+    let release = util::build_release_with_synth_capture()?;
     let root = util::workspace_root();
-    let release = root.join("target/release");
     let dir = root.join("target/tmp/tui-load");
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir)?;

@@ -75,3 +75,20 @@ pub fn is_root() -> bool {
 unsafe extern "C" {
     fn geteuid() -> u32;
 }
+
+/// Builds the release `rdma-trace` and the `synth_capture` example (story-memory,
+/// tui-load); returns `target/release`.
+pub fn build_release_with_synth_capture() -> Result<PathBuf> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "rdma-trace",
+        "--bin",
+        "rdma-trace",
+        "--example",
+        "synth_capture",
+    ]))?;
+    Ok(workspace_root().join("target/release"))
+}

@@ -13,6 +13,11 @@ pub fn tracer_bin() -> PathBuf {
     PathBuf::from(std::env::var("RDMA_TRACE_BIN").expect("RDMA_TRACE_BIN (set by the lab runner)"))
 }
 
+/// The companion workload, shipped beside the tracer.
+pub fn workload_bin() -> PathBuf {
+    tracer_bin().with_file_name("rdma-trace-workload")
+}
+
 /// Where artifacts go (kept on the host after the run).
 pub fn out_dir(sub: &str) -> PathBuf {
     let base = std::env::var("RDMA_TRACE_LAB_OUT").unwrap_or_else(|_| "/tmp/lab-out".into());
