@@ -16,8 +16,8 @@
 //! No program holds a ring-buffer reservation while it works. A record is built first and
 //! written with one `bpf_ringbuf_output`: kernel-context programs (preemption off, never
 //! nested on a CPU) build in a per-CPU scratch record; uprobe programs, which the kernel
-//! may preempt (two can interleave on one CPU), build their stackless record on their own
-//! BPF stack. A reservation held across reads and a stack walk made every record behind
+//! may preempt (two can interleave on one CPU), build their stackless record in a scratch
+//! entry of their own thread (`USCRATCH`). A reservation held across reads and a stack walk made every record behind
 //! it wait while its producer was preempted (seen on 7.x full-preemption kernels).
 #![no_std]
 #![no_main]
@@ -144,8 +144,8 @@ fn count_build(site: usize, ns: u64) {
 #[inline(always)]
 fn emit<T>(site: usize, rec: *const T, len: usize) {
     let len = if len > size_of::<T>() { size_of::<T>() } else { len };
-    // SAFETY: `rec` points at a built record of `size_of::<T>()` bytes (per-CPU scratch or
-    // the program's own stack); `len` is bounded by that size.
+    // SAFETY: `rec` points at a built record of `size_of::<T>()` bytes (per-CPU or per-thread
+    // scratch in map memory); `len` is bounded by that size.
     let bytes = unsafe { core::slice::from_raw_parts(rec.cast::<u8>(), len) };
     if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         count(site, CNT_RINGBUF_FULL);
@@ -253,52 +253,17 @@ fn follow<const USER: bool>(base: u64, f: &Fetch) -> Fetched {
 /// Sets bit `i` of a mask in a record.
 ///
 /// # Safety
-/// `m` is valid for reads and writes.
+/// `m` is valid for reads and writes (map memory: the verifier does not track its bytes).
 #[inline(always)]
-unsafe fn mark<const STACK: bool>(m: *mut u8, i: usize) {
+unsafe fn mark(m: *mut u8, i: usize) {
     // SAFETY: the caller's contract.
-    unsafe { put::<STACK, u8>(m, read_volatile(m) | (1 << i)) };
-}
-
-/// A store into a record: through a helper copy when the record is on the program's stack
-/// (`STACK`), a plain store into map memory otherwise (the verifier does not track it).
-///
-/// # Safety
-/// `dst` is valid for writes of a `T`.
-#[inline(always)]
-unsafe fn put<const STACK: bool, T: Copy>(dst: *mut T, v: T) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if STACK {
-            store(dst, v);
-        } else {
-            core::ptr::write_volatile(dst, v);
-        }
-    }
-}
-
-/// Stores `v` at `dst` through a helper copy: the verifier then treats the destination as
-/// unknown bytes instead of tracking each value (a record on the program's stack, filled
-/// with plain stores, multiplied its states past its limit).
-///
-/// # Safety
-/// `dst` is valid for writes of a `T`.
-#[inline(always)]
-unsafe fn store<T: Copy>(dst: *mut T, v: T) {
-    // SAFETY: the caller's contract; the source is a local.
-    unsafe {
-        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
-            dst.cast(),
-            size_of::<T>() as u32,
-            (&v as *const T).cast(),
-        )
-    };
+    unsafe { core::ptr::write_volatile(m, read_volatile(m) | (1 << i)) };
 }
 
 /// Fills a record's fixed part from the slot's fetch plan; returns true if a read failed.
 ///
 /// # Safety
-/// `h` points at a record owned by this program run.
+/// `h` points at a record in map memory owned by this program run.
 #[inline(always)]
 unsafe fn fill<const USER: bool>(
     h: *mut ProbeHead,
@@ -320,19 +285,19 @@ unsafe fn fill<const USER: bool>(
             let base = match src(f.src) {
                 Ok(v) => v,
                 Err(_) => {
-                    mark::<USER>(&raw mut (*h).hdr.fail_mask, i);
+                    mark(&raw mut (*h).hdr.fail_mask, i);
                     failed = true;
                     continue;
                 }
             };
             match follow::<USER>(base, f) {
-                Fetched::Value(v) => put::<USER, u64>(&raw mut (*h).vals[i], v),
+                Fetched::Value(v) => core::ptr::write_volatile(&raw mut (*h).vals[i], v),
                 Fetched::Skipped(v) => {
-                    put::<USER, u64>(&raw mut (*h).vals[i], v);
-                    mark::<USER>(&raw mut (*h).hdr.skip_mask, i);
+                    core::ptr::write_volatile(&raw mut (*h).vals[i], v);
+                    mark(&raw mut (*h).hdr.skip_mask, i);
                 }
                 Fetched::Failed => {
-                    mark::<USER>(&raw mut (*h).hdr.fail_mask, i);
+                    mark(&raw mut (*h).hdr.fail_mask, i);
                     failed = true;
                 }
             }
@@ -377,19 +342,40 @@ fn kernel_probe_hit(
     emit(site, ev, PROBE_FIXED_LEN + stack_len);
 }
 
-/// A uprobe hit: built on this program run's own stack (uprobe programs are preemptible:
-/// any shared scratch could be written by another run meanwhile; and the program must not
-/// get a per-CPU private stack, see `own_stack`), without a kernel stack.
+/// Uprobe records being built, one per thread inside a uprobe program (keyed by
+/// pid_tgid): uprobe programs run preemptible, so two runs on one CPU may interleave and a
+/// per-CPU scratch would be shared. Building in map memory (not on the BPF stack, whose
+/// bytes the verifier tracks value by value) also keeps verification short.
+#[map]
+static USCRATCH: HashMap<u64, ProbeHead> = HashMap::with_max_entries(1024, 0);
+
+/// A zeroed record to create `USCRATCH` entries from (never written).
+#[map]
+static UZERO: PerCpuArray<ProbeHead> = PerCpuArray::with_max_entries(1, 0);
+
+/// A uprobe hit: built in this thread's own scratch entry, without a kernel stack.
 #[inline(always)]
 fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl Fn(u8) -> Result<u64, i32>) {
-    let mut head = ProbeHead { hdr: header(kind, slot as u8), vals: [0; MAX_FETCH], stack_len: 0, _pad: 0 };
-    // SAFETY: `head` is this run's own record.
-    if unsafe { fill::<true>(&mut head, plan, src) } {
-        count(site, CNT_READ_FAILED);
+    let key = bpf_get_current_pid_tgid();
+    let built = UZERO
+        .get(0)
+        .and_then(|zero| USCRATCH.insert(key, zero, 0).ok())
+        .and_then(|()| USCRATCH.get_ptr_mut(key));
+    let Some(h) = built else {
+        count(site, CNT_NO_SCRATCH);
+        return;
+    };
+    // SAFETY: `h` is this thread's own scratch entry (no other run uses its key).
+    unsafe {
+        (*h).hdr = header(kind, slot as u8);
+        if fill::<true>(h, plan, src) {
+            count(site, CNT_READ_FAILED);
+        }
+        count_build(site, bpf_ktime_get_ns().wrapping_sub((*h).hdr.ts_ns));
     }
-    // SAFETY: ktime has no preconditions.
-    count_build(site, unsafe { bpf_ktime_get_ns() }.wrapping_sub(head.hdr.ts_ns));
-    emit(site, &head as *const ProbeHead, PROBE_FIXED_LEN);
+    emit(site, h, PROBE_FIXED_LEN);
+    // The entry is this run's alone; a failed delete only leaves a zero record behind.
+    USCRATCH.remove(key).ok();
 }
 
 /// A probe hit: kernel programs and uprobe programs are separate programs, so `USER` is

@@ -39,7 +39,10 @@ fn main() {
              0 t ib_umem_release\t[{umod}]\n"
         ))
     };
-    println!("{:<28} {:>12} {:>12} {:>12}", "kernel", "cache (ms)", "mmap (ms)", "mmap/cache");
+    println!(
+        "{:<28} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "kernel", "cache (ms)", "mmap (ms)", "copy (ms)", "mmap/cache", "copy/cache"
+    );
     for (k, s) in [
         ("btf-6.12.118+deb13-amd64", syms("ib_umem_get", "ib_uverbs")),
         ("btf-7.3.4+deb13-amd64", syms("__ib_umem_get_va", "ib_core")),
@@ -49,20 +52,25 @@ fn main() {
             eprintln!("{} missing: run `cargo test -p rdma-trace --test btf_fixtures` first", dir.display());
             std::process::exit(2);
         }
-        let (mut cache, mut mmap) = (Vec::new(), Vec::new());
+        let (mut cache, mut mmap, mut copy) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..7 {
             let (t, n) = plan_once(&dir, Backend::Cache, &s);
             cache.push(t);
             let (t2, n2) = plan_once(&dir, Backend::Mmap, &s);
             mmap.push(t2);
-            assert_eq!(n, n2, "both backends plan the same probes");
+            let (t3, n3) = plan_once(&dir, Backend::Copy, &s);
+            copy.push(t3);
+            assert_eq!((n, n), (n2, n3), "every backend plans the same probes");
         }
-        let (c, m) = (median(cache), median(mmap));
+        let (c, m, y) = (median(cache), median(mmap), median(copy));
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "{k:<28} {:>12.1} {:>12.1} {:>12.2}",
-            c.as_secs_f64() * 1e3,
-            m.as_secs_f64() * 1e3,
-            m.as_secs_f64() / c.as_secs_f64()
+            "{k:<28} {:>12.1} {:>12.1} {:>12.1} {:>12.2} {:>12.2}",
+            ms(c),
+            ms(m),
+            ms(y),
+            ms(m) / ms(c),
+            ms(y) / ms(c)
         );
     }
 }

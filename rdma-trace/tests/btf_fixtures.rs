@@ -144,3 +144,15 @@ fn forward_declarations_complete_from_other_modules() {
         assert_eq!((r.arg, r.offsets, r.size), (Some(0), vec![8, 0], 8), "{k}");
     }
 }
+
+#[test]
+fn every_way_of_reading_vmlinux_btf_plans_the_same() {
+    // The copy in memory is what a kernel that cannot mmap sysfs BTF (before 6.16) gets.
+    for k in [K612, K73] {
+        let lazy = format!("{:?}", plan_for(k));
+        for backend in [btf::Backend::Copy, btf::Backend::Cache] {
+            assert_eq!(format!("{:?}", plan_with(k, backend)), lazy, "{k}: {backend:?}");
+        }
+        assert!(lazy.contains("offsets"), "{k}: a plan with fetches");
+    }
+}

@@ -55,8 +55,13 @@ pub fn symbols_from_btf(dir: &Path, src: &mut BtfSource) -> Symbols {
 }
 
 pub fn plan_for(name: &str) -> Plan {
+    plan_with(name, btf::Backend::default())
+}
+
+/// The plan with vmlinux BTF read through `backend`.
+pub fn plan_with(name: &str, backend: btf::Backend) -> Plan {
     let dir = fixture(name);
-    let mut src = BtfSource::open(&dir).unwrap();
+    let mut src = BtfSource::open_with(&dir, backend).unwrap();
     let symbols = symbols_from_btf(&dir, &mut src);
     // The mr_dereg record as tracefs prints it on both kernels.
     let tp =
