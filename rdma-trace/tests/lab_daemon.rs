@@ -14,8 +14,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const SERVER_IP: &str = "10.0.0.1";
-
 fn records(path: &Path) -> Vec<Record> {
     let f = std::io::BufReader::new(std::fs::File::open(path).expect("subscriber capture"));
     let mut r = Reader::new(f, true);
@@ -52,14 +50,7 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     let derr = dir.join("daemon.stderr");
     // uid 1000 allowed: the socket is then open to all, and the kernel's peer credentials
     // are what refuses nobody.
-    let mut daemon = Command::new(tracer_bin())
-        .args(["daemon", "--allow-uid", "1000", "--socket"])
-        .arg(socket)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&derr).unwrap())
-        .spawn()
-        .expect("start the daemon");
-    wait_for(&derr, "serving on", &mut daemon, 180).expect("the daemon attaches and listens");
+    let mut daemon = start_daemon(&["--allow-uid", "1000"], socket, None, &derr, "serving on");
 
     let mut early = subscriber(&dir, "early", socket);
     let nobody = Command::new("setpriv")
@@ -86,13 +77,7 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     wait_for(&steps, "\"poll_cq\"", &mut companion, 120).expect("the companion works");
     std::thread::sleep(Duration::from_millis(500));
     let mut late = subscriber(&dir, "late", socket);
-    let (s, c) = pair(
-        &dir,
-        "ib_send_bw",
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200"],
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
-    );
-    finish(s, c, "ib_send_bw -e");
+    send_bw_events(&dir, "200");
     let cst = wait_timeout(&mut companion, 120);
     assert!(cst.success(), "companion {cst}");
     std::thread::sleep(Duration::from_secs(1));
@@ -164,14 +149,7 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     wait_for(&steps, "\"poll_cq\"", &mut companion, 120).expect("the companion registered and works");
     let socket = Path::new("/tmp/rdma-trace-lab-seeded.sock");
     let derr = dir.join("seeded-daemon.stderr");
-    let mut daemon = Command::new(tracer_bin())
-        .args(["daemon", "--socket"])
-        .arg(socket)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&derr).unwrap())
-        .spawn()
-        .expect("start the daemon");
-    wait_for(&derr, "serving on", &mut daemon, 180).expect("the daemon listens");
+    let mut daemon = start_daemon(&[], socket, None, &derr, "serving on");
     let mut sub = subscriber(&dir, "seeded", socket);
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) of our own children.
@@ -233,16 +211,8 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let socket = Path::new("/tmp/rdma-trace-lab-metrics.sock");
     let derr = dir.join("metrics-daemon.stderr");
     let capture = dir.join("metrics-daemon.jsonl");
-    let mut daemon = Command::new(tracer_bin())
-        .args(["daemon", "--metrics", "127.0.0.1:9464", "--socket"])
-        .arg(socket)
-        .arg("-o")
-        .arg(&capture)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&derr).unwrap())
-        .spawn()
-        .expect("start the daemon");
-    wait_for(&derr, "metrics on http://127.0.0.1:9464/metrics", &mut daemon, 180).expect("metrics served");
+    let ready = "metrics on http://127.0.0.1:9464/metrics";
+    let mut daemon = start_daemon(&["--metrics", "127.0.0.1:9464"], socket, Some(&capture), &derr, ready);
     let cfg = dir.join("prometheus.yml");
     std::fs::write(
         &cfg,
@@ -349,14 +319,7 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     // records come in that time here), and that a subscriber which keeps reading never fills.
     // With 64 the steady one (its file on the 9p share, the CPUs busy under TCG) fell 628
     // records behind on 6.12 and was told so; it now writes into the guest's RAM.
-    let mut daemon = Command::new(tracer_bin())
-        .args(["daemon", "--subscriber-queue", "1024", "--socket"])
-        .arg(socket)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&derr).unwrap())
-        .spawn()
-        .expect("start the daemon");
-    wait_for(&derr, "serving on", &mut daemon, 180).expect("the daemon attaches and listens");
+    let mut daemon = start_daemon(&["--subscriber-queue", "1024"], socket, None, &derr, "serving on");
     let steady_file = Path::new("/tmp/rdma-trace-steady.jsonl");
     let mut steady = subscriber_to(&dir, "steady", socket, steady_file);
     let mut stalled =
@@ -368,13 +331,7 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
         .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
         .spawn()
         .expect("start the companion");
-    let (s, c) = pair(
-        &dir,
-        "ib_send_bw",
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "500"],
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "500", SERVER_IP],
-    );
-    finish(s, c, "ib_send_bw -e");
+    send_bw_events(&dir, "500");
     assert!(wait_timeout(&mut companion, 120).success(), "the companion");
     if let Some(rest) = Duration::from_secs(10).checked_sub(stalled_at.elapsed()) {
         std::thread::sleep(rest);

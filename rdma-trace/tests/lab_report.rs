@@ -13,8 +13,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const SERVER_IP: &str = "10.0.0.1";
-
 fn report_json(capture: &Path) -> Report {
     let out = Command::new(tracer_bin()).args(["report", "--json"]).arg(capture).output().expect("report");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -46,13 +44,7 @@ fn lab_report_counts_equal_the_trace_summary_and_bpftrace() {
         .status()
         .expect("the companion");
     assert!(st.success(), "companion {st}");
-    let (s, c) = pair(
-        &dir,
-        "ib_send_bw",
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200"],
-        &["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", "200", SERVER_IP],
-    );
-    finish(s, c, "ib_send_bw -e");
+    send_bw_events(&dir, "200");
     std::thread::sleep(Duration::from_millis(500));
     interrupt(&tracer);
     assert!(wait_timeout(&mut tracer, 60).success());

@@ -109,6 +109,9 @@ impl Tracer {
     /// Plans, loads and attaches; starts the traced command held until `run`.
     pub fn start(opts: TraceOptions, notice: &mut dyn FnMut(Notice)) -> Result<Self> {
         super::privilege::check().map_err(NotPrivileged)?;
+        // `rdma sys show` runs while the probes load (it took the 7.3 lab guest about a
+        // second; after the "tracing" line it delayed the first events and stats).
+        let copy_on_fork = std::thread::spawn(copy_on_fork);
         kernel::ensure_tracefs().context("tracefs")?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
         let planning = crate::plan::here::plan_here(&wanted);
@@ -158,8 +161,9 @@ impl Tracer {
             child = Some((c, release));
         }
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
+        let copy_on_fork = copy_on_fork.join().unwrap_or(None);
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
-        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork: copy_on_fork() })
+        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork })
     }
 
     /// The capture header of this run (its version and sequence are the writer's).

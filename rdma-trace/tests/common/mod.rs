@@ -106,6 +106,48 @@ pub fn finish(mut s: Child, mut c: Child, what: &str) {
     assert!(cs.success() && ss.success(), "{what}: client {cs}, server {ss}");
 }
 
+/// The lab guest's rxe0 address (the perftest and rping servers listen on it).
+pub const LAB_SERVER_IP: &str = "10.0.0.1";
+
+/// `ib_send_bw -F -e` (event mode) for `iterations` over rxe0, server and client, both
+/// waited for and required to succeed.
+pub fn send_bw_events(dir: &Path, iterations: &str) {
+    let args = ["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", iterations];
+    let client: Vec<&str> = args.iter().copied().chain([LAB_SERVER_IP]).collect();
+    let (s, c) = pair(dir, "ib_send_bw", &args, &client);
+    finish(s, c, "ib_send_bw -e");
+}
+
+/// `rdma-trace daemon ARGS --socket SOCKET [-o CAPTURE]`, its stderr in `err`, once it
+/// printed `ready` (within 180 s: it plans and attaches first).
+pub fn start_daemon(args: &[&str], socket: &Path, capture: Option<&Path>, err: &Path, ready: &str) -> Child {
+    let mut cmd = std::process::Command::new(tracer_bin());
+    cmd.arg("daemon").args(args).arg("--socket").arg(socket);
+    if let Some(c) = capture {
+        cmd.arg("-o").arg(c);
+    }
+    let mut daemon = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(err).unwrap())
+        .spawn()
+        .expect("start the daemon");
+    wait_for(err, ready, &mut daemon, 180).expect("the daemon attaches and listens");
+    daemon
+}
+
+/// The program runs the kernel skipped (another BPF program was running on the CPU), as
+/// the summary names them per program ("program NAME: N runs skipped by the kernel"): of
+/// `program`, or of all programs. They belong to a program, not to one of its probes.
+pub fn program_skips(stderr: &str, program: Option<&str>) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("program "))
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(name, _)| program.is_none_or(|p| p == *name))
+        .filter_map(|(_, rest)| rest.strip_suffix(" runs skipped by the kernel")?.parse::<u64>().ok())
+        .sum()
+}
+
 /// One row of the summary table: (probe, hits, delivered, lost).
 pub fn rows(stderr: &str) -> Vec<(String, u64, u64, u64)> {
     let mut out = Vec::new();
