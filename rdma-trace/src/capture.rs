@@ -4,7 +4,7 @@
 //! One JSON object per line. Every v1 line starts `{"v":1,"seq":N,` — `seq` counts the
 //! records of the stream from 0, so a reader tells a gap from a quiet period. Events are
 //! the `Event` record (no `type` key); every other record names itself with `"type"`:
-//! one `header` first, `stats` at most a second apart, a `loss` where loss was seen, one
+//! one `header` first, `stats` every 800 ms, a `loss` where loss was seen, one
 //! `trailer` last. A stream without its trailer was cut short.
 //!
 //! Version rule: a reader reads every version up to its own; a newer minor addition is a
@@ -80,7 +80,7 @@ pub struct SiteCount {
     pub lost: BTreeMap<String, u64>,
 }
 
-/// Periodic accounting, at most a second apart.
+/// Periodic accounting, every 800 ms (`STATS_EVERY`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub v: u32,

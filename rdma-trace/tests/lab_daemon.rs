@@ -73,9 +73,12 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
         .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
         .spawn()
         .expect("start the companion");
-    // Its MRs are registered and its queues mapped once it polls; it then holds them.
+    // Its MRs are registered and its queues mapped once it polls; it then holds them (6 s).
+    // The late one joins once the daemon's own stream (the early one's file) has that poll:
+    // on 7.3 the daemon was 100 records behind the companion 500 ms after it polled, and
+    // the state it served then was taken in the middle of the 1 MiB registration.
     wait_for(&steps, "\"poll_cq\"", &mut companion, 120).expect("the companion works");
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for(&dir.join("early.jsonl"), "\"poll_cq\"", &mut early, 60).expect("the daemon saw it poll");
     let mut late = subscriber(&dir, "late", socket);
     send_bw_events(&dir, "200");
     let cst = wait_timeout(&mut companion, 120);

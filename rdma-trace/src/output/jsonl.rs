@@ -1,5 +1,5 @@
 //! The capture stream, format v1 (`crate::capture`, docs/event-format.md): a header, the
-//! events, stats at most a second apart, loss notices, a trailer; each record numbered.
+//! events, stats every 800 ms, loss notices, a trailer; each record numbered.
 //! Written to a file (mode 0600: it holds kernel addresses) or any writer (stdout, a socket).
 
 use super::Sink;

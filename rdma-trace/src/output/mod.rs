@@ -28,7 +28,7 @@ pub trait Sink {
     fn step(&mut self, _s: &StepRecord) -> io::Result<()> {
         Ok(())
     }
-    /// The run's accounting so far, at most a second apart.
+    /// The run's accounting so far, every 800 ms.
     fn stats(&mut self, _s: &Stats) -> io::Result<()> {
         Ok(())
     }
