@@ -18,8 +18,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const SERVER_IP: &str = "10.0.0.1";
-
 /// Every record of a capture, read leniently, with the reader's report.
 fn read_back(path: &Path) -> (Vec<Record>, ReadReport) {
     let f = std::io::BufReader::new(std::fs::File::open(path).expect("capture exists"));

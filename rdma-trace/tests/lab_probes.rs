@@ -14,8 +14,6 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const SERVER_IP: &str = "10.0.0.1";
-
 /// What a workload process showed while it ran.
 #[derive(Debug, Default)]
 struct Sample {

@@ -15,7 +15,6 @@ use rdma_trace::event::parse_jsonl;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-const SERVER_IP: &str = "10.0.0.1";
 const REPETITIONS: usize = 10;
 
 /// The probes scenario, smaller: event-mode pingpong, rping, a short ib_write_bw.

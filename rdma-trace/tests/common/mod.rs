@@ -107,13 +107,13 @@ pub fn finish(mut s: Child, mut c: Child, what: &str) {
 }
 
 /// The lab guest's rxe0 address (the perftest and rping servers listen on it).
-pub const LAB_SERVER_IP: &str = "10.0.0.1";
+pub const SERVER_IP: &str = "10.0.0.1";
 
 /// `ib_send_bw -F -e` (event mode) for `iterations` over rxe0, server and client, both
 /// waited for and required to succeed.
 pub fn send_bw_events(dir: &Path, iterations: &str) {
     let args = ["ib_send_bw", "-F", "-e", "-d", "rxe0", "-x", "1", "-n", iterations];
-    let client: Vec<&str> = args.iter().copied().chain([LAB_SERVER_IP]).collect();
+    let client: Vec<&str> = args.iter().copied().chain([SERVER_IP]).collect();
     let (s, c) = pair(dir, "ib_send_bw", &args, &client);
     finish(s, c, "ib_send_bw -e");
 }
