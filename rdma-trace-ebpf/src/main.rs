@@ -17,8 +17,9 @@
 //! written with one `bpf_ringbuf_output`: kernel-context programs (preemption off, never
 //! nested on a CPU) build in a per-CPU scratch record; uprobe programs, which the kernel
 //! may preempt (two can interleave on one CPU), build their stackless record in a scratch
-//! entry of their own thread (`USCRATCH`). A reservation held across reads and a stack walk made every record behind
-//! it wait while its producer was preempted (seen on 7.x full-preemption kernels).
+//! entry of their own thread (`USCRATCH`). A reservation held across reads and a stack
+//! walk made every record behind it wait while its producer was preempted (seen on 7.x
+//! full-preemption kernels).
 #![no_std]
 #![no_main]
 // Atomic adds: the BPF target has no `AtomicU64::fetch_add`; the intrinsic lowers to the
@@ -353,15 +354,21 @@ static USCRATCH: HashMap<u64, ProbeHead> = HashMap::with_max_entries(1024, 0);
 #[map]
 static UZERO: PerCpuArray<ProbeHead> = PerCpuArray::with_max_entries(1, 0);
 
+/// This thread's scratch entry in `scratch`, created zeroed from `zero` (keyed by
+/// pid_tgid: a preemptible program's run is the only one using its key); with the key, to
+/// remove the entry once the record is written. `None`: the map is full.
+#[inline(always)]
+fn thread_scratch<T>(scratch: &HashMap<u64, T>, zero: &PerCpuArray<T>) -> Option<(*mut T, u64)> {
+    let key = bpf_get_current_pid_tgid();
+    let entry =
+        zero.get(0).and_then(|z| scratch.insert(key, z, 0).ok()).and_then(|()| scratch.get_ptr_mut(key));
+    entry.map(|p| (p, key))
+}
+
 /// A uprobe hit: built in this thread's own scratch entry, without a kernel stack.
 #[inline(always)]
 fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl Fn(u8) -> Result<u64, i32>) {
-    let key = bpf_get_current_pid_tgid();
-    let built = UZERO
-        .get(0)
-        .and_then(|zero| USCRATCH.insert(key, zero, 0).ok())
-        .and_then(|()| USCRATCH.get_ptr_mut(key));
-    let Some(h) = built else {
+    let Some((h, key)) = thread_scratch(&USCRATCH, &UZERO) else {
         count(site, CNT_NO_SCRATCH);
         return;
     };
@@ -487,12 +494,7 @@ static STEP_ZERO: PerCpuArray<StepEvent> = PerCpuArray::with_max_entries(1, 0);
 pub fn step_marker(ctx: ProbeContext) -> u32 {
     own_stack(&ctx);
     count(SITE_STEP, CNT_HITS);
-    let key = bpf_get_current_pid_tgid();
-    let built = STEP_ZERO
-        .get(0)
-        .and_then(|zero| STEP_SCRATCH.insert(key, zero, 0).ok())
-        .and_then(|()| STEP_SCRATCH.get_ptr_mut(key));
-    let Some(rec) = built else {
+    let Some((rec, key)) = thread_scratch(&STEP_SCRATCH, &STEP_ZERO) else {
         count(SITE_STEP, CNT_NO_SCRATCH);
         return 0;
     };
