@@ -17,7 +17,8 @@
 //! written with one `bpf_ringbuf_output`: kernel-context programs (preemption off, never
 //! nested on a CPU) build in a per-CPU scratch record; uprobe programs, which the kernel
 //! may preempt (two can interleave on one CPU), build their stackless record in a scratch
-//! entry of their own thread (`USCRATCH`). A reservation held across reads and a stack
+//! entry of their own thread (`USCRATCH`; kept until the thread exits once `sched_exit`
+//! runs, `EXIT_PRUNES`). A reservation held across reads and a stack
 //! walk made every record behind it wait while its producer was preempted (seen on 7.x
 //! full-preemption kernels).
 #![no_std]
@@ -348,21 +349,46 @@ fn kernel_probe_hit(
 /// per-CPU scratch would be shared. Building in map memory (not on the BPF stack, whose
 /// bytes the verifier tracks value by value) also keeps verification short.
 #[map]
-static USCRATCH: HashMap<u64, ProbeHead> = HashMap::with_max_entries(1024, 0);
+static USCRATCH: HashMap<u64, ProbeHead> = HashMap::with_max_entries(4096, 0);
 
 /// A zeroed record to create `USCRATCH` entries from (never written).
 #[map]
 static UZERO: PerCpuArray<ProbeHead> = PerCpuArray::with_max_entries(1, 0);
 
-/// This thread's scratch entry in `scratch`, created zeroed from `zero` (keyed by
-/// pid_tgid: a preemptible program's run is the only one using its key); with the key, to
-/// remove the entry once the record is written. `None`: the map is full.
+/// Nonzero once `sched_exit` is attached (userspace sets it): a thread's scratch entries
+/// then stay from one hit to the next (one lookup a hit) and leave when the thread exits.
+/// Without it each hit creates its entry and removes it (three map operations).
+#[map]
+static EXIT_PRUNES: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn pruned_at_exit() -> bool {
+    EXIT_PRUNES.get(0).is_some_and(|v| *v != 0)
+}
+
+/// This thread's scratch entry in `scratch` (keyed by pid_tgid: a preemptible program's
+/// run is the only one using its key), created from `zero` if it has none; with the key, to
+/// remove the entry after the record is written (`done_with`). `None`: the map is full.
+/// Whoever fills the entry writes every byte it sends: a kept entry holds the last record.
 #[inline(always)]
 fn thread_scratch<T>(scratch: &HashMap<u64, T>, zero: &PerCpuArray<T>) -> Option<(*mut T, u64)> {
     let key = bpf_get_current_pid_tgid();
+    if let Some(p) = scratch.get_ptr_mut(key) {
+        return Some((p, key));
+    }
     let entry =
         zero.get(0).and_then(|z| scratch.insert(key, z, 0).ok()).and_then(|()| scratch.get_ptr_mut(key));
     entry.map(|p| (p, key))
+}
+
+/// The record in this thread's entry is written: the entry leaves now, unless `sched_exit`
+/// removes it when the thread exits. The entry is this run's alone; a failed delete only
+/// leaves a record behind, overwritten by the thread's next hit.
+#[inline(always)]
+fn done_with<T>(scratch: &HashMap<u64, T>, key: u64) {
+    if !pruned_at_exit() {
+        scratch.remove(key).ok();
+    }
 }
 
 /// A uprobe hit: built in this thread's own scratch entry, without a kernel stack.
@@ -381,8 +407,7 @@ fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl
         count_build(site, bpf_ktime_get_ns().wrapping_sub((*h).hdr.ts_ns));
     }
     emit(site, h, PROBE_FIXED_LEN);
-    // The entry is this run's alone; a failed delete only leaves a zero record behind.
-    USCRATCH.remove(key).ok();
+    done_with(&USCRATCH, key);
 }
 
 /// A probe hit: kernel programs and uprobe programs are separate programs, so `USER` is
@@ -517,8 +542,7 @@ pub fn step_marker(ctx: ProbeContext) -> u32 {
         len as usize
     };
     emit(SITE_STEP, rec, STEP_FIXED_LEN + len);
-    // The entry is this run's alone; a failed delete only leaves a zero record behind.
-    STEP_SCRATCH.remove(key).ok();
+    done_with(&STEP_SCRATCH, key);
     0
 }
 
@@ -644,14 +668,23 @@ pub fn sched_fork(ctx: TracePointContext) -> u32 {
 }
 
 /// A task exited: it is no longer watched (its id may be reused by an unrelated task,
-/// and the table must not fill up with the dead).
+/// and the table must not fill up with the dead), and its uprobe scratch entries leave
+/// (no user code of it runs after this point, so no uprobe program of it can be using them).
 #[tracepoint]
 pub fn sched_exit(_ctx: TracePointContext) -> u32 {
-    let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: map lookup from program context.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    // SAFETY: map lookups from program context; lookups first, as most exiting tasks
+    // are in none of these maps and a lookup takes no lock.
+    // A failed delete means another exit path removed it first: nothing to count.
     if unsafe { TARGETS.get(tid) }.is_some() {
-        // A failed delete means another exit path removed it first: nothing to count.
         TARGETS.remove(tid).ok();
+    }
+    if USCRATCH.get_ptr(pid_tgid).is_some() {
+        USCRATCH.remove(pid_tgid).ok();
+    }
+    if STEP_SCRATCH.get_ptr(pid_tgid).is_some() {
+        STEP_SCRATCH.remove(pid_tgid).ok();
     }
     0
 }

@@ -159,12 +159,23 @@ pub struct ProcessState {
     pub seeded: bool,
 }
 
-/// A live pin: the user range and the bytes charged (whole pages).
+/// A live pin: the user range and the bytes charged (whole pages), with what names it to
+/// the events that end it: the umem pointer `ib_umem_release` gets (when the pin was seen),
+/// or the restrack id the `rdma_core:mr_dereg` tracepoint gives (when it came from `rdma res`,
+/// which lists no address and no umem).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PinnedRange {
     pub addr: u64,
     pub length: u64,
     pub charged: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umem: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mr_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lkey: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rkey: Option<u64>,
 }
 
 /// A uverbs mapping (doorbell/UAR or queue pages): the VMA and its page offset.

@@ -3,7 +3,8 @@
 //! `ib_send_bw -e` run. Both get identical records after the late one's join point, the
 //! late one first receives the state of what is pinned and mapped; the companion's
 //! syscalls are watched without being asked for; a subscriber run as `nobody` is refused
-//! with one line; SIGTERM ends every subscriber's stream with the trailer.
+//! with one line; SIGTERM ends every subscriber's stream with the trailer. MRs a late
+//! subscriber knows only from the kernel's tables end when their restrack id is deregistered.
 
 mod common;
 
@@ -153,18 +154,29 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     let socket = Path::new("/tmp/rdma-trace-lab-seeded.sock");
     let derr = dir.join("seeded-daemon.stderr");
     let mut daemon = start_daemon(&[], socket, None, &derr, "serving on");
+    let out = dir.join("seeded.jsonl");
     let mut sub = subscriber(&dir, "seeded", socket);
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) of our own children.
+    wait_for(&out, "\"type\":\"state\"", &mut sub, 60).expect("the subscriber's state");
+    // Its exit deregisters the three MRs (the kernel's uverbs clean-up): a viewer that
+    // joined after they were registered must see them end.
+    let cpid = companion.id();
+    companion.kill().ok();
+    companion.wait().ok();
+    let its_deregs = |text: &str| {
+        let pid = format!("\"pid\":{cpid},");
+        text.lines().filter(|l| l.contains("\"name\":\"mr_dereg\"") && l.contains(&pid)).count()
+    };
+    let t0 = std::time::Instant::now();
+    while its_deregs(&std::fs::read_to_string(&out).unwrap_or_default()) < 3 && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);
     wait_timeout(&mut sub, 30);
-    companion.kill().ok();
-    companion.wait().ok();
     assert!(dst.success(), "{}", std::fs::read_to_string(&derr).unwrap());
-    let recs = records(&dir.join("seeded.jsonl"));
+    let recs = records(&out);
     let Record::State(state) = &recs[1] else { panic!("the state first: {:?}", recs[1]) };
-    let cpid = companion.id();
     let p = state.processes.iter().find(|p| p.pid == cpid).unwrap_or_else(|| panic!("{state:?}"));
     assert!(p.seeded, "{p:?}");
     let mut lengths: Vec<u64> = p.mrs.iter().map(|m| m.length).collect();
@@ -172,6 +184,34 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert_eq!(lengths, vec![4096, 65536, 1048576], "its MRs, from the kernel's tables: {p:?}");
     assert!(!p.mappings.is_empty(), "its uverbs mappings, from /proc/{cpid}/maps: {p:?}");
     assert_eq!(p.comm, "rdma-trace-work");
+    // The tables' restrack ids are the ids its deregs carry.
+    let mut ids: Vec<u64> = p.mrs.iter().map(|m| u64::from(m.mr_id.expect("an mrn"))).collect();
+    ids.sort_unstable();
+    let mut dereg_ids: Vec<u64> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) if e.pid == cpid && e.is(rdma_trace::event::ProbeId::MrDereg) => {
+                e.field("mr_id")
+            }
+            _ => None,
+        })
+        .collect();
+    dereg_ids.sort_unstable();
+    assert_eq!(ids, dereg_ids, "the ids `rdma res` listed, deregistered at its exit: {p:?}");
+    assert!(p.mrs.iter().all(|m| m.lkey.is_some_and(|k| k != 0)), "the tables' lkeys: {p:?}");
+    // The TUI on this stream: the three rows from the tables end; nothing stays pinned.
+    let mut m = rdma_trace::output::tui::model::Model::new("lab".into());
+    for r in &recs {
+        match r {
+            Record::State(s) => m.seed(s),
+            Record::Event(e) => m.event(e),
+            _ => {}
+        }
+    }
+    let rows: Vec<_> = m.mrs.iter().filter(|r| r.pid == cpid).collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r.from_tables && !r.live), "{rows:?}");
+    assert_eq!((m.procs[&cpid].pinned, m.procs[&cpid].mrs_live), (0, 0), "{:?}", m.procs[&cpid]);
 }
 
 /// GET `path` from `addr` (HTTP/1.0): the status code and the body.

@@ -156,3 +156,42 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
         insta::assert_snapshot!(format!("companion-{k}-Events-explain-cq-100x30"), screen);
     }
 }
+
+/// A viewer that joins a daemon late gets the MRs registered before it from the kernel's
+/// tables (`rdma res`: keys and restrack id, no address). They are live until the
+/// `rdma_core:mr_dereg` tracepoint names their id; then their pages stop counting.
+/// The 6.12 lab session: its `rdma res` listing (two ib_write_bw MRs) and its own deregs.
+#[test]
+fn mrs_from_the_kernels_tables_end_on_their_dereg() {
+    use rdma_trace::capture::State;
+    use rdma_trace::live::seed;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let json = std::fs::read_to_string(dir.join("session-6.12.rdma-res-mr.json")).unwrap();
+    let processes = seed::group(seed::parse_res_mr(&json).unwrap(), |_| Vec::new());
+    let mut m = Model::new("daemon (lab session 6.12)".into());
+    m.seed(&State { processes, ..Default::default() });
+    let pinning = screens::SCREENS.iter().position(|s| *s == "Pinning").unwrap();
+    let ui = Ui { screen: pinning, ..Default::default() };
+    insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&m, &ui, 80, 24));
+    assert_eq!(m.procs[&236].pinned, 131072);
+    let deregs: Vec<_> = Reader::new(open(&dir.join("session-6.12.jsonl")).unwrap(), true)
+        .filter_map(|r| match r.unwrap() {
+            Record::Event(e) if e.is(rdma_trace::event::ProbeId::MrDereg) => Some(e),
+            _ => None,
+        })
+        .collect();
+    // Another process's dereg (rping's MR 4) ends none of them.
+    let other = deregs.iter().find(|e| e.field("mr_id") == Some(4)).unwrap();
+    m.event(other);
+    assert!(m.mrs.iter().all(|r| r.live), "{:?}", m.mrs);
+    for e in &deregs {
+        m.event(e);
+    }
+    for pid in [236, 237] {
+        let p = &m.procs[&pid];
+        assert_eq!((p.pinned, p.mrs_live, p.mrs_total), (0, 0, 1), "{p:?}");
+    }
+    assert!(m.mrs.iter().all(|r| !r.live && r.from_tables), "{:?}", m.mrs);
+    let after = render(&m, &ui, 80, 24);
+    assert_eq!(after.matches("dereg").count(), 2, "{after}");
+}

@@ -348,7 +348,12 @@ impl Loaded {
         self.attach_tracepoint("sys_enter", "raw_syscalls", "sys_enter")?;
         self.attach_tracepoint("sys_exit", "raw_syscalls", "sys_exit")?;
         self.attach_tracepoint("sched_fork", "sched", "sched_process_fork")?;
-        self.attach_tracepoint("sched_exit", "sched", "sched_process_exit")
+        self.attach_tracepoint("sched_exit", "sched", "sched_process_exit")?;
+        // Exits now remove the uprobe programs' per-thread scratch entries, so those
+        // programs keep them from one hit to the next.
+        let mut p: Array<&mut MapData, u32> =
+            Array::try_from(self.map_mut("EXIT_PRUNES")?).map_err(map_err("EXIT_PRUNES"))?;
+        p.set(0, 1, 0).map_err(map_err("EXIT_PRUNES"))
     }
 
     fn targets(&mut self) -> Result<HashMap<&mut MapData, u32, u8>, AttachError> {

@@ -12,7 +12,10 @@ pub struct ResMr {
     pub pid: u32,
     pub comm: String,
     pub length: u64,
-    pub lkey: u64,
+    /// The restrack id (`mrn`): what the `rdma_core:mr_dereg` tracepoint names it by.
+    pub mrn: u32,
+    pub lkey: Option<u64>,
+    pub rkey: Option<u64>,
 }
 
 /// Parses `rdma -j res show mr` (iproute2): a JSON array of MRs; keys are hex strings.
@@ -27,14 +30,17 @@ pub fn parse_res_mr(json: &str) -> Result<Vec<ResMr>, String> {
                 pid: u32::try_from(m.get("pid")?.as_u64()?).ok()?,
                 comm: m.get("comm").and_then(|c| c.as_str()).unwrap_or("").to_string(),
                 length: m.get("mrlen")?.as_u64()?,
-                lkey: m
-                    .get("lkey")
-                    .and_then(|k| k.as_str())
-                    .and_then(|k| u64::from_str_radix(k, 16).ok())
-                    .unwrap_or(0),
+                mrn: u32::try_from(m.get("mrn")?.as_u64()?).ok()?,
+                lkey: key(m, "lkey"),
+                rkey: key(m, "rkey"),
             })
         })
         .collect())
+}
+
+/// A key as iproute2 prints it: a hex string.
+fn key(m: &serde_json::Value, name: &str) -> Option<u64> {
+    m.get(name).and_then(|k| k.as_str()).and_then(|k| u64::from_str_radix(k, 16).ok())
 }
 
 /// The uverbs mappings of `pid` (`/dev/infiniband/uverbsN` in /proc/<pid>/maps).
@@ -77,7 +83,14 @@ pub fn group(mrs: Vec<ResMr>, maps_of: impl Fn(u32) -> Vec<Mapping>) -> Vec<Proc
         // The kernel lists no address: what is charged is at least the length in pages.
         let charged = m.length.div_ceil(4096) * 4096;
         p.pinned_bytes += charged;
-        p.mrs.push(PinnedRange { addr: 0, length: m.length, charged });
+        p.mrs.push(PinnedRange {
+            length: m.length,
+            charged,
+            mr_id: Some(m.mrn),
+            lkey: m.lkey,
+            rkey: m.rkey,
+            ..Default::default()
+        });
     }
     for p in by_pid.values_mut() {
         p.mappings = maps_of(p.pid);
@@ -94,10 +107,23 @@ mod tests {
         let json = include_str!("../../tests/fixtures/lab/session-7.3.rdma-res-mr.json");
         let mrs = parse_res_mr(json).unwrap();
         assert_eq!(mrs.len(), 2);
-        assert_eq!(mrs[0], ResMr { pid: 146, comm: "ib_write_bw".into(), length: 131072, lkey: 0x203 });
+        assert_eq!(
+            mrs[0],
+            ResMr {
+                pid: 146,
+                comm: "ib_write_bw".into(),
+                length: 131072,
+                mrn: 0,
+                lkey: Some(0x203),
+                rkey: Some(0x203)
+            }
+        );
         let ps = group(mrs, |pid| vec![Mapping { start: pid as u64, end: pid as u64 + 4096, pgoff: 0 }]);
         assert_eq!(ps.len(), 2);
         assert!(ps.iter().all(|p| p.seeded && p.pinned_bytes == 131072 && p.mappings.len() == 1));
+        // By pid: 145 holds mrn 1 (keys 0x3f3), 146 mrn 0; the dereg tracepoint names them so.
+        let ids: Vec<_> = ps.iter().map(|p| (p.mrs[0].mr_id, p.mrs[0].lkey)).collect();
+        assert_eq!(ids, vec![(Some(1), Some(0x3f3)), (Some(0), Some(0x203))]);
         assert!(parse_res_mr("{}").is_err());
     }
 }

@@ -337,7 +337,7 @@ mod tests {
             ..Default::default()
         };
         let mut st = State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen] };
-        let mr = PinnedRange { addr: 0, length: 4096, charged: 4096 };
+        let mr = PinnedRange { length: 4096, charged: 4096, mr_id: Some(3), ..Default::default() };
         let seeds = vec![
             ProcessState {
                 pid: 7,

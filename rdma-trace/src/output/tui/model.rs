@@ -34,7 +34,11 @@ pub struct MrRow {
     /// A refused pin: the errno, and the memlock limit it was held to.
     pub refused: Option<i64>,
     pub memlock_limit: Option<u64>,
+    /// Known only from the kernel's tables when this viewer joined (`rdma res`: no address).
+    pub from_tables: bool,
     umem: Option<u64>,
+    /// The restrack id, for an MR from the tables: `mr_dereg` ends it.
+    mr_id: Option<u32>,
     tid: u32,
 }
 
@@ -189,7 +193,12 @@ impl Model {
                         addr: m.addr,
                         length: m.length,
                         pages: Some(m.charged / 4096),
+                        lkey: m.lkey,
+                        rkey: m.rkey,
                         live: true,
+                        from_tables: m.umem.is_none(),
+                        umem: m.umem,
+                        mr_id: m.mr_id,
                         ..Default::default()
                     },
                 );
@@ -250,7 +259,16 @@ impl Model {
             (Some(ProbeId::UmemGet), EventKind::Entry) => self.pin_entry(e),
             (Some(ProbeId::UmemGet), EventKind::Return) => self.pin_return(e),
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => self.keys(e),
-            (Some(ProbeId::UmemRelease), EventKind::Entry) => self.unpin(e),
+            (Some(ProbeId::UmemRelease), EventKind::Entry) => {
+                let u = e.field("umem");
+                self.unpin(|r| u.is_some() && r.umem == u);
+            }
+            // Only MRs from the kernel's tables are named by id; a pin seen here ends with
+            // its umem above.
+            (Some(ProbeId::MrDereg), EventKind::Entry) => {
+                let id = e.field("mr_id").and_then(|i| u32::try_from(i).ok());
+                self.unpin(|r| id.is_some() && r.mr_id == id);
+            }
             (Some(ProbeId::UverbsMmap), EventKind::Entry) => self.mapping(e),
             (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
                 if let Some(c) = e.field("cq") {
@@ -345,9 +363,9 @@ impl Model {
         }
     }
 
-    fn unpin(&mut self, e: &Event) {
-        let Some(u) = e.field("umem") else { return };
-        if let Some(row) = self.mrs.iter_mut().rev().find(|r| r.umem == Some(u) && r.live) {
+    /// The newest live MR that `is` names is deregistered: its pages are no longer charged.
+    fn unpin(&mut self, is: impl Fn(&MrRow) -> bool) {
+        if let Some(row) = self.mrs.iter_mut().rev().find(|r| r.live && is(r)) {
             row.live = false;
             let charged = row.pages.map(|p| p * 4096).unwrap_or(row.length);
             let pid = row.pid;

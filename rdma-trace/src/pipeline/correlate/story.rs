@@ -396,6 +396,8 @@ impl Builder {
                         addr: e.field("umem_address").unwrap_or(0),
                         length: e.field("umem_length").unwrap_or(0),
                         charged: len,
+                        umem: Some(u),
+                        ..Default::default()
                     };
                     self.live_umems.entry(pid).or_default().insert(u, range);
                     let ps = self.process(pid);
