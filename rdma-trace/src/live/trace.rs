@@ -98,6 +98,8 @@ pub struct Tracer {
     probes: Vec<ProbeStatus>,
     /// `rdma sys show`'s copy-on-fork, asked once at start.
     copy_on_fork: Option<bool>,
+    /// The stack symbolizer, built while the probes load.
+    ksyms: Ksyms,
 }
 
 /// Not root (or without the capabilities): the one line to print.
@@ -129,6 +131,10 @@ impl Tracer {
                 }
             }
         }
+        // The symbolizer is built while the probes load too: parsing the 7.3 guest's
+        // kallsyms after the "tracing" line delayed the first stats record past two periods.
+        let kallsyms = planning.kallsyms.clone();
+        let ksyms = std::thread::spawn(move || Ksyms::parse(&kallsyms));
         let stale = super::kprobe_events::remove_stale(std::path::Path::new(kernel::TRACEFS));
         notice(Notice::StaleEvents(stale.map(|v| v.len()).map_err(|e| e.to_string())));
         let (mut loaded, outcomes) =
@@ -162,8 +168,9 @@ impl Tracer {
         }
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
         let copy_on_fork = copy_on_fork.join().unwrap_or(None);
+        let ksyms = ksyms.join().map_err(|_| anyhow::anyhow!("parsing /proc/kallsyms failed"))?;
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
-        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork })
+        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork, ksyms })
     }
 
     /// The capture header of this run (its version and sequence are the writer's).
@@ -189,8 +196,7 @@ impl Tracer {
     /// Runs until told to stop, giving every event, the accounting every second and a
     /// tick every 100 ms to `sink`, then shuts down. A sink error stops the run at once.
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
-        let Self { opts, planning, mut loaded, ring, child, .. } = self;
-        let ksyms = Ksyms::parse(&planning.kallsyms);
+        let Self { opts, planning, mut loaded, ring, child, ksyms, .. } = self;
         let mut enricher = Enricher {
             plan: &planning.plan,
             ksyms: &ksyms,
