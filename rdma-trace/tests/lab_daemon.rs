@@ -210,7 +210,7 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     }
     let rows: Vec<_> = m.mrs.iter().filter(|r| r.pid == cpid).collect();
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert!(rows.iter().all(|r| r.from_tables && !r.live), "{rows:?}");
+    assert!(rows.iter().all(|r| r.from_tables() && !r.live), "{rows:?}");
     assert_eq!((m.procs[&cpid].pinned, m.procs[&cpid].mrs_live), (0, 0), "{:?}", m.procs[&cpid]);
 }
 

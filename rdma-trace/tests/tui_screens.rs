@@ -191,7 +191,7 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
         let p = &m.procs[&pid];
         assert_eq!((p.pinned, p.mrs_live, p.mrs_total), (0, 0, 1), "{p:?}");
     }
-    assert!(m.mrs.iter().all(|r| !r.live && r.from_tables), "{:?}", m.mrs);
+    assert!(m.mrs.iter().all(|r| !r.live && r.from_tables()), "{:?}", m.mrs);
     let after = render(&m, &ui, 80, 24);
     assert_eq!(after.matches("dereg").count(), 2, "{after}");
 }

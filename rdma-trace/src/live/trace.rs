@@ -116,7 +116,7 @@ impl Tracer {
         let copy_on_fork = std::thread::spawn(copy_on_fork);
         kernel::ensure_tracefs().context("tracefs")?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
-        let planning = crate::plan::here::plan_here(&wanted);
+        let mut planning = crate::plan::here::plan_here(&wanted);
         let explicit = !opts.pids.is_empty() || !opts.command.is_empty();
         let watch_syscalls = explicit || opts.watch_verbs_users;
         match &planning.blocked {
@@ -133,7 +133,8 @@ impl Tracer {
         }
         // The symbolizer is built while the probes load too: parsing the 7.3 guest's
         // kallsyms after the "tracing" line delayed the first stats record past two periods.
-        let kallsyms = planning.kallsyms.clone();
+        // Nothing else reads the text once planned: it moves to the parsing thread.
+        let kallsyms = std::mem::take(&mut planning.kallsyms);
         let ksyms = std::thread::spawn(move || Ksyms::parse(&kallsyms));
         let stale = super::kprobe_events::remove_stale(std::path::Path::new(kernel::TRACEFS));
         notice(Notice::StaleEvents(stale.map(|v| v.len()).map_err(|e| e.to_string())));

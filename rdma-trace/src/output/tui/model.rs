@@ -34,12 +34,18 @@ pub struct MrRow {
     /// A refused pin: the errno, and the memlock limit it was held to.
     pub refused: Option<i64>,
     pub memlock_limit: Option<u64>,
-    /// Known only from the kernel's tables when this viewer joined (`rdma res`: no address).
-    pub from_tables: bool,
     umem: Option<u64>,
     /// The restrack id, for an MR from the tables: `mr_dereg` ends it.
     mr_id: Option<u32>,
     tid: u32,
+}
+
+impl MrRow {
+    /// Known only from the kernel's tables when this viewer joined (`rdma res`: no
+    /// address); only those MRs carry a restrack id.
+    pub fn from_tables(&self) -> bool {
+        self.mr_id.is_some()
+    }
 }
 
 /// One uverbs mapping.
@@ -196,7 +202,6 @@ impl Model {
                         lkey: m.lkey,
                         rkey: m.rkey,
                         live: true,
-                        from_tables: m.umem.is_none(),
                         umem: m.umem,
                         mr_id: m.mr_id,
                         ..Default::default()

@@ -292,7 +292,7 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             };
             Row::new(vec![
                 Cell::from(format!("{} {}", r.pid, render::printable(&r.comm))),
-                Cell::from(if r.from_tables { "(rdma res)".to_string() } else { format!("{:#x}", r.addr) }),
+                Cell::from(if r.from_tables() { "(rdma res)".to_string() } else { format!("{:#x}", r.addr) }),
                 Cell::from(bytes(r.length)),
                 Cell::from(r.pages.map(|p| p.to_string()).unwrap_or("-".into())),
                 Cell::from(
