@@ -261,7 +261,7 @@ pub struct TraceArgs {
     pub pids: Vec<u32>,
     /// Write the capture stream (format v1, docs/event-format.md) to this file (mode 0600;
     /// zstd if it ends in .zst), or to stdout with `-`: a header, every event, stats each
-    /// second, loss notices, a trailer; written out at least every 100 ms.
+    /// second, loss notices, a trailer; written out every 50 ms.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// With -o FILE: start a new file once this one holds SIZE bytes (K, M, G suffixes), as

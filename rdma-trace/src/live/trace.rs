@@ -195,7 +195,7 @@ impl Tracer {
     }
 
     /// Runs until told to stop, giving every event, the accounting every second and a
-    /// tick every 100 ms to `sink`, then shuts down. A sink error stops the run at once.
+    /// tick every 50 ms to `sink`, then shuts down. A sink error stops the run at once.
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
         let Self { opts, planning, mut loaded, ring, child, ksyms, .. } = self;
         let mut enricher = Enricher {
@@ -370,7 +370,7 @@ fn clock_ns(clock: libc::clockid_t) -> i64 {
 
 /// What the event loop does on its timers besides reading the ring.
 enum Periodic {
-    /// Every 100 ms: buffering outputs write out.
+    /// Every 50 ms: buffering outputs write out.
     Tick,
     /// Every second: the accounting so far (and any new loss).
     Stats,

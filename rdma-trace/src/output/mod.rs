@@ -40,8 +40,8 @@ pub trait Sink {
     fn trailer(&mut self, _t: &Trailer) -> io::Result<()> {
         Ok(())
     }
-    /// Called every 100 ms during a run: a buffering sink writes out what it holds, so a
-    /// killed run loses at most the last 100 ms.
+    /// Called every 50 ms during a run (`jsonl::FLUSH_EVERY`): a buffering sink writes out
+    /// what it holds, so a killed run loses at most the last 100 ms.
     fn tick(&mut self) -> io::Result<()> {
         Ok(())
     }

@@ -314,7 +314,7 @@ impl Sink for Broadcaster {
         self.offer();
         Ok(())
     }
-    /// Every 100 ms: subscribers waiting are joined.
+    /// On each tick (every 50 ms): subscribers waiting are joined.
     fn tick(&mut self) -> io::Result<()> {
         self.admit()
     }
