@@ -90,13 +90,65 @@ pub fn spawn_logged(cmd: &str, args: &[&str], log: &Path) -> Child {
 /// 0.898 < 0.9 / Can't produce a report") when the fit is poor, which under TCG it can be:
 /// a client that did all its work then fails, and the server's last handshake with it.
 ///
-/// Runs a server, then a client a second later (spawned directly: their pids are the
-/// workloads' own; `finish` bounds them).
+/// Runs a server, then its client once the server listens (spawned directly: their pids are
+/// the workloads' own; `finish` bounds them).
 pub fn pair(dir: &Path, name: &str, server: &[&str], client: &[&str]) -> (Child, Child) {
-    let s = spawn_logged(server[0], &server[1..], &dir.join(format!("{name}-server.log")));
-    std::thread::sleep(Duration::from_secs(1));
+    let log = dir.join(format!("{name}-server.log"));
+    let mut s = spawn_logged(server[0], &server[1..], &log);
+    wait_listening(&mut s, name, &log);
     let c = spawn_logged(client[0], &client[1..], &dir.join(format!("{name}-client.log")));
     (s, c)
+}
+
+/// Waits until `server` listens: on a TCP socket of its own (perftest and the pingpongs
+/// exchange their QP numbers over TCP) or on an RDMA CM id of its own (rping). A fixed second
+/// was not always enough: during a syscall flood in the 7.3 guest, ibv_rc_pingpong's server
+/// was not yet listening a second after it started, and its client failed with "Couldn't
+/// connect".
+fn wait_listening(server: &mut Child, name: &str, log: &Path) {
+    let t0 = Instant::now();
+    loop {
+        if tcp_listening(server.id()) || cm_listening(server.id()) {
+            return;
+        }
+        let text = || std::fs::read_to_string(log).unwrap_or_default();
+        if let Ok(Some(st)) = server.try_wait() {
+            panic!("{name} server exited ({st}) before it listened:\n{}", text());
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            server.kill().ok();
+            panic!("{name} server not listening after 60 s:\n{}", text());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `pid` has a TCP socket in LISTEN (state 0A in /proc/net/tcp{,6}, matched by inode).
+fn tcp_listening(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    let inodes: Vec<String> = fds
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| Some(l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned()))
+        .collect();
+    !inodes.is_empty()
+        && ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+            std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 9 && c[3] == "0A" && inodes.iter().any(|i| i == c[9])
+            })
+        })
+}
+
+/// `pid` has an RDMA CM id in LISTEN (`rdma res show cm_id`).
+fn cm_listening(pid: u32) -> bool {
+    let Ok(out) = Command::new("rdma").args(["res", "show", "cm_id"]).output() else { return false };
+    let pid = pid.to_string();
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let has = |k: &str, v: &str| w.windows(2).any(|p| p[0] == k && p[1] == v);
+        has("state", "LISTEN") && has("pid", &pid)
+    })
 }
 
 /// Waits for a client and its server; both must succeed.
