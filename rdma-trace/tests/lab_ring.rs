@@ -150,16 +150,18 @@ fn lab_ring_ten_runs_under_cpu_hogs_lose_and_hold_nothing() {
 fn lab_ring_overflow_is_accounted_exactly_per_probe() {
     let dir = out_dir("ring-overflow");
     // A syscall flood watched beside the scenario: a one-page ring must overflow. It runs
-    // until killed: with a count it could end during the tracer's plan (7-8 s in the guest),
-    // and the ring then overflowed on the scenario alone.
-    let mut flood = std::process::Command::new("dd")
-        .args(["if=/dev/zero", "of=/dev/null", "bs=1", "status=none"])
-        .spawn()
-        .expect("dd");
-    let pid = flood.id().to_string();
+    // until killed (with a count it could end during the tracer's 7-8 s plan in the guest,
+    // and the ring then overflowed on the scenario alone); held as a hog, so that a failing
+    // assertion while tracing still kills it.
+    let flood = Hogs(vec![
+        std::process::Command::new("dd")
+            .args(["if=/dev/zero", "of=/dev/null", "bs=1", "status=none"])
+            .spawn()
+            .expect("dd"),
+    ]);
+    let pid = flood.0[0].id().to_string();
     let (stderr, capture) = traced(&dir, &["--ring-kib", "4", "--pid", &pid]);
-    flood.kill().ok();
-    flood.wait().ok();
+    drop(flood);
     let delivered = parse_jsonl(&capture).expect("capture parses").len() as u64;
     let table = rows(&stderr);
     let flooded = table.iter().find(|r| r.0 == "syscalls enter").map_or(0, |r| r.1);
