@@ -195,3 +195,55 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     let after = render(&m, &ui, 80, 24);
     assert_eq!(after.matches("dereg").count(), 2, "{after}");
 }
+
+/// At 80 columns and narrower, a table gives up lesser columns (and says so in its title)
+/// before it shortens an address, and the status line keeps what was lost and the help
+/// key. Each check is on the values the model holds, not on the snapshot: an address cut
+/// to a plausible shorter one (`0x7fd062d6c000` as `0x7fd062d6c00`) must fail here.
+#[test]
+fn addresses_keys_and_latencies_stay_whole_on_narrow_terminals() {
+    let screen = |name: &str| screens::SCREENS.iter().position(|s| *s == name).unwrap();
+    for capture in ["companion-7.3.jsonl", "perftest-rping-6.12.jsonl.zst"] {
+        let mut m = model(capture);
+        m.source = "daemon /work/main/target/lab/run/trixie-backports/rdma-trace.sock".into();
+        for w in [80, 60, 40] {
+            let pinning = render(&m, &Ui { screen: screen("Pinning"), ..Default::default() }, w, 24);
+            for r in m.mrs.iter().rev().take(20) {
+                let addr = format!("{:#x}", r.addr);
+                assert!(pinning.contains(&addr), "{capture} at {w}: MR {addr} not whole:\n{pinning}");
+                let lkey = format!("{:#x}", r.lkey.unwrap());
+                assert!(pinning.contains(&format!("{lkey} ")), "{capture} at {w}: lkey {lkey}:\n{pinning}");
+            }
+            assert!(
+                w >= 80 || (pinning.contains("hidden") || pinning.contains("no room for")),
+                "{capture} at {w}: a hidden column unnamed:\n{pinning}"
+            );
+            let mmap = render(&m, &Ui { screen: screen("Mmap"), ..Default::default() }, w, 24);
+            for r in m.maps.iter().rev().take(20) {
+                let start = format!("{:#x}", r.start);
+                assert!(mmap.contains(&start), "{capture} at {w}: mapping {start} not whole:\n{mmap}");
+            }
+            let cqs = render(&m, &Ui { screen: screen("Completions"), ..Default::default() }, w, 30);
+            for c in m.cqs.values() {
+                let handle = format!("{:#x}", c.handle);
+                let p99 = screens::ns(c.wakeup_ns.quantile(0.99));
+                assert!(cqs.contains(&format!("{handle} ")), "{capture} at {w}: CQ {handle}:\n{cqs}");
+                assert!(cqs.contains(&format!(" {p99} ")), "{capture} at {w}: p99 {p99}:\n{cqs}");
+            }
+            let status = pinning.lines().last().unwrap();
+            // At 80 the socket's path keeps its end: "daemon …/rdma-trace.sock".
+            let path = if w >= 80 { "/rdma-trace.sock │" } else { "" };
+            for kept in ["daemon ", path, "│ 0 lost", "? help"] {
+                assert!(status.contains(kept), "{capture} at {w}: {kept:?} not on the status line: {status}");
+            }
+        }
+        // The Overview's narrow boxes wrap a line between its figures, never through one.
+        let overview = render(&m, &Ui { screen: screen("Overview"), ..Default::default() }, 80, 40);
+        for c in m.cqs.values().take(3) {
+            for q in [0.5, 0.99] {
+                let v = screens::ns(c.wakeup_ns.quantile(q));
+                assert!(overview.contains(&format!(" {v}")), "{capture}: wake {v} not whole:\n{overview}");
+            }
+        }
+    }
+}

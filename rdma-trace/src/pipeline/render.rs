@@ -54,6 +54,19 @@ const PAT_NAMES: [&str; 8] = [
     "WT",
 ];
 
+/// Flags written as `A_B|C_D` (access flags) as their words' initials, `AB|CD`, for a
+/// narrow table: LOCAL_WRITE|REMOTE_READ is `LW|RR`. A hex remainder stays as it is.
+pub fn initials(flags: &str) -> String {
+    let short = |f: &str| {
+        if f.starts_with("0x") {
+            f.to_string()
+        } else {
+            f.split('_').filter_map(|w| w.chars().next()).collect()
+        }
+    };
+    flags.split('|').map(short).collect::<Vec<String>>().join("|")
+}
+
 /// The cache mode a `pgprot_t` selects on x86-64.
 pub fn cache_mode(prot: u64) -> &'static str {
     let idx = (((prot & PAGE_PAT) != 0) as usize) << 2
@@ -200,6 +213,8 @@ mod tests {
     fn access_and_vm_flags() {
         assert_eq!(text(Render::Access, Value::U(7)), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ");
         assert_eq!(text(Render::Access, Value::U(0)), "0");
+        assert_eq!(initials(&text(Render::Access, Value::U(7))), "LW|RW|RR");
+        assert_eq!(initials(&text(Render::Access, Value::U((1 << 20) | 8 | (1 << 30)))), "RA|RO|0x40000000");
         // VM_IO|VM_PFNMAP|VM_DONTEXPAND|VM_DONTDUMP: what io_remap_pfn_range sets for a doorbell page.
         assert_eq!(
             text(Render::VmFlags, Value::U(0x4044400 | 0xb)),

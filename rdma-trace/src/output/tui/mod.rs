@@ -8,6 +8,7 @@
 //! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
 //! keys that steer a replay back.
 
+pub mod fit;
 pub mod lesson;
 pub mod model;
 pub mod screens;

@@ -7,7 +7,6 @@ use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
 use crate::pipeline::correlate::checks::{Check, checks_for};
 use crate::pipeline::correlate::story::push_capped;
 use crate::pipeline::render;
-use crate::plan::catalog::Render;
 use crate::steps::{StepName, StepRecord};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -391,7 +390,7 @@ impl Model {
         } else {
             format!("offset {pgoff:#x}")
         };
-        let cache = e.field("vm_page_prot").map(|p| render::text(Render::PgProt, crate::event::Value::U(p)));
+        let cache = e.field("vm_page_prot").map(|p| render::cache_mode(p).to_string());
         let call = self.open_call.get(&e.tid).cloned();
         self.proc(e.pid, &e.comm).mappings += 1;
         push_capped(

@@ -1,6 +1,7 @@
 //! Drawing: a pure function of the model and the UI state (tested with ratatui's
 //! TestBackend and insta snapshots on lab captures).
 
+use super::fit::{self, Col, Text};
 use super::model::{CqRow, Model, Samples};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
@@ -29,7 +30,8 @@ pub struct Ui {
     pub explain_scroll: u16,
 }
 
-fn ns(v: Option<u64>) -> String {
+/// A duration as the screens write it (`-` when there is none yet).
+pub fn ns(v: Option<u64>) -> String {
     match v {
         None => "-".into(),
         Some(n) if n >= 1_000_000 => format!("{:.1}ms", n as f64 / 1e6),
@@ -79,8 +81,12 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     }
 }
 
+/// One line: where the events come from, how many, what was lost, the probes, the keys.
+/// When it is too wide, the source gives way first (a path keeps its end), then the
+/// probe count (skipped probes are the last of it to go); what was lost and the help
+/// key always stay.
 fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let mut spans = vec![Span::raw(m.source.clone())];
+    let mut spans = Vec::new();
     if let Some((at, of)) = m.position {
         spans.push(Span::raw(if of > 0 { format!(" {at}/{of}") } else { format!(" @{at}") }));
     }
@@ -109,21 +115,67 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         ));
     }
+    let probes = spans.len();
     spans.push(Span::raw(format!(" │ {} probes ({} skipped)", m.attached, m.skipped)));
     if ui.editing_filter || !ui.filter.is_empty() {
         spans.push(Span::raw(format!(" │ /{}", ui.filter)));
     }
     spans.push(Span::raw(" │ ? help"));
+    let rest = |spans: &[Span]| spans.iter().map(|s| s.width() as u16).sum::<u16>();
+    const SOURCE_FLOOR: u16 = 12;
+    let compact = [format!(" │ {} probes", m.attached), format!(" │ {} skipped", m.skipped)];
+    for shorter in compact {
+        if rest(&spans) + SOURCE_FLOOR > area.width && (m.skipped == 0 || shorter.contains("skipped")) {
+            spans[probes] = Span::raw(shorter);
+        }
+    }
+    if rest(&spans) + SOURCE_FLOOR > area.width && m.skipped == 0 {
+        spans.remove(probes);
+    }
+    let room = area.width.saturating_sub(rest(&spans));
+    spans.insert(0, Span::raw(shorten_source(&m.source, room.max(SOURCE_FLOOR.min(room)))));
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-/// Panels narrower than this put each label's parts on lines of their own (80×24).
-const NARROW: u16 = 40;
+/// `source` in at most `w` cells: "daemon /a/long/path.sock" keeps its first word and
+/// the end of its path ("daemon …path.sock"); anything else is cut with `…`.
+fn shorten_source(source: &str, w: u16) -> String {
+    if fit::width(source) <= w {
+        return source.to_string();
+    }
+    match source.split_once(' ') {
+        Some((word, path)) if fit::width(word) + 3 < w => {
+            let keep = (w - fit::width(word) - 2) as usize;
+            let chars: Vec<char> = path.chars().collect();
+            let tail: String = chars[chars.len().saturating_sub(keep)..].iter().collect();
+            format!("{word} …{tail}")
+        }
+        _ => fit::cut(source, w),
+    }
+}
 
-/// `a` then `b` on one line, or on two when the panel is narrow.
-fn lines_of(narrow: bool, a: String, b: String) -> Vec<Line<'static>> {
-    let b_alone = b.trim_start_matches([':', ' ']);
-    if narrow { vec![Line::from(a), Line::from(format!(" {b_alone}"))] } else { vec![Line::from(a + &b)] }
+/// Logical lines of tokens, each wrapped to `w` cells between its tokens (a token is
+/// never split; one wider than `w` is cut with `…`). A line starts at its indent, and
+/// what wraps goes two further in.
+fn wrap(lines: &[(usize, Vec<String>)], w: u16) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    for (indent, tokens) in lines {
+        let mut line = " ".repeat(*indent);
+        let mut fresh = true;
+        for tok in tokens {
+            let sep = if fresh { "" } else { " " };
+            if !fresh && fit::width(&line) + fit::width(sep) + fit::width(tok) > w {
+                out.push(Line::from(fit::cut(&std::mem::replace(&mut line, " ".repeat(indent + 2)), w)));
+                line.push_str(tok);
+            } else {
+                line.push_str(sep);
+                line.push_str(tok);
+            }
+            fresh = false;
+        }
+        out.push(Line::from(fit::cut(&line, w)));
+    }
+    out
 }
 
 fn overview(f: &mut Frame, area: Rect, m: &Model) {
@@ -138,48 +190,46 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let block = Block::bordered().title("Pinning");
     let inner = block.inner(pin);
     f.render_widget(block, pin);
-    let narrow = inner.width < NARROW;
-    let label_rows = if narrow { 2 } else { 1 };
     let procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
-    let mut rows = Vec::new();
-    for _ in &procs {
-        rows.push(Constraint::Length(label_rows + 1));
-    }
-    rows.push(Constraint::Length(2));
+    let labels: Vec<Vec<Line>> = procs
+        .iter()
+        .map(|p| {
+            let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
+            let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
+            wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
+        })
+        .collect();
+    let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
+    let latency =
+        wrap(&[(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])], inner.width);
+    let mut rows: Vec<Constraint> = labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).collect();
+    rows.push(Constraint::Length(latency.len() as u16));
     rows.push(Constraint::Min(0));
     let parts = Layout::vertical(rows).split(inner);
-    for (i, p) in procs.iter().enumerate() {
-        let [label, bar] =
-            Layout::vertical([Constraint::Length(label_rows), Constraint::Length(1)]).areas(parts[i]);
-        let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
-        f.render_widget(
-            Paragraph::new(lines_of(
-                narrow,
-                format!("{} [{}]", render::printable(&p.comm), p.pid),
-                format!(" {} live/{} MRs{refused}", p.mrs_live, p.mrs_total),
-            )),
-            label,
-        );
+    for (i, (p, label)) in procs.iter().zip(labels).enumerate() {
+        let [text, bar] =
+            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
+        f.render_widget(Paragraph::new(label), text);
         let (ratio, text) = match p.memlock_limit {
             Some(l) if l != u64::MAX && l > 0 => (
                 (p.pinned as f64 / l as f64).min(1.0),
                 format!("{} of {} memlock", bytes(p.pinned), bytes(l)),
             ),
-            _ if narrow => (0.0, format!("{} (no limit)", bytes(p.pinned))),
-            _ => (0.0, format!("{} (memlock unlimited)", bytes(p.pinned))),
+            _ => {
+                let long = format!("{} (memlock unlimited)", bytes(p.pinned));
+                let short = format!("{} (no limit)", bytes(p.pinned));
+                (0.0, if fit::width(&long) <= bar.width { long } else { short })
+            }
         };
         f.render_widget(
-            Gauge::default().ratio(ratio).label(text).gauge_style(Style::new().fg(Color::Cyan)),
+            Gauge::default()
+                .ratio(ratio)
+                .label(fit::cut(&text, bar.width))
+                .gauge_style(Style::new().fg(Color::Cyan)),
             bar,
         );
     }
     let n = procs.len();
-    let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
-    let latency = if narrow {
-        vec![Line::from(format!("pin p50 {p50}")), Line::from(format!("    p99 {p99}"))]
-    } else {
-        vec![Line::from(format!("pin latency p50 {p50} p99 {p99}"))]
-    };
     f.render_widget(Paragraph::new(latency), parts[n]);
     let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
     f.render_widget(Sparkline::default().data(&spark), parts[n + 1]);
@@ -187,26 +237,23 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
 
 /// Mappings per process and what they map.
 fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
-    let narrow = map.width.saturating_sub(2) < NARROW;
     let mut lines = Vec::new();
     for p in m.procs.values().filter(|p| p.mappings > 0) {
-        lines.extend(lines_of(
-            narrow,
-            format!("{} [{}]", render::printable(&p.comm), p.pid),
-            format!(": {} mappings", p.mappings),
+        lines.push((
+            0,
+            vec![format!("{} [{}]:", render::printable(&p.comm), p.pid), format!("{} mappings", p.mappings)],
         ));
         let mut kinds: std::collections::BTreeMap<&str, u64> = Default::default();
         for r in m.maps.iter().filter(|r| r.pid == p.pid) {
             *kinds.entry(r.kind.as_str()).or_default() += 1;
         }
         for (k, c) in kinds {
-            lines.push(Line::from(format!("  {c} × {k}")));
+            lines.push((2, format!("{c} × {k}").split(' ').map(String::from).collect()));
         }
     }
-    f.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title("Mmap")),
-        map,
-    );
+    let block = Block::bordered().title("Mmap");
+    let text = wrap(&lines, block.inner(map).width);
+    f.render_widget(Paragraph::new(text).block(block), map);
 }
 
 /// Per CQ a rate sparkline, the context, wakeup latency.
@@ -214,41 +261,77 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     let block = Block::bordered().title("Completions");
     let inner = block.inner(comp);
     f.render_widget(block, comp);
-    let narrow = inner.width < NARROW;
-    let label_rows = if narrow { 4 } else { 2 };
     let cqs: Vec<&CqRow> = m.cqs.values().collect();
-    let parts =
-        Layout::vertical(cqs.iter().map(|_| Constraint::Length(label_rows + 1)).chain([Constraint::Min(0)]))
-            .split(inner);
-    for (i, c) in cqs.iter().enumerate() {
-        let [label, spark] =
-            Layout::vertical([Constraint::Length(label_rows), Constraint::Length(1)]).areas(parts[i]);
-        let ctx: Vec<String> = c.by_context.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let mut lines = lines_of(
-            narrow,
-            format!("CQ {:#x}", c.handle),
-            format!(" {} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0)),
-        );
-        lines.extend(lines_of(
-            narrow,
-            format!(" {} ({})", c.completions, ctx.join(", ")),
-            format!(" wake {}", p50_p99(&c.wakeup_ns)),
-        ));
-        f.render_widget(Paragraph::new(lines), label);
+    let labels: Vec<Vec<Line>> = cqs
+        .iter()
+        .map(|c| {
+            let mut ran: Vec<String> = vec![c.completions.to_string()];
+            let n = c.by_context.len();
+            for (k, (ctx, count)) in c.by_context.iter().enumerate() {
+                let open = if k == 0 { "(" } else { "" };
+                let close = if k + 1 == n { ")" } else { "," };
+                ran.push(format!("{open}{ctx} {count}{close}"));
+            }
+            let wake = vec![
+                "wake".into(),
+                format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
+                format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
+            ];
+            let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
+            wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
+        })
+        .collect();
+    let parts = Layout::vertical(
+        labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).chain([Constraint::Min(0)]),
+    )
+    .split(inner);
+    for (i, (c, label)) in cqs.iter().zip(labels).enumerate() {
+        let [text, spark] =
+            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
+        f.render_widget(Paragraph::new(label), text);
         let data: Vec<u64> = c.per_second.iter().copied().collect();
         f.render_widget(Sparkline::default().data(&data).style(Style::new().fg(Color::Green)), spark);
     }
 }
 
-/// A table with a bold header, the selected row reversed, in a titled box.
-fn table<'a, const N: usize>(
-    rows: Vec<Row<'a>>,
-    widths: [Constraint; N],
-    header: [&'a str; N],
-    title: impl Into<Line<'a>>,
-) -> Table<'a> {
+/// A plain cell.
+fn t(s: impl Into<String>) -> Text {
+    (s.into(), Style::new())
+}
+
+/// A table fitted to its box (see `fit`): a bold header, the selected row reversed, and
+/// a title that names any column there is no room for.
+fn table<'a>(cols: &[Col], rows: Vec<Vec<Text>>, title: String, area: Rect) -> Table<'a> {
+    let inner = area.width.saturating_sub(2);
+    let fit = fit::fit(cols, &rows, inner);
+    let title = match fit.hidden.len() {
+        0 => title,
+        n => {
+            let named = format!("{title} · no room for {}", fit.hidden.join(", "));
+            let counted = format!("{title} · {n} hidden");
+            fit::cut(if fit::width(&named) <= inner { &named } else { &counted }, inner)
+        }
+    };
+    let last = fit.shown.len().saturating_sub(1);
+    let widths: Vec<Constraint> = fit
+        .shown
+        .iter()
+        .enumerate()
+        .map(|(k, &(_, w))| if k == last { Constraint::Fill(1) } else { Constraint::Length(w) })
+        .collect();
+    let header = Row::new(fit.shown.iter().map(|&(i, w)| Cell::from(fit::cut(cols[i].header, w))));
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .map(|r| {
+            Row::new(fit.shown.iter().map(|&(i, w)| {
+                let (text, style) = r.get(i).cloned().unwrap_or_default();
+                Cell::from(fit.cell(cols, i, w, &text)).style(style)
+            }))
+        })
+        .collect();
     Table::new(rows, widths)
-        .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
+        .column_spacing(fit::GAP)
+        .header(header.style(Style::new().add_modifier(Modifier::BOLD)))
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
         .block(Block::bordered().title(title))
 }
@@ -258,7 +341,7 @@ fn table_state(ui: &Ui, len: usize) -> TableState {
 }
 
 fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let rows: Vec<Row> = m
+    let rows: Vec<Vec<Text>> = m
         .mrs
         .iter()
         .rev()
@@ -285,79 +368,69 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                     } else {
                         format!("REFUSED {}", render::errno_name(errno))
                     };
-                    Cell::from(why).style(Style::new().fg(Color::Red))
+                    (why, Style::new().fg(Color::Red))
                 }
-                (None, true) => Cell::from("live"),
-                (None, false) => Cell::from("dereg"),
+                (None, true) => t("live"),
+                (None, false) => t("dereg"),
             };
-            Row::new(vec![
-                Cell::from(format!("{} {}", r.pid, render::printable(&r.comm))),
-                Cell::from(if r.from_tables() { "(rdma res)".to_string() } else { format!("{:#x}", r.addr) }),
-                Cell::from(bytes(r.length)),
-                Cell::from(r.pages.map(|p| p.to_string()).unwrap_or("-".into())),
-                Cell::from(
-                    r.access
-                        .map(|a| render::text(Render::Access, crate::event::Value::U(a)))
-                        .unwrap_or_default(),
-                ),
-                Cell::from(ns(r.latency_ns)),
-                Cell::from(r.lkey.map(|k| format!("{k:#x}")).unwrap_or("-".into())),
-                Cell::from(r.rkey.map(|k| format!("{k:#x}")).unwrap_or("-".into())),
+            vec![
+                t(format!("{} {}", r.pid, render::printable(&r.comm))),
+                t(if r.from_tables() { "(rdma res)".to_string() } else { format!("{:#x}", r.addr) }),
+                t(bytes(r.length)),
+                t(r.pages.map(|p| p.to_string()).unwrap_or("-".into())),
+                t(r.access
+                    .map(|a| render::text(Render::Access, crate::event::Value::U(a)))
+                    .unwrap_or_default()),
+                t(ns(r.latency_ns)),
+                t(r.lkey.map(|k| format!("{k:#x}")).unwrap_or("-".into())),
+                t(r.rkey.map(|k| format!("{k:#x}")).unwrap_or("-".into())),
                 state,
-            ])
+            ]
         })
         .collect();
     let n = rows.len();
-    let t = table(
-        rows,
-        [
-            Constraint::Length(18),
-            Constraint::Length(15),
-            Constraint::Length(6),
-            Constraint::Length(5),
-            Constraint::Length(14),
-            Constraint::Length(7),
-            Constraint::Length(7),
-            Constraint::Length(7),
-            Constraint::Min(5),
-        ],
-        ["process", "addr", "len", "pages", "access", "pin", "lkey", "rkey", "state"],
-        format!("MRs ({n}, newest first)"),
-    );
+    const COLS: [Col; 9] = [
+        Col::whole("process").max(24).shorten(3, 12).drop(6),
+        Col::whole("addr"),
+        Col::whole("len"),
+        Col::whole("pages").drop(1),
+        Col::whole("access").abbrev(2, render::initials).drop(5),
+        Col::whole("pin").drop(4),
+        Col::whole("lkey"),
+        Col::whole("rkey").drop(7),
+        Col::whole("state"),
+    ];
+    let t = table(&COLS, rows, format!("MRs ({n}, newest first)"), area);
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
 }
 
 fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let rows: Vec<Row> = m
+    let rows: Vec<Vec<Text>> = m
         .maps
         .iter()
         .rev()
         .filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone()]))
         .map(|r| {
-            Row::new(vec![
-                format!("{} {}", r.pid, render::printable(&r.comm)),
-                format!("{:#x}", r.start),
-                bytes(r.end.saturating_sub(r.start)),
-                r.kind.clone(),
-                r.cache.clone().unwrap_or("-".into()),
-                r.call.clone().unwrap_or("-".into()),
-            ])
+            vec![
+                t(format!("{} {}", r.pid, render::printable(&r.comm))),
+                t(format!("{:#x}", r.start)),
+                t(bytes(r.end.saturating_sub(r.start))),
+                t(r.kind.clone()),
+                t(r.cache.clone().unwrap_or("-".into())),
+                t(r.call.clone().unwrap_or("-".into())),
+            ]
         })
         .collect();
     let n = rows.len();
-    let t = table(
-        rows,
-        [
-            Constraint::Length(18),
-            Constraint::Length(15),
-            Constraint::Length(6),
-            Constraint::Min(20),
-            Constraint::Length(14),
-            Constraint::Length(16),
-        ],
-        ["process", "start", "size", "maps", "cache", "made by"],
-        format!("uverbs mappings ({n})"),
-    );
+    const COLS: [Col; 6] = [
+        Col::whole("process").max(24).shorten(2, 12).drop(5),
+        Col::whole("start"),
+        Col::whole("size"),
+        Col::whole("maps").max(48).shorten(3, 16),
+        Col::whole("cache").drop(4),
+        Col::whole("made by").shorten(1, 14).drop(6),
+    ];
+    let t = table(&COLS, rows, format!("uverbs mappings ({n})"), area);
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
 }
 
@@ -371,34 +444,30 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         .collect();
     let [list, chain] =
         Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
-    let rows: Vec<Row> = cqs
+    let rows: Vec<Vec<Text>> = cqs
         .iter()
         .map(|c| {
             let ctx: Vec<String> = c.by_context.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            Row::new(vec![
-                format!("{:#x}", c.handle),
-                format!("{} {}", c.pid.unwrap_or(0), render::printable(&c.comm)),
-                c.completions.to_string(),
-                ctx.join(" "),
-                ns(c.wakeup_ns.quantile(0.5)),
-                ns(c.wakeup_ns.quantile(0.99)),
-            ])
+            vec![
+                t(format!("{:#x}", c.handle)),
+                t(format!("{} {}", c.pid.unwrap_or(0), render::printable(&c.comm))),
+                t(c.completions.to_string()),
+                t(ctx.join(" ")),
+                t(ns(c.wakeup_ns.quantile(0.5))),
+                t(ns(c.wakeup_ns.quantile(0.99))),
+            ]
         })
         .collect();
     let n = rows.len();
-    let t = table(
-        rows,
-        [
-            Constraint::Length(16),
-            Constraint::Length(20),
-            Constraint::Length(7),
-            Constraint::Min(12),
-            Constraint::Length(8),
-            Constraint::Length(8),
-        ],
-        ["CQ", "owner", "events", "ran in", "wake p50", "p99"],
-        "CQs",
-    );
+    const COLS: [Col; 6] = [
+        Col::whole("CQ"),
+        Col::whole("owner").max(24).shorten(1, 12).drop(3),
+        Col::whole("events").drop(5),
+        Col::whole("ran in").max(40).shorten(2, 12).drop(4),
+        Col::whole("wake p50"),
+        Col::whole("p99"),
+    ];
+    let t = table(&COLS, rows, "CQs".into(), list);
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(c) = cqs.get(ui.selected.min(n.saturating_sub(1))) else {
         f.render_widget(Paragraph::new("no completion events yet").block(Block::bordered()), chain);
@@ -446,7 +515,10 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let shown = shown_events(m, ui);
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
-    let rows: Vec<Row> = shown.iter().map(|e| Row::new(vec![crate::output::text::line(e)])).collect();
+    // One line an event; a line too long for the box ends in `…` (the detail below has all).
+    let inner = list.width.saturating_sub(2);
+    let rows: Vec<Row> =
+        shown.iter().map(|e| Row::new(vec![fit::cut(&crate::output::text::line(e), inner)])).collect();
     let n = rows.len();
     let t = Table::new(rows, [Constraint::Min(10)])
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -474,46 +546,41 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         m.steps.iter().rev().filter(|s| matches(ui, &[s.pid.to_string(), s.name.clone()])).collect();
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
-    let rows: Vec<Row> = shown
+    let rows: Vec<Vec<Text>> = shown
         .iter()
         .map(|s| {
             let failed = s.checks.iter().filter(|c| !c.ok).count();
             let checks = match (s.checks.len(), failed) {
-                (0, _) => Cell::from("-"),
-                (n, 0) => Cell::from(format!("{n} ✓")).style(Style::new().fg(Color::Green)),
-                (n, k) => Cell::from(format!("{k}/{n} ✗")).style(Style::new().fg(Color::Red)),
+                (0, _) => t("-"),
+                (n, 0) => (format!("{n} ✓"), Style::new().fg(Color::Green)),
+                (n, k) => (format!("{k}/{n} ✗"), Style::new().fg(Color::Red)),
             };
             let how = match (&s.ok, &s.error) {
-                (true, _) => Cell::from("ok"),
-                (false, e) => Cell::from(format!("FAILED {}", e.as_deref().unwrap_or("")))
-                    .style(Style::new().fg(Color::Red)),
+                (true, _) => t("ok"),
+                (false, e) => (format!("FAILED {}", e.as_deref().unwrap_or("")), Style::new().fg(Color::Red)),
             };
-            Row::new(vec![
-                Cell::from(s.pid.to_string()),
-                Cell::from(format!("{}.{}", s.run, s.step)),
-                Cell::from(s.name.clone()),
-                Cell::from(ns(Some(s.took_ns))),
-                Cell::from(s.events.len().to_string()),
+            vec![
+                t(s.pid.to_string()),
+                t(format!("{}.{}", s.run, s.step)),
+                t(s.name.clone()),
+                t(ns(Some(s.took_ns))),
+                t(s.events.len().to_string()),
                 checks,
                 how,
-            ])
+            ]
         })
         .collect();
     let n = rows.len();
-    let t = table(
-        rows,
-        [
-            Constraint::Length(7),
-            Constraint::Length(6),
-            Constraint::Min(14),
-            Constraint::Length(8),
-            Constraint::Length(6),
-            Constraint::Length(7),
-            Constraint::Length(14),
-        ],
-        ["pid", "step", "name", "took", "events", "checks", "result"],
-        format!("companion steps ({n}, newest first)"),
-    );
+    const COLS: [Col; 7] = [
+        Col::whole("pid").drop(2),
+        Col::whole("step"),
+        Col::whole("name").max(32).shorten(1, 14),
+        Col::whole("took"),
+        Col::whole("events").drop(3),
+        Col::whole("checks"),
+        Col::whole("result").shorten(4, 12),
+    ];
+    let t = table(&COLS, rows, format!("companion steps ({n}, newest first)"), list);
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(s) = shown.get(ui.selected.min(n.saturating_sub(1))) else {
         let hint = "No steps yet: they come from rdma-trace-workload (its rdma_trace_step marker).";
@@ -541,7 +608,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 
 fn help(f: &mut Frame, area: Rect) {
     let w = area.width.min(60);
-    let h = area.height.min(13);
+    let h = area.height.min(14);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     f.render_widget(Clear, r);
     f.render_widget(
@@ -555,6 +622,8 @@ fn help(f: &mut Frame, area: Rect) {
             Line::from("e           explain the selected event's path (Events)"),
             Line::from("g G         replay from the start / to the end"),
             Line::from("q           quit"),
+            Line::from("LW|RW|RR    access flags, as initials when narrow"),
+            Line::from("no room for, N hidden   columns left out when narrow"),
         ])
         .block(Block::bordered().title("keys")),
         r,
