@@ -247,3 +247,45 @@ fn addresses_keys_and_latencies_stay_whole_on_narrow_terminals() {
         }
     }
 }
+
+/// A box on the Overview with more processes or CQs than rows shows whole ones and
+/// counts the rest ("+2 more CQs (4 Completions)"); it never cuts one through.
+#[test]
+fn the_overview_shows_whole_items_and_counts_the_rest() {
+    let m = model("perftest-rping-6.12.jsonl.zst");
+    let number = |s: &str, after: &str| -> usize {
+        s.split(after).nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    for h in [40, 24, 16] {
+        let overview = render(&m, &Ui::default(), 80, h);
+        let shown: Vec<_> =
+            m.cqs.values().filter(|c| overview.contains(&format!("CQ {:#x}", c.handle))).collect();
+        for c in &shown {
+            let p99 = screens::ns(c.wakeup_ns.quantile(0.99));
+            assert!(
+                overview.contains(&format!("p99 {p99}")),
+                "at 80x{h}: CQ {:#x} cut:\n{overview}",
+                c.handle
+            );
+        }
+        let hidden = number(&overview, "+");
+        let procs = m.procs.values().filter(|p| p.mrs_total > 0).count();
+        let whole_procs = overview.matches(" live/").count();
+        assert!(!overview.contains("(2 Pinn│") && !overview.contains("(4 Completion│"), "{overview}");
+        let counted: usize = overview
+            .split('+')
+            .skip(1)
+            .filter(|r| r.contains(" more processes") || r.contains("(2 Pinning)"))
+            .map(|r| number(&format!("+{r}"), "+"))
+            .sum();
+        let counted_cqs: usize = overview
+            .split('+')
+            .skip(1)
+            .filter(|r| r.contains(" more CQs") || r.contains("(4 Completions)"))
+            .map(|r| number(&format!("+{r}"), "+"))
+            .sum();
+        assert_eq!(shown.len() + counted_cqs, m.cqs.len(), "at 80x{h}:\n{overview}");
+        assert_eq!(whole_procs + counted, procs, "at 80x{h}:\n{overview}");
+        assert!(h >= 40 || hidden > 0, "at 80x{h} all fit? {overview}");
+    }
+}

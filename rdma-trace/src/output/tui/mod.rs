@@ -11,6 +11,7 @@
 pub mod fit;
 pub mod lesson;
 pub mod model;
+pub mod overview;
 pub mod screens;
 
 use crate::capture::{Header, Stats, Trailer};

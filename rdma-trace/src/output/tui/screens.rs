@@ -9,7 +9,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Clear, Gauge, Paragraph, Row, Sparkline, Table, TableState, Tabs, Wrap};
+use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState, Tabs, Wrap};
 
 pub const SCREENS: [&str; 6] = ["Overview", "Pinning", "Mmap", "Completions", "Events", "Steps"];
 
@@ -39,7 +39,7 @@ pub fn ns(v: Option<u64>) -> String {
     }
 }
 
-fn bytes(b: u64) -> String {
+pub(super) fn bytes(b: u64) -> String {
     match b {
         b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
         b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
@@ -48,7 +48,7 @@ fn bytes(b: u64) -> String {
     }
 }
 
-fn p50_p99(s: &Samples) -> String {
+pub(super) fn p50_p99(s: &Samples) -> String {
     format!("p50 {} p99 {}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
 }
 
@@ -65,7 +65,7 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         tabs,
     );
     match ui.screen {
-        0 => overview(f, body, m),
+        0 => super::overview::draw(f, body, m),
         1 => pinning(f, body, m, ui),
         2 => mmap(f, body, m, ui),
         3 => completions(f, body, m, ui),
@@ -151,146 +151,6 @@ fn shorten_source(source: &str, w: u16) -> String {
             format!("{word} …{tail}")
         }
         _ => fit::cut(source, w),
-    }
-}
-
-/// Logical lines of tokens, each wrapped to `w` cells between its tokens (a token is
-/// never split; one wider than `w` is cut with `…`). A line starts at its indent, and
-/// what wraps goes two further in.
-fn wrap(lines: &[(usize, Vec<String>)], w: u16) -> Vec<Line<'static>> {
-    let mut out = Vec::new();
-    for (indent, tokens) in lines {
-        let mut line = " ".repeat(*indent);
-        let mut fresh = true;
-        for tok in tokens {
-            let sep = if fresh { "" } else { " " };
-            if !fresh && fit::width(&line) + fit::width(sep) + fit::width(tok) > w {
-                out.push(Line::from(fit::cut(&std::mem::replace(&mut line, " ".repeat(indent + 2)), w)));
-                line.push_str(tok);
-            } else {
-                line.push_str(sep);
-                line.push_str(tok);
-            }
-            fresh = false;
-        }
-        out.push(Line::from(fit::cut(&line, w)));
-    }
-    out
-}
-
-fn overview(f: &mut Frame, area: Rect, m: &Model) {
-    let [pin, map, comp] = Layout::horizontal([Constraint::Ratio(1, 3); 3]).areas(area);
-    overview_pinning(f, pin, m);
-    overview_mmap(f, map, m);
-    overview_completions(f, comp, m);
-}
-
-/// A gauge per process (pinned against its memlock limit), then pin latency.
-fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
-    let block = Block::bordered().title("Pinning");
-    let inner = block.inner(pin);
-    f.render_widget(block, pin);
-    let procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
-    let labels: Vec<Vec<Line>> = procs
-        .iter()
-        .map(|p| {
-            let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
-            let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
-            wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
-        })
-        .collect();
-    let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
-    let latency =
-        wrap(&[(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])], inner.width);
-    let mut rows: Vec<Constraint> = labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).collect();
-    rows.push(Constraint::Length(latency.len() as u16));
-    rows.push(Constraint::Min(0));
-    let parts = Layout::vertical(rows).split(inner);
-    for (i, (p, label)) in procs.iter().zip(labels).enumerate() {
-        let [text, bar] =
-            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
-        f.render_widget(Paragraph::new(label), text);
-        let (ratio, text) = match p.memlock_limit {
-            Some(l) if l != u64::MAX && l > 0 => (
-                (p.pinned as f64 / l as f64).min(1.0),
-                format!("{} of {} memlock", bytes(p.pinned), bytes(l)),
-            ),
-            _ => {
-                let long = format!("{} (memlock unlimited)", bytes(p.pinned));
-                let short = format!("{} (no limit)", bytes(p.pinned));
-                (0.0, if fit::width(&long) <= bar.width { long } else { short })
-            }
-        };
-        f.render_widget(
-            Gauge::default()
-                .ratio(ratio)
-                .label(fit::cut(&text, bar.width))
-                .gauge_style(Style::new().fg(Color::Cyan)),
-            bar,
-        );
-    }
-    let n = procs.len();
-    f.render_widget(Paragraph::new(latency), parts[n]);
-    let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
-    f.render_widget(Sparkline::default().data(&spark), parts[n + 1]);
-}
-
-/// Mappings per process and what they map.
-fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
-    let mut lines = Vec::new();
-    for p in m.procs.values().filter(|p| p.mappings > 0) {
-        lines.push((
-            0,
-            vec![format!("{} [{}]:", render::printable(&p.comm), p.pid), format!("{} mappings", p.mappings)],
-        ));
-        let mut kinds: std::collections::BTreeMap<&str, u64> = Default::default();
-        for r in m.maps.iter().filter(|r| r.pid == p.pid) {
-            *kinds.entry(r.kind.as_str()).or_default() += 1;
-        }
-        for (k, c) in kinds {
-            lines.push((2, format!("{c} × {k}").split(' ').map(String::from).collect()));
-        }
-    }
-    let block = Block::bordered().title("Mmap");
-    let text = wrap(&lines, block.inner(map).width);
-    f.render_widget(Paragraph::new(text).block(block), map);
-}
-
-/// Per CQ a rate sparkline, the context, wakeup latency.
-fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
-    let block = Block::bordered().title("Completions");
-    let inner = block.inner(comp);
-    f.render_widget(block, comp);
-    let cqs: Vec<&CqRow> = m.cqs.values().collect();
-    let labels: Vec<Vec<Line>> = cqs
-        .iter()
-        .map(|c| {
-            let mut ran: Vec<String> = vec![c.completions.to_string()];
-            let n = c.by_context.len();
-            for (k, (ctx, count)) in c.by_context.iter().enumerate() {
-                let open = if k == 0 { "(" } else { "" };
-                let close = if k + 1 == n { ")" } else { "," };
-                ran.push(format!("{open}{ctx} {count}{close}"));
-            }
-            let wake = vec![
-                "wake".into(),
-                format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
-                format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
-            ];
-            let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
-            wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
-        })
-        .collect();
-    let parts = Layout::vertical(
-        labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).chain([Constraint::Min(0)]),
-    )
-    .split(inner);
-    for (i, (c, label)) in cqs.iter().zip(labels).enumerate() {
-        let [text, spark] =
-            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
-        f.render_widget(Paragraph::new(label), text);
-        let data: Vec<u64> = c.per_second.iter().copied().collect();
-        f.render_widget(Sparkline::default().data(&data).style(Style::new().fg(Color::Green)), spark);
     }
 }
 

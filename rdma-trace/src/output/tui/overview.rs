@@ -1,0 +1,203 @@
+//! The Overview: the three paths side by side, each box a summary that fits its size
+//! (whole items, the rest counted, lines wrapped between figures).
+
+use super::fit;
+use super::model::{CqRow, Model};
+use super::screens::{SCREENS, bytes, ns};
+use crate::pipeline::render;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Gauge, Paragraph, Sparkline};
+
+/// Logical lines of tokens, each wrapped to `w` cells between its tokens (a token is
+/// never split; one wider than `w` is cut with `…`). A line starts at its indent, and
+/// what wraps goes two further in.
+fn wrap(lines: &[(usize, Vec<String>)], w: u16) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    for (indent, tokens) in lines {
+        let mut line = " ".repeat(*indent);
+        let mut fresh = true;
+        for tok in tokens {
+            let sep = if fresh { "" } else { " " };
+            if !fresh && fit::width(&line) + fit::width(sep) + fit::width(tok) > w {
+                out.push(Line::from(fit::cut(&std::mem::replace(&mut line, " ".repeat(indent + 2)), w)));
+                line.push_str(tok);
+            } else {
+                line.push_str(sep);
+                line.push_str(tok);
+            }
+            fresh = false;
+        }
+        out.push(Line::from(fit::cut(&line, w)));
+    }
+    out
+}
+
+/// How many of the items (each `heights[i]` rows) fit whole in `avail` rows, keeping one
+/// row for a "+N more" line when not all of them do.
+fn fitting(heights: &[u16], avail: u16) -> usize {
+    let all: u16 = heights.iter().sum();
+    if all <= avail {
+        return heights.len();
+    }
+    let mut used = 0;
+    heights
+        .iter()
+        .take_while(|h| {
+            used += **h;
+            used < avail
+        })
+        .count()
+}
+
+/// "+N more … (K Screen)" in `w` cells, for a box that shows only the first items.
+fn more(n: usize, what: &str, screen: &str, w: u16) -> Line<'static> {
+    let k = SCREENS.iter().position(|s| *s == screen).map_or(0, |i| i + 1);
+    let forms = [format!("+{n} more {what} ({k} {screen})"), format!("+{n} more ({k} {screen})")];
+    let text = forms.iter().find(|t| fit::width(t) <= w).cloned().unwrap_or_else(|| fit::cut(&forms[1], w));
+    Line::styled(text, Style::new().add_modifier(Modifier::DIM))
+}
+
+pub fn draw(f: &mut Frame, area: Rect, m: &Model) {
+    let [pin, map, comp] = Layout::horizontal([Constraint::Ratio(1, 3); 3]).areas(area);
+    overview_pinning(f, pin, m);
+    overview_mmap(f, map, m);
+    overview_completions(f, comp, m);
+}
+
+/// A gauge per process (pinned against its memlock limit), then pin latency.
+fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
+    let block = Block::bordered().title("Pinning");
+    let inner = block.inner(pin);
+    f.render_widget(block, pin);
+    let mut procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
+    procs.sort_by_key(|p| std::cmp::Reverse((p.pinned, p.mrs_live, p.mrs_total)));
+    let labels: Vec<Vec<Line>> = procs
+        .iter()
+        .map(|p| {
+            let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
+            let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
+            wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
+        })
+        .collect();
+    let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
+    let latency =
+        wrap(&[(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])], inner.width);
+    let heights: Vec<u16> = labels.iter().map(|l| l.len() as u16 + 1).collect();
+    let n = fitting(&heights, inner.height.saturating_sub(latency.len() as u16 + 1));
+    let mut rows: Vec<Constraint> = heights[..n].iter().map(|&h| Constraint::Length(h)).collect();
+    if n < procs.len() {
+        rows.push(Constraint::Length(1));
+    }
+    rows.push(Constraint::Length(latency.len() as u16));
+    rows.push(Constraint::Min(0));
+    let parts = Layout::vertical(rows).split(inner);
+    if n < procs.len() {
+        f.render_widget(Paragraph::new(more(procs.len() - n, "processes", "Pinning", inner.width)), parts[n]);
+    }
+    let n_rows = n + (n < procs.len()) as usize;
+    for (i, (p, label)) in procs.iter().zip(labels).take(n).enumerate() {
+        let [text, bar] =
+            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
+        f.render_widget(Paragraph::new(label), text);
+        let (ratio, text) = match p.memlock_limit {
+            Some(l) if l != u64::MAX && l > 0 => (
+                (p.pinned as f64 / l as f64).min(1.0),
+                format!("{} of {} memlock", bytes(p.pinned), bytes(l)),
+            ),
+            _ => {
+                let long = format!("{} (memlock unlimited)", bytes(p.pinned));
+                let short = format!("{} (no limit)", bytes(p.pinned));
+                (0.0, if fit::width(&long) <= bar.width { long } else { short })
+            }
+        };
+        f.render_widget(
+            Gauge::default()
+                .ratio(ratio)
+                .label(fit::cut(&text, bar.width))
+                .gauge_style(Style::new().fg(Color::Cyan)),
+            bar,
+        );
+    }
+    f.render_widget(Paragraph::new(latency), parts[n_rows]);
+    let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
+    f.render_widget(Sparkline::default().data(&spark), parts[n_rows + 1]);
+}
+
+/// Mappings per process and what they map: by kind where the driver says (mlx5's
+/// command in the offset), else by the verbs call that made them (rxe's offset is a key).
+fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
+    let mut lines = Vec::new();
+    for p in m.procs.values().filter(|p| p.mappings > 0) {
+        lines.push((
+            0,
+            vec![format!("{} [{}]:", render::printable(&p.comm), p.pid), format!("{} mappings", p.mappings)],
+        ));
+        let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
+        for r in m.maps.iter().filter(|r| r.pid == p.pid) {
+            let kind = match (&r.call, r.kind.starts_with("offset ")) {
+                (Some(call), true) => format!("by {call}"),
+                _ => r.kind.clone(),
+            };
+            *kinds.entry(kind).or_default() += 1;
+        }
+        for (k, c) in kinds {
+            lines.push((2, format!("{c} × {k}").split(' ').map(String::from).collect()));
+        }
+    }
+    let block = Block::bordered().title("Mmap");
+    let inner = block.inner(map);
+    let mut text = wrap(&lines, inner.width);
+    if text.len() > inner.height as usize {
+        let keep = inner.height.saturating_sub(1) as usize;
+        let rest = text.len() - keep;
+        text.truncate(keep);
+        text.push(more(rest, "lines", "Mmap", inner.width));
+    }
+    f.render_widget(Paragraph::new(text).block(block), map);
+}
+
+/// Per CQ a rate sparkline, the context, wakeup latency.
+fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
+    let block = Block::bordered().title("Completions");
+    let inner = block.inner(comp);
+    f.render_widget(block, comp);
+    let mut cqs: Vec<&CqRow> = m.cqs.values().collect();
+    cqs.sort_by_key(|c| std::cmp::Reverse(c.completions));
+    let labels: Vec<Vec<Line>> = cqs
+        .iter()
+        .map(|c| {
+            let mut ran: Vec<String> = vec![c.completions.to_string()];
+            let n = c.by_context.len();
+            for (k, (ctx, count)) in c.by_context.iter().enumerate() {
+                let open = if k == 0 { "(" } else { "" };
+                let close = if k + 1 == n { ")" } else { "," };
+                ran.push(format!("{open}{ctx} {count}{close}"));
+            }
+            let wake = vec![
+                "wake".into(),
+                format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
+                format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
+            ];
+            let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
+            wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
+        })
+        .collect();
+    let heights: Vec<u16> = labels.iter().map(|l| l.len() as u16 + 1).collect();
+    let n = fitting(&heights, inner.height);
+    let parts =
+        Layout::vertical(heights[..n].iter().map(|&h| Constraint::Length(h)).chain([Constraint::Min(0)]))
+            .split(inner);
+    if n < cqs.len() {
+        f.render_widget(Paragraph::new(more(cqs.len() - n, "CQs", "Completions", inner.width)), parts[n]);
+    }
+    for (i, (c, label)) in cqs.iter().zip(labels).take(n).enumerate() {
+        let [text, spark] =
+            Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
+        f.render_widget(Paragraph::new(label), text);
+        let data: Vec<u64> = c.per_second.iter().copied().collect();
+        f.render_widget(Sparkline::default().data(&data).style(Style::new().fg(Color::Green)), spark);
+    }
+}
