@@ -272,18 +272,17 @@ fn the_overview_shows_whole_items_and_counts_the_rest() {
         let procs = m.procs.values().filter(|p| p.mrs_total > 0).count();
         let whole_procs = overview.matches(" live/").count();
         assert!(!overview.contains("(2 Pinn│") && !overview.contains("(4 Completion│"), "{overview}");
-        let counted: usize = overview
-            .split('+')
-            .skip(1)
-            .filter(|r| r.contains(" more processes") || r.contains("(2 Pinning)"))
-            .map(|r| number(&format!("+{r}"), "+"))
-            .sum();
-        let counted_cqs: usize = overview
-            .split('+')
-            .skip(1)
-            .filter(|r| r.contains(" more CQs") || r.contains("(4 Completions)"))
-            .map(|r| number(&format!("+{r}"), "+"))
-            .sum();
+        // "+N more … (K Screen)" lines, by the screen they point to.
+        let counted = |screen: &str| -> usize {
+            let to = format!("{screen})");
+            overview
+                .split('+')
+                .skip(1)
+                .filter(|r| r.contains(&to))
+                .map(|r| number(&format!("+{r}"), "+"))
+                .sum()
+        };
+        let (counted, counted_cqs) = (counted("2 Pinning"), counted("4 Completions"));
         assert_eq!(shown.len() + counted_cqs, m.cqs.len(), "at 80x{h}:\n{overview}");
         assert_eq!(whole_procs + counted, procs, "at 80x{h}:\n{overview}");
         assert!(h >= 40 || hidden > 0, "at 80x{h} all fit? {overview}");
