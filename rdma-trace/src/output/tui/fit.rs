@@ -162,13 +162,16 @@ pub fn fit(cols: &[Col], rows: &[Vec<Text>], avail: u16) -> Fit {
             }
         }
     }
-    // Still too wide: shorten what is shown, the widest first. Room left: give it back
-    // to what was shortened, in column order.
-    let mut over = total(&widths).saturating_sub(avail);
-    while over > 0 {
-        let Some(widest) = widths.iter_mut().flatten().filter(|w| **w > 1).max_by_key(|w| **w) else { break };
-        *widest -= 1;
-        over -= 1;
+    // Still too wide: shorten what is shown, the widest first; when all are one cell
+    // wide, drop columns from the right. Room left: give it back to what was shortened,
+    // in column order.
+    while total(&widths) > avail {
+        if let Some(widest) = widths.iter_mut().flatten().filter(|w| **w > 1).max_by_key(|w| **w) {
+            *widest -= 1;
+        } else if let Some(i) = widths.iter().rposition(Option::is_some) {
+            widths[i] = None;
+            hidden.push(cols[i].header);
+        }
     }
     let mut spare = avail.saturating_sub(total(&widths));
     for (w, n) in widths.iter_mut().zip(&natural) {
@@ -248,6 +251,15 @@ mod tests {
         let f = fit(&COLS, &one_mr(), 12);
         assert_eq!((f.shown, f.hidden), (vec![(1, 12)], vec!["pages", "access", "process"]));
         assert_eq!(cut("0x7fd062d6c000", 12), "0x7fd062d6c…");
+    }
+
+    #[test]
+    fn on_a_few_cells_the_rightmost_columns_go_too_and_are_named() {
+        let cols = [Col::whole("addr"), Col::whole("lkey"), Col::whole("state")];
+        let r = rows(&[&["0x7fd062d6c000", "0x18c0", "live"]]);
+        let f = fit(&cols, &r, 3);
+        assert_eq!((f.shown, f.hidden), (vec![(0, 1), (1, 1)], vec!["state"]));
+        assert_eq!(fit(&cols, &r, 0).shown, vec![]);
     }
 
     #[test]

@@ -35,21 +35,27 @@ fn wrap(lines: &[(usize, Vec<String>)], w: u16) -> Vec<Line<'static>> {
     out
 }
 
-/// How many of the items (each `heights[i]` rows) fit whole in `avail` rows, keeping one
-/// row for a "+N more" line when not all of them do.
-fn fitting(heights: &[u16], avail: u16) -> usize {
-    let all: u16 = heights.iter().sum();
-    if all <= avail {
-        return heights.len();
+/// The labels of the first items that fit whole in `avail` rows (each its label and
+/// `extra` rows more), keeping one row for a "+N more" line when not all of them do.
+/// Labels are made only as far as they fit (a daemon may have seen thousands of CQs).
+fn fitting<T>(
+    items: &[T],
+    avail: u16,
+    extra: u16,
+    label: impl Fn(&T) -> Vec<Line<'static>>,
+) -> Vec<Vec<Line<'static>>> {
+    let mut out = Vec::new();
+    let mut used = 0u32;
+    for (k, item) in items.iter().enumerate() {
+        let l = label(item);
+        let reserve = if k + 1 == items.len() { 0 } else { 1 };
+        if used + l.len() as u32 + extra as u32 + reserve > avail as u32 {
+            break;
+        }
+        used += l.len() as u32 + extra as u32;
+        out.push(l);
     }
-    let mut used = 0;
-    heights
-        .iter()
-        .take_while(|h| {
-            used += **h;
-            used < avail
-        })
-        .count()
+    out
 }
 
 /// "+N more … (K Screen)" in `w` cells, for a box that shows only the first items.
@@ -74,31 +80,32 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     f.render_widget(block, pin);
     let mut procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
     procs.sort_by_key(|p| std::cmp::Reverse((p.pinned, p.mrs_live, p.mrs_total)));
-    let labels: Vec<Vec<Line>> = procs
-        .iter()
-        .map(|p| {
-            let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
-            let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
-            wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
-        })
-        .collect();
     let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
-    let latency =
+    let mut latency =
         wrap(&[(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])], inner.width);
-    let heights: Vec<u16> = labels.iter().map(|l| l.len() as u16 + 1).collect();
-    let n = fitting(&heights, inner.height.saturating_sub(latency.len() as u16 + 1));
-    let mut rows: Vec<Constraint> = heights[..n].iter().map(|&h| Constraint::Length(h)).collect();
-    if n < procs.len() {
+    if latency.len() as u16 > inner.height {
+        latency = vec![Line::from(fit::cut(&format!("pin p50 {p50} p99 {p99}"), inner.width))];
+    }
+    let lat_rows = (latency.len() as u16).min(inner.height);
+    let labels = fitting(&procs, inner.height.saturating_sub(lat_rows + 1), 1, |p| {
+        let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
+        let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
+        wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
+    });
+    let n = labels.len();
+    let more_row = n < procs.len() && inner.height > lat_rows;
+    let mut rows: Vec<Constraint> = labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).collect();
+    if more_row {
         rows.push(Constraint::Length(1));
     }
-    rows.push(Constraint::Length(latency.len() as u16));
+    rows.push(Constraint::Length(lat_rows));
     rows.push(Constraint::Min(0));
     let parts = Layout::vertical(rows).split(inner);
-    if n < procs.len() {
+    if more_row {
         f.render_widget(Paragraph::new(more(procs.len() - n, "processes", "Pinning", inner.width)), parts[n]);
     }
-    let n_rows = n + (n < procs.len()) as usize;
-    for (i, (p, label)) in procs.iter().zip(labels).take(n).enumerate() {
+    let n_rows = n + more_row as usize;
+    for (i, (p, label)) in procs.iter().zip(labels).enumerate() {
         let [text, bar] =
             Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
         f.render_widget(Paragraph::new(label), text);
@@ -166,34 +173,31 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     f.render_widget(block, comp);
     let mut cqs: Vec<&CqRow> = m.cqs.values().collect();
     cqs.sort_by_key(|c| std::cmp::Reverse(c.completions));
-    let labels: Vec<Vec<Line>> = cqs
-        .iter()
-        .map(|c| {
-            let mut ran: Vec<String> = vec![c.completions.to_string()];
-            let n = c.by_context.len();
-            for (k, (ctx, count)) in c.by_context.iter().enumerate() {
-                let open = if k == 0 { "(" } else { "" };
-                let close = if k + 1 == n { ")" } else { "," };
-                ran.push(format!("{open}{ctx} {count}{close}"));
-            }
-            let wake = vec![
-                "wake".into(),
-                format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
-                format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
-            ];
-            let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
-            wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
-        })
-        .collect();
-    let heights: Vec<u16> = labels.iter().map(|l| l.len() as u16 + 1).collect();
-    let n = fitting(&heights, inner.height);
-    let parts =
-        Layout::vertical(heights[..n].iter().map(|&h| Constraint::Length(h)).chain([Constraint::Min(0)]))
-            .split(inner);
-    if n < cqs.len() {
+    let labels = fitting(&cqs, inner.height, 1, |c| {
+        let mut ran: Vec<String> = vec![c.completions.to_string()];
+        let n = c.by_context.len();
+        for (k, (ctx, count)) in c.by_context.iter().enumerate() {
+            let open = if k == 0 { "(" } else { "" };
+            let close = if k + 1 == n { ")" } else { "," };
+            ran.push(format!("{open}{ctx} {count}{close}"));
+        }
+        let wake = vec![
+            "wake".into(),
+            format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
+            format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
+        ];
+        let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
+        wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
+    });
+    let n = labels.len();
+    let parts = Layout::vertical(
+        labels.iter().map(|l| Constraint::Length(l.len() as u16 + 1)).chain([Constraint::Min(0)]),
+    )
+    .split(inner);
+    if n < cqs.len() && inner.height > 0 {
         f.render_widget(Paragraph::new(more(cqs.len() - n, "CQs", "Completions", inner.width)), parts[n]);
     }
-    for (i, (c, label)) in cqs.iter().zip(labels).take(n).enumerate() {
+    for (i, (c, label)) in cqs.iter().zip(labels).enumerate() {
         let [text, spark] =
             Layout::vertical([Constraint::Length(label.len() as u16), Constraint::Length(1)]).areas(parts[i]);
         f.render_widget(Paragraph::new(label), text);

@@ -81,60 +81,72 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     }
 }
 
+/// A part of the status line, and the ranks at which it gives way (to a shorter form,
+/// or to nothing).
+type Part = (Span<'static>, Vec<(u8, Option<Span<'static>>)>);
+
 /// One line: where the events come from, how many, what was lost, the probes, the keys.
-/// When it is too wide, the source gives way first (a path keeps its end), then the
-/// probe count (skipped probes are the last of it to go); what was lost and the help
-/// key always stay.
+/// When it is too wide, parts give way in this order: the source is shortened (a path
+/// keeps its end), the probe count is compacted (skipped probes stay), the replay speed
+/// and position go, the event rate goes, the source goes, then the probe count. What was
+/// lost, "PAUSED", the filter being typed and the help key always stay.
 fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let mut spans = Vec::new();
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+    let mut parts: Vec<Part> = Vec::new();
+    let source = m.source.clone();
+    parts.push((Span::raw(source.clone()), vec![(6, None)]));
     if let Some((at, of)) = m.position {
-        spans.push(Span::raw(if of > 0 { format!(" {at}/{of}") } else { format!(" @{at}") }));
+        let at = if of > 0 { format!(" {at}/{of}") } else { format!(" @{at}") };
+        parts.push((Span::raw(at), vec![(4, None)]));
     }
     if let Some(done) = &m.finished {
-        spans.push(Span::styled(format!(" ({done})"), Style::new().add_modifier(Modifier::BOLD)));
+        parts.push((Span::styled(format!(" ({done})"), bold), vec![(7, None)]));
     }
     if ui.paused {
-        spans.push(Span::styled(" PAUSED", Style::new().add_modifier(Modifier::BOLD)));
+        parts.push((Span::styled(" PAUSED", bold), vec![]));
     }
     if let Some(s) = ui.speed_x10 {
-        spans.push(Span::raw(format!(" ×{}", s as f64 / 10.0)));
+        parts.push((Span::raw(format!(" ×{}", s as f64 / 10.0)), vec![(3, None)]));
     }
-    let lost = Span::styled(
-        format!("{} lost", m.lost_total),
-        if m.lost_total > 0 {
-            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
-        } else {
-            Style::new()
-        },
-    );
-    spans.push(Span::raw(format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate)));
-    spans.push(lost);
+    let events = format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate);
+    parts.push((Span::raw(events), vec![(5, Some(Span::raw(format!(" │ {} ev │ ", m.events_total))))]));
+    parts.push((
+        Span::styled(format!("{} lost", m.lost_total), if m.lost_total > 0 { red } else { Style::new() }),
+        vec![],
+    ));
     if m.not_sent > 0 {
-        spans.push(Span::styled(
-            format!(" +{} not sent to this view", m.not_sent),
-            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        parts.push((Span::styled(format!(" +{} not sent to this view", m.not_sent), red), vec![]));
+    }
+    let probes = format!(" │ {} probes ({} skipped)", m.attached, m.skipped);
+    if m.skipped == 0 {
+        parts.push((
+            Span::raw(probes),
+            vec![(2, Some(Span::raw(format!(" │ {} probes", m.attached)))), (8, None)],
         ));
+    } else {
+        parts.push((Span::raw(probes), vec![(2, Some(Span::raw(format!(" │ {} skipped", m.skipped))))]));
     }
-    let probes = spans.len();
-    spans.push(Span::raw(format!(" │ {} probes ({} skipped)", m.attached, m.skipped)));
     if ui.editing_filter || !ui.filter.is_empty() {
-        spans.push(Span::raw(format!(" │ /{}", ui.filter)));
+        parts.push((Span::raw(format!(" │ /{}", ui.filter)), vec![]));
     }
-    spans.push(Span::raw(" │ ? help"));
-    let rest = |spans: &[Span]| spans.iter().map(|s| s.width() as u16).sum::<u16>();
-    const SOURCE_FLOOR: u16 = 12;
-    let compact = [format!(" │ {} probes", m.attached), format!(" │ {} skipped", m.skipped)];
-    for shorter in compact {
-        if rest(&spans) + SOURCE_FLOOR > area.width && (m.skipped == 0 || shorter.contains("skipped")) {
-            spans[probes] = Span::raw(shorter);
+    parts.push((Span::raw(" │ ? help"), vec![]));
+    let width = |parts: &[Part]| parts.iter().map(|(s, _)| s.width()).sum::<usize>();
+    let avail = area.width as usize;
+    // Rank 1: the source takes what the rest leaves it, down to 12 cells.
+    let rest = width(&parts) - parts[0].0.width();
+    parts[0].0 = Span::raw(shorten_source(&source, avail.saturating_sub(rest).max(12) as u16));
+    for rank in 2..=8 {
+        if width(&parts) <= avail {
+            break;
+        }
+        for (span, gives) in parts.iter_mut() {
+            if let Some(k) = gives.iter().position(|(r, _)| *r == rank) {
+                *span = gives.remove(k).1.unwrap_or_default();
+            }
         }
     }
-    if rest(&spans) + SOURCE_FLOOR > area.width && m.skipped == 0 {
-        spans.remove(probes);
-    }
-    let room = area.width.saturating_sub(rest(&spans));
-    spans.insert(0, Span::raw(shorten_source(&m.source, room.max(SOURCE_FLOOR.min(room)))));
-    f.render_widget(Paragraph::new(Line::from(spans)), area);
+    f.render_widget(Paragraph::new(Line::from(parts.into_iter().map(|(s, _)| s).collect::<Vec<_>>())), area);
 }
 
 /// `source` in at most `w` cells: "daemon /a/long/path.sock" keeps its first word and
@@ -145,10 +157,17 @@ fn shorten_source(source: &str, w: u16) -> String {
     }
     match source.split_once(' ') {
         Some((word, path)) if fit::width(word) + 3 < w => {
-            let keep = (w - fit::width(word) - 2) as usize;
-            let chars: Vec<char> = path.chars().collect();
-            let tail: String = chars[chars.len().saturating_sub(keep)..].iter().collect();
-            format!("{word} …{tail}")
+            let mut room = w - fit::width(word) - 2;
+            let mut tail: Vec<char> = Vec::new();
+            for c in path.chars().rev() {
+                let cw = fit::width(c.encode_utf8(&mut [0; 4]));
+                if cw > room {
+                    break;
+                }
+                room -= cw;
+                tail.push(c);
+            }
+            format!("{word} …{}", tail.iter().rev().collect::<String>())
         }
         _ => fit::cut(source, w),
     }
@@ -345,6 +364,8 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let [text, hist] =
         Layout::vertical([Constraint::Length(6), Constraint::Min(0)]).areas(Block::bordered().inner(chain));
     f.render_widget(Block::bordered().title(format!("completion path of CQ {:#x}", c.handle)), chain);
+    let lines: Vec<Line> =
+        lines.into_iter().map(|l| Line::from(fit::cut(&l.to_string(), text.width))).collect();
     f.render_widget(Paragraph::new(lines), text);
     let buckets = histogram(&c.wakeup_ns, hist.width as usize);
     f.render_widget(Sparkline::default().data(&buckets).style(Style::new().fg(Color::Yellow)), hist);
