@@ -102,6 +102,24 @@ pub fn cut(s: &str, w: u16) -> String {
     out
 }
 
+/// `s` in at most `w` cells keeping its end: whole if it fits, else `…` and its tail.
+pub fn keep_end(s: &str, w: u16) -> String {
+    if width(s) <= w {
+        return s.to_string();
+    }
+    let mut room = w.saturating_sub(1);
+    let mut tail: Vec<char> = Vec::new();
+    for c in s.chars().rev() {
+        let cw = width(c.encode_utf8(&mut [0; 4]));
+        if cw > room {
+            break;
+        }
+        room -= cw;
+        tail.push(c);
+    }
+    format!("…{}", tail.iter().rev().collect::<String>())
+}
+
 /// The cells and gaps the shown columns (`Some` width) take.
 fn total(widths: &[Option<u16>]) -> u16 {
     let shown: Vec<u16> = widths.iter().flatten().copied().collect();
@@ -270,5 +288,7 @@ mod tests {
         assert_eq!(cut("LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ", 14), "LOCAL_WRITE|R…");
         assert_eq!(cut("115µs", 5), "115µs");
         assert_eq!(cut("115µs", 4), "115…");
+        assert_eq!(keep_end("/run/rdma-trace.sock", 12), "…-trace.sock");
+        assert_eq!(keep_end("/run/x.sock", 12), "/run/x.sock");
     }
 }

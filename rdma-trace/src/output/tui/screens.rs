@@ -48,7 +48,7 @@ pub(super) fn bytes(b: u64) -> String {
     }
 }
 
-pub(super) fn p50_p99(s: &Samples) -> String {
+fn p50_p99(s: &Samples) -> String {
     format!("p50 {} p99 {}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
 }
 
@@ -157,17 +157,7 @@ fn shorten_source(source: &str, w: u16) -> String {
     }
     match source.split_once(' ') {
         Some((word, path)) if fit::width(word) + 3 < w => {
-            let mut room = w - fit::width(word) - 2;
-            let mut tail: Vec<char> = Vec::new();
-            for c in path.chars().rev() {
-                let cw = fit::width(c.encode_utf8(&mut [0; 4]));
-                if cw > room {
-                    break;
-                }
-                room -= cw;
-                tail.push(c);
-            }
-            format!("{word} …{}", tail.iter().rev().collect::<String>())
+            format!("{word} {}", fit::keep_end(path, w - fit::width(word) - 1))
         }
         _ => fit::cut(source, w),
     }
@@ -353,19 +343,18 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         return;
     };
     let ctx = c.by_context.keys().cloned().collect::<Vec<_>>().join("/");
-    let lines = vec![
-        Line::from(format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)")),
-        Line::from(format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns))),
-        Line::from(format!("       └─ channel read returns      +{}", p50_p99(&c.wakeup_ns))),
-        Line::from(format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns))),
-        Line::from(""),
-        Line::from(format!("wakeup latency over {} completions:", c.wakeup_ns.0.len())),
+    let lines = [
+        format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)"),
+        format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),
+        format!("       └─ channel read returns      +{}", p50_p99(&c.wakeup_ns)),
+        format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns)),
+        String::new(),
+        format!("wakeup latency over {} completions:", c.wakeup_ns.0.len()),
     ];
     let [text, hist] =
         Layout::vertical([Constraint::Length(6), Constraint::Min(0)]).areas(Block::bordered().inner(chain));
     f.render_widget(Block::bordered().title(format!("completion path of CQ {:#x}", c.handle)), chain);
-    let lines: Vec<Line> =
-        lines.into_iter().map(|l| Line::from(fit::cut(&l.to_string(), text.width))).collect();
+    let lines: Vec<Line> = lines.iter().map(|l| Line::from(fit::cut(l, text.width))).collect();
     f.render_widget(Paragraph::new(lines), text);
     let buckets = histogram(&c.wakeup_ns, hist.width as usize);
     f.render_widget(Sparkline::default().data(&buckets).style(Style::new().fg(Color::Yellow)), hist);
