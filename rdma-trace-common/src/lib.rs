@@ -79,6 +79,9 @@ pub const SRC_ARG0: u8 = 1;
 pub const SRC_RET: u8 = 20;
 /// The tracepoint record itself (tracepoint programs only).
 pub const SRC_CTX: u8 = 21;
+/// The current task (`struct task_struct *`, `bpf_get_current_task`): what the probed
+/// call runs on behalf of, read at the moment of the hit (its limits, its mm's counters).
+pub const SRC_TASK: u8 = 22;
 
 /// Header common to every event.
 #[repr(C)]

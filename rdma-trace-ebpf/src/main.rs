@@ -31,8 +31,8 @@
 use aya_ebpf::{
     EbpfContext,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
         generated::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
@@ -437,6 +437,8 @@ fn probe_hit<const USER: bool>(
 fn on_entry<const USER: bool>(ctx: &ProbeContext, slot: usize) {
     probe_hit::<USER>(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
         s if (SRC_ARG0..SRC_ARG0 + 8).contains(&s) => entry_arg(ctx, s - SRC_ARG0),
+        // SAFETY: bpf_get_current_task only returns the running task's address.
+        SRC_TASK => Ok(unsafe { bpf_get_current_task() }),
         _ => Err(-1),
     });
 }

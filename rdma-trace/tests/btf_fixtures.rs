@@ -5,7 +5,7 @@
 use rdma_trace::plan::btf::{self, BtfSource};
 use rdma_trace::plan::catalog::{CATALOG, Kind};
 use rdma_trace::plan::select::{self, Plan};
-use rdma_trace_common::{SRC_ARG0, SRC_RET};
+use rdma_trace_common::{SRC_ARG0, SRC_RET, SRC_TASK};
 
 mod common;
 
@@ -50,6 +50,39 @@ fn umem_symbol_and_module_drift() {
     let r = u.ret.unwrap();
     assert_eq!(r.fetches[0].src, SRC_RET);
     assert_eq!((r.fetches[1].offsets[0], r.fetches[2].offsets[0], r.fetches[3].offsets[0]), (32, 24, 16));
+}
+
+#[test]
+fn umem_pin_reads_the_memlock_limit_and_pinned_vm_from_the_task() {
+    // task_struct.signal, signal_struct.rlim[8] (RLIMIT_MEMLOCK: rlim is at 680 on 6.12,
+    // 704 on 7.3; struct rlimit is 16 bytes), task_struct.mm, mm_struct.pinned_vm: read
+    // from the same blobs with a BTF parser of its own (a script outside this project).
+    for (k, signal, rlim, mm, pinned_vm) in [(K612, 3072, 680, 2304, 272), (K73, 3520, 704, 2744, 624)] {
+        let p = plan_for(k);
+        let f = probe(&p, "umem_get").entry.fetches;
+        let names: Vec<_> = CATALOG[0].entry.iter().map(|f| f.name).collect();
+        assert_eq!(&names[3..], ["memlock_limit", "memlock_max", "pinned_vm_pages"], "{k}");
+        for (i, want) in
+            [(3, [signal, rlim + 8 * 16]), (4, [signal, rlim + 8 * 16 + 8]), (5, [mm, pinned_vm])]
+        {
+            assert_eq!(f[i].src, SRC_TASK, "{k} {}", names[i]);
+            assert_eq!((f[i].hops, f[i].size), (2, 8), "{k} {}", names[i]);
+            assert_eq!([f[i].offsets[0], f[i].offsets[1]], want, "{k} {}", names[i]);
+        }
+    }
+}
+
+#[test]
+fn a_path_into_an_array_is_checked_against_its_length() {
+    let mut src = BtfSource::open(&fixture(K73)).unwrap();
+    let vmlinux = src.module("vmlinux").unwrap();
+    // rlim has RLIM_NLIMITS (16) elements.
+    let ok = btf::resolve_from_struct(vmlinux, "task_struct", "signal->rlim[15].rlim_max", &[]).unwrap();
+    assert_eq!(ok, (vec![3520, 704 + 15 * 16 + 8], 8));
+    let e = btf::resolve_from_struct(vmlinux, "task_struct", "signal->rlim[16].rlim_cur", &[]).unwrap_err();
+    assert!(e.to_string().contains("16 elements"), "{e}");
+    let e = btf::resolve_from_struct(vmlinux, "task_struct", "signal->flags[0]", &[]).unwrap_err();
+    assert!(e.to_string().contains("not an array"), "{e}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use rdma_trace::event::{Event, EventKind, parse_jsonl};
 use rdma_trace::pipeline::correlate::story::{self, Story};
+use rdma_trace::plan::catalog::ProbeId;
 use rdma_trace::steps::{StepName, StepRecord};
 use std::path::Path;
 use std::process::Command;
@@ -253,6 +254,17 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     assert!(!reg.ok && reg.errno == Some(12), "{reg:?}");
     let ps = &st.processes[&reg.pid];
     assert_eq!(ps.memlock_limit, Some(64 * 1024));
+    // Read by the pin probe from the task when it fired, not looked up in /proc after the
+    // fact (the workload exits at once on its refused pin): the soft and hard limit (dash's
+    // `ulimit -l` sets both) and the pages its mm already pinned, within the limit.
+    let pin = events
+        .iter()
+        .find(|e| e.pid == reg.pid && e.probe() == Some(ProbeId::UmemGet) && e.kind == EventKind::Entry)
+        .expect("the refused pin's umem entry");
+    assert_eq!(pin.field("memlock_limit"), Some(64 * 1024), "{pin:?}");
+    assert_eq!(pin.field("memlock_max"), Some(64 * 1024), "{pin:?}");
+    let already = pin.field("pinned_vm_pages").expect("pinned_vm read at the pin");
+    assert!(already <= 16, "at most the 64 KiB limit was pinned before: {already} pages");
     assert_eq!(ps.failed_pins.len(), 1);
     assert_eq!(ps.pinned_peak_bytes, 0);
     let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();

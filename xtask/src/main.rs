@@ -36,6 +36,9 @@ enum Cmd {
     Lab(lab::LabArgs),
     /// Build the guest binaries, boot each kernel once and run every lab test in that boot.
     VmTest(lab::VmTestArgs),
+    /// The soaks (long lab tests, `soak_…`, not in the gate): one boot per kernel, like
+    /// vm-test. Run before resolving what they cover.
+    Soak(lab::VmTestArgs),
     /// The main job: boot the lab and show rdma-trace watching real verbs workloads over rxe0.
     Demo(lab::DemoArgs),
     /// Fuzz the capture reader (cargo-fuzz, libFuzzer) for a bounded time.
@@ -57,6 +60,7 @@ fn main() {
         Cmd::Test { no_lab } => gate::run(no_lab),
         Cmd::Lab(a) => setup::for_lab().and_then(|()| lab::lab(a)),
         Cmd::VmTest(a) => setup::for_lab().and_then(|()| lab::vm_test(a)),
+        Cmd::Soak(a) => setup::for_lab().and_then(|()| lab::soak(a)),
         Cmd::Demo(a) => setup::for_lab().and_then(|()| lab::demo(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),

@@ -130,7 +130,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         broadcaster = broadcaster.with_metrics(text);
     }
     let mut out = Outputs { broadcaster, file, refusals };
-    let finished = tracer.run(&mut print_notice, &mut out)?;
+    let mut finished = tracer.run(&mut print_notice, &mut out)?;
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
         Some(_) => Ok(()),
@@ -140,6 +140,9 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     out.broadcaster.close();
     std::fs::remove_file(&socket).ok();
     eprintln!("rdma-trace daemon: {subscribers} subscribers were sent the trailer");
+    if let Some(q) = &out.file {
+        finished.account.note_left_out("capture file", &q.left_out_rows);
+    }
     eprint!("{}", finished.account.summary());
     if let Some(q) = out.file.as_ref().filter(|q| q.dropped > 0) {
         eprintln!("rdma-trace daemon: the capture file fell behind and left out {} records", q.dropped);

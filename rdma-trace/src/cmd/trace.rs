@@ -219,12 +219,16 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     let opts = options(&a)?;
     let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
     let mut out = Outputs::open(&a, &tracer)?;
-    let finished = tracer.run(&mut print_notice, &mut out)?;
+    let mut finished = tracer.run(&mut print_notice, &mut out)?;
     // After a failed write only the summary is still worth trying for.
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
         Some(_) => Ok(()),
     };
+    // The trailer is written: what the outputs left out joins the account shown.
+    for q in &out.sinks {
+        finished.account.note_left_out(q.name(), &q.left_out_rows);
+    }
     eprint!("{}", finished.account.summary());
     out.say_left_out();
     std::io::stderr().flush().ok();

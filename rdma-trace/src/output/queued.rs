@@ -38,6 +38,8 @@ pub struct Queued {
     pending: [u64; 2],
     /// Records left out in all.
     pub dropped: u64,
+    /// Events and steps left out, per account row (`summary::row_of`).
+    pub left_out_rows: std::collections::BTreeMap<String, u64>,
     /// The newest time seen (for the loss record's `ts_ns`).
     newest_ns: u64,
     /// The output's first error: every later call returns it.
@@ -61,6 +63,7 @@ impl Queued {
             tx: Some(tx),
             pending,
             dropped: 0,
+            left_out_rows: Default::default(),
             newest_ns: 0,
             failed,
             worker: Some(worker),
@@ -76,9 +79,9 @@ impl Queued {
         self.failed.lock().ok()?.as_ref().map(|(k, m)| io::Error::new(*k, m.clone()))
     }
 
-    /// Offers `m` without waiting; a full queue leaves it out (counted). The loss record
-    /// owed goes first whenever there is room.
-    fn offer(&mut self, m: Msg) -> io::Result<()> {
+    /// Offers `m` without waiting; a full queue leaves it out (counted; false). The loss
+    /// record owed goes first whenever there is room.
+    fn offer(&mut self, m: Msg) -> io::Result<bool> {
         if let Some(e) = self.error() {
             return Err(e);
         }
@@ -95,17 +98,17 @@ impl Queued {
                     if !matches!(m, Msg::Tick) {
                         self.left_out(kind);
                     }
-                    return Ok(());
+                    return Ok(false);
                 }
                 Err(TrySendError::Disconnected(_)) => return Err(self.gone()),
             }
         }
         match tx.try_send(m) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(Msg::Tick)) => Ok(()),
+            Ok(()) => Ok(true),
+            Err(TrySendError::Full(Msg::Tick)) => Ok(false),
             Err(TrySendError::Full(_)) => {
                 self.left_out(kind);
-                Ok(())
+                Ok(false)
             }
             Err(TrySendError::Disconnected(_)) => Err(self.gone()),
         }
@@ -169,20 +172,32 @@ fn serve(
     }
 }
 
+impl Queued {
+    fn count_row(&mut self, taken: bool, row: impl FnOnce() -> String) {
+        if !taken {
+            *self.left_out_rows.entry(row()).or_default() += 1;
+        }
+    }
+}
+
 impl Sink for Queued {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
-        self.offer(Msg::Event(Box::new(ev.clone())))
+        let taken = self.offer(Msg::Event(Box::new(ev.clone())))?;
+        self.count_row(taken, || crate::output::summary::row_of(ev));
+        Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> io::Result<()> {
-        self.offer(Msg::Step(Box::new(s.clone())))
+        let taken = self.offer(Msg::Step(Box::new(s.clone())))?;
+        self.count_row(taken, || crate::output::summary::STEPS_ROW.into());
+        Ok(())
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(s.ts_ns);
-        self.offer(Msg::Stats(s.clone()))
+        self.offer(Msg::Stats(s.clone())).map(drop)
     }
     fn loss(&mut self, l: &Loss) -> io::Result<()> {
-        self.offer(Msg::Loss(l.clone()))
+        self.offer(Msg::Loss(l.clone())).map(drop)
     }
     /// The end: the owed loss record and the trailer are waited for.
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
@@ -196,7 +211,7 @@ impl Sink for Queued {
         self.hand(Msg::Trailer(t.clone()))
     }
     fn tick(&mut self) -> io::Result<()> {
-        self.offer(Msg::Tick)
+        self.offer(Msg::Tick).map(drop)
     }
     /// Waits until everything queued is written.
     fn flush(&mut self) -> io::Result<()> {
@@ -294,6 +309,8 @@ mod tests {
             .sum();
         assert_eq!(events + told, 1001, "{got:?}");
         assert_eq!(told, q.dropped);
+        // Counted under the row that delivered them (this event has no symbol).
+        assert_eq!(q.left_out_rows.iter().collect::<Vec<_>>(), [(&"umem_get (?)".to_string(), &told)]);
         // Each loss record sits where its gap is: the events around it are not consecutive.
         let ts = |s: &String| s.strip_prefix("event ").and_then(|n| n.parse::<u64>().ok());
         for (i, l) in got.iter().enumerate().filter(|(_, l)| l.starts_with("loss")) {

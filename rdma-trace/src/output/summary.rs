@@ -118,6 +118,9 @@ pub struct SiteStats {
     pub build_ns_max: u64,
     pub build_ns_sum: u64,
     pub build_slow: u64,
+    /// Of `delivered`, what each output left out because it fell behind (output name,
+    /// count): delivered = what that output wrote + what it left out.
+    pub left_out: Vec<(String, u64)>,
 }
 
 impl SiteStats {
@@ -181,6 +184,27 @@ fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, site: usize)
         build_ns_max: at(CNT_BUILD_NS_MAX),
         build_ns_sum: at(CNT_BUILD_NS_SUM),
         build_slow: at(CNT_BUILD_SLOW),
+        left_out: Vec::new(),
+    }
+}
+
+/// The name of a probe's row in the account: its entry ("umem_get (ib_umem_get)") or its
+/// return ("umem_get return"). One definition for the table and for what outputs left out.
+pub fn probe_row(id: &str, symbol: &str, is_return: bool) -> String {
+    if is_return { format!("{id} return") } else { format!("{id} ({symbol})") }
+}
+pub const SYSCALLS_ENTER_ROW: &str = "syscalls enter";
+pub const SYSCALLS_EXIT_ROW: &str = "syscalls exit";
+pub const STEPS_ROW: &str = "companion steps (rdma_trace_step)";
+
+/// The account row an event was counted under.
+pub fn row_of(ev: &crate::event::Event) -> String {
+    use crate::event::EventKind::*;
+    match ev.kind {
+        SyscallEnter => SYSCALLS_ENTER_ROW.into(),
+        SyscallExit => SYSCALLS_EXIT_ROW.into(),
+        Entry => probe_row(&ev.name, ev.symbol.as_deref().unwrap_or("?"), false),
+        Return => probe_row(&ev.name, "", true),
     }
 }
 
@@ -189,15 +213,16 @@ fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, site: usize)
 pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u64]>) -> Vec<SiteStats> {
     let mut out = Vec::new();
     for p in &plan.probes {
-        out.push(site(format!("{} ({})", p.spec.id, p.symbol), counters, tally, missed, p.slot));
+        let id = p.spec.id.as_str();
+        out.push(site(probe_row(id, p.symbol, false), counters, tally, missed, p.slot));
         if p.ret.is_some() {
-            out.push(site(format!("{} return", p.spec.id), counters, tally, missed, return_site(p.slot)));
+            out.push(site(probe_row(id, p.symbol, true), counters, tally, missed, return_site(p.slot)));
         }
     }
-    out.push(site("syscalls enter".into(), counters, tally, None, SITE_SYS_ENTER));
-    out.push(site("syscalls exit".into(), counters, tally, None, SITE_SYS_EXIT));
+    out.push(site(SYSCALLS_ENTER_ROW.into(), counters, tally, None, SITE_SYS_ENTER));
+    out.push(site(SYSCALLS_EXIT_ROW.into(), counters, tally, None, SITE_SYS_EXIT));
     if counters.get(SITE_STEP * COUNTERS + CNT_HITS).is_some_and(|&n| n > 0) {
-        out.push(site("companion steps (rdma_trace_step)".into(), counters, tally, None, SITE_STEP));
+        out.push(site(STEPS_ROW.into(), counters, tally, None, SITE_STEP));
     }
     out
 }
@@ -239,6 +264,21 @@ pub struct RunAccount {
 }
 
 impl RunAccount {
+    /// What output `name` left out, per account row (`row_of`), into each row's account.
+    pub fn note_left_out(&mut self, name: &str, rows: &std::collections::BTreeMap<String, u64>) {
+        for (row, &n) in rows.iter().filter(|(_, n)| **n > 0) {
+            let at = match self.sites.iter().position(|s| &s.site == row) {
+                Some(i) => i,
+                None => {
+                    // Never silent: a row the account does not have is shown on its own.
+                    self.sites.push(SiteStats { site: row.clone(), ..Default::default() });
+                    self.sites.len() - 1
+                }
+            };
+            self.sites[at].left_out.push((name.to_string(), n));
+        }
+    }
+
     pub fn delivered(&self) -> u64 {
         self.sites.iter().map(|s| s.delivered).sum()
     }
@@ -301,7 +341,9 @@ impl RunAccount {
             "  {:<width$} {:>9} {:>9} {:>7} {:>9} {:>8} {:>11}\n",
             "probe", "hits", "delivered", "lost", "read-fail", "no-stack", "build max"
         );
-        for st in self.sites.iter().filter(|s| s.hits > 0 || s.lost() > 0 || s.read_failed > 0) {
+        let shown =
+            |s: &&SiteStats| s.hits > 0 || s.lost() > 0 || s.read_failed > 0 || !s.left_out.is_empty();
+        for st in self.sites.iter().filter(shown) {
             s.push_str(&format!(
                 "  {:<width$} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9}µs\n",
                 st.site,
@@ -316,6 +358,12 @@ impl RunAccount {
             if !reasons.is_empty() {
                 let r: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
                 s.push_str(&format!("  {:<width$} lost: {}\n", "", r.join(", ")));
+            }
+            for (output, n) in &st.left_out {
+                s.push_str(&format!(
+                    "  {:<width$} delivered, then left out by the {output} output (it fell behind): {n}\n",
+                    ""
+                ));
             }
             if st.held < 0 {
                 s.push_str(&format!(
@@ -484,5 +532,55 @@ mod tests {
         );
         t.read(None);
         assert_eq!(t.headerless, 1);
+    }
+
+    #[test]
+    fn what_an_output_left_out_is_shown_under_the_row_that_delivered_it() {
+        let row = |site: &str, delivered: u64| SiteStats {
+            site: site.into(),
+            hits: delivered,
+            delivered,
+            ..Default::default()
+        };
+        let mut acct = RunAccount {
+            sites: vec![
+                row("umem_get (ib_umem_get)", 4),
+                row("umem_get return", 4),
+                row(SYSCALLS_ENTER_ROW, 90),
+            ],
+            kernel_missed_known: true,
+            ..Default::default()
+        };
+        let ev = |kind: &str, symbol: &str| -> crate::event::Event {
+            serde_json::from_str(&format!(
+                r#"{{"v":1,"ts_ns":1,"kind":"{kind}","name":"umem_get",{symbol}"path":"pin","pid":1,"tid":1,"comm":"x","cpu":0}}"#
+            ))
+            .unwrap()
+        };
+        let mut capture = std::collections::BTreeMap::new();
+        for e in [ev("entry", r#""symbol":"ib_umem_get","#), ev("return", r#""symbol":"ib_umem_get","#)] {
+            *capture.entry(row_of(&e)).or_default() += 1;
+        }
+        capture.insert(SYSCALLS_ENTER_ROW.to_string(), 40);
+        acct.note_left_out("capture", &capture);
+        // A row the account does not have is shown on its own, never dropped.
+        acct.note_left_out("text", &[("nosuch (x)".to_string(), 2)].into_iter().collect());
+        let text = acct.summary();
+        let lines: Vec<&str> = text.lines().collect();
+        let under = |r: &str| {
+            let i = lines
+                .iter()
+                .position(|l| l.trim_start().starts_with(r))
+                .unwrap_or_else(|| panic!("{r}: {text}"));
+            lines[i + 1].trim().to_string()
+        };
+        let said =
+            |o: &str, n: u64| format!("delivered, then left out by the {o} output (it fell behind): {n}");
+        assert_eq!(under("umem_get (ib_umem_get)"), said("capture", 1), "{text}");
+        assert_eq!(under("umem_get return"), said("capture", 1), "{text}");
+        assert_eq!(under(SYSCALLS_ENTER_ROW), said("capture", 40), "{text}");
+        assert_eq!(under("nosuch (x)"), said("text", 2), "{text}");
+        // Leaving out is not a loss of the tracer's: the totals are unchanged.
+        assert!(text.starts_with("rdma-trace: 98 events delivered, 0 lost\n"), "{text}");
     }
 }

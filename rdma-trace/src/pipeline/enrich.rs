@@ -114,9 +114,11 @@ impl Enricher<'_> {
             self.fds.bind(hdr.tgid, *fd, "comp_channel");
         }
         ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
-        // What the pin is charged against (read while the process lives).
+        // What the pin is charged against: the probe reads it from the task at the pin;
+        // /proc (while the process lives) only where that read did not happen.
         if p.spec.id == ProbeId::UmemGet
             && !is_return
+            && !ev.fields.contains_key("memlock_limit")
             && let Some(limit) = self.memlock.of(hdr.tgid)
         {
             ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));

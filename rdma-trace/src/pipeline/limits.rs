@@ -1,5 +1,7 @@
 //! RLIMIT_MEMLOCK of a traced process, from /proc/<pid>/limits (read once per process):
-//! what the umem pin is charged against. Root and CAP_IPC_LOCK are never refused.
+//! what the umem pin is charged against. Root and CAP_IPC_LOCK are never refused. The pin
+//! probe reads the limit from the task itself when it fires; this is the fallback for
+//! events without it (a kernel whose BTF lacks the path, a failed read).
 
 use procfs::process::{LimitValue, Process};
 use std::collections::HashMap;

@@ -31,7 +31,7 @@ impl Redactor {
     pub fn event(&mut self, ev: &mut Event) {
         for (name, v) in ev.fields.iter_mut() {
             let Value::U(n) = v else { continue };
-            if name == "memlock_limit" {
+            if name == "memlock_limit" || name == "memlock_max" {
                 continue; // a limit (unlimited = all ones), not an address
             }
             if name == "pfn" {

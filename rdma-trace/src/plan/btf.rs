@@ -254,23 +254,79 @@ pub fn resolve_path(
         }
         return Ok((Vec::new(), size as u8));
     }
+    walk(btf, Start::Pointer(start.clone()), path, others)
+}
+
+/// Resolves `path` starting from a pointer to `struct name` (e.g. the current task:
+/// `task_struct`), defined in `btf` or one of `others`.
+pub fn resolve_from_struct(
+    btf: &Btf,
+    name: &str,
+    path: &str,
+    others: &[&Btf],
+) -> Result<(Vec<u32>, u8), BtfError> {
+    let found = std::iter::once(btf).chain(others.iter().copied()).find_map(|b| {
+        let types = b.resolve_types_by_name(name).ok()?;
+        types.into_iter().find_map(|t| if let Type::Struct(s) = t { Some((s, b)) } else { None })
+    });
+    let (s, b) = found.ok_or_else(|| BtfError::Shape(format!("no struct {name} in this kernel's BTF")))?;
+    walk(b, Start::Struct(s), path, others)
+}
+
+enum Start {
+    /// A value of this (pointer) type.
+    Pointer(Type),
+    /// A pointer to this struct.
+    Struct(btf_rs::Struct),
+}
+
+/// One `.`-segment of a hop: a member name, with an array index (`rlim[8]`) or without.
+fn segment(seg: &str) -> Result<(&str, Option<usize>), BtfError> {
+    let Some((name, rest)) = seg.split_once('[') else { return Ok((seg, None)) };
+    let idx = rest.strip_suffix(']').and_then(|i| i.parse().ok());
+    idx.map(|i| (name, Some(i))).ok_or_else(|| BtfError::Shape(format!("bad array index in {seg}")))
+}
+
+/// Walks `path`'s hops (`->` reads a pointer, `.` an embedded member, `[i]` an array
+/// element): the offset added before each read, and the last read's size.
+fn walk(btf: &Btf, start: Start, path: &str, others: &[&Btf]) -> Result<(Vec<u32>, u8), BtfError> {
     let mut offsets = Vec::new();
-    let mut cur = start.clone();
-    // The BTF `cur`'s type ids belong to: a hop may cross into another module's BTF.
+    // The BTF the current type's ids belong to: a hop may cross into another module's BTF.
     let mut here = btf;
+    let (mut cur, mut first) = match start {
+        Start::Pointer(t) => (t, None),
+        Start::Struct(s) => (Type::Struct(s.clone()), Some(s)),
+    };
     for hop in path.split("->") {
-        let (s, b) = pointee_struct(here, &cur, others)?;
-        here = b;
+        let s = match first.take() {
+            Some(s) => s,
+            None => {
+                let (s, b) = pointee_struct(here, &cur, others)?;
+                here = b;
+                s
+            }
+        };
         let sname = here.resolve_name(&s).unwrap_or_default();
         let mut off = 0u32;
         let mut ty: Option<Type> = None;
         let mut within = s;
         for seg in hop.split('.') {
-            let (o, t) = member(here, &within, seg)?.ok_or_else(|| BtfError::NoMember {
+            let (name, index) = segment(seg)?;
+            let (o, mut t) = member(here, &within, name)?.ok_or_else(|| BtfError::NoMember {
                 ty: format!("struct {sname}"),
-                member: seg.to_string(),
+                member: name.to_string(),
             })?;
             off += o;
+            if let Some(i) = index {
+                let Type::Array(a) = strip(here, t.clone())? else {
+                    return Err(BtfError::Shape(format!("{name} is not an array")));
+                };
+                if i >= a.len() {
+                    return Err(BtfError::Shape(format!("{name}[{i}]: the array has {} elements", a.len())));
+                }
+                t = here.resolve_chained_type(&a).map_err(err)?;
+                off += (i * size_of(here, &t)?) as u32;
+            }
             if let Type::Struct(inner) | Type::Union(inner) = strip(here, t.clone())? {
                 within = inner;
             }

@@ -124,6 +124,9 @@ pub enum Src {
     Param(&'static str),
     /// The return value.
     Ret,
+    /// The task the probed call runs for (`current`, a `struct task_struct *`), read at
+    /// the hit: `path` starts inside the task (e.g. `signal->rlim[8].rlim_cur`).
+    Task,
     /// A field of the tracepoint record, by name.
     TpField(&'static str),
     /// Argument `n` of a user-space function (no BTF there: the C ABI gives positions).
@@ -188,7 +191,7 @@ const fn sym(name: &'static str, module: &'static str) -> Symbol {
 }
 
 use Render::*;
-use Src::{Param, Ret, TpField, UserArg, UserRet};
+use Src::{Param, Ret, Task, TpField, UserArg, UserRet};
 
 const VMA_FIELDS: [Field; 5] = [
     f("vm_start", Param("vma"), "vm_start", Hex),
@@ -226,6 +229,11 @@ const REG_MR_ENTRY: [Field; 7] = [
 const REG_MR_RET: [Field; 3] =
     [f("mr", Ret, "", PtrOrErr), f("lkey", Ret, "lkey", Hex), f("rkey", Ret, "rkey", Hex)];
 
+// 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` (include/uapi/asm-generic/
+// resource.h: the same on every architecture Linux has RDMA on).
+const MEMLOCK_CUR: &str = "signal->rlim[8].rlim_cur";
+const MEMLOCK_MAX: &str = "signal->rlim[8].rlim_max";
+
 /// Every probe rdma-trace knows. Order is display order.
 pub static CATALOG: &[ProbeSpec] = &[
     ProbeSpec {
@@ -237,6 +245,13 @@ pub static CATALOG: &[ProbeSpec] = &[
             f("addr", Param("addr"), "", Hex),
             f("size", Param("size"), "", Dec),
             f("access", Param("access"), "", Access),
+            // What the pin is charged against, read when it happens (a process refused
+            // ENOMEM usually exits before /proc could be read): the soft and hard
+            // RLIMIT_MEMLOCK (RLIM_INFINITY is u64::MAX), and the pages the mm already
+            // pins (`pinned_vm`, which ib_umem_get adds to and checks against the limit).
+            f("memlock_limit", Task, MEMLOCK_CUR, Dec),
+            f("memlock_max", Task, MEMLOCK_MAX, Dec),
+            f("pinned_vm_pages", Task, "mm->pinned_vm.counter", Dec),
         ],
         ret: &[
             f("umem", Ret, "", PtrOrErr),
@@ -564,6 +579,7 @@ pub fn markdown() -> String {
                     let src = match f.from {
                         Src::Param(n) => format!("param `{n}`"),
                         Src::Ret => "return value".into(),
+                        Src::Task => "the current task".into(),
                         Src::TpField(n) => format!("record field `{n}`"),
                         Src::UserArg(n) => format!("argument {n}"),
                         Src::UserRet => "return value".into(),

@@ -5,7 +5,7 @@ use crate::plan::btf::{self, BtfSource};
 use crate::plan::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
 use crate::plan::kernel::{Symbols, TpField};
 use rdma_trace_common::{
-    Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SlotPlan, TOTAL_SLOTS,
+    Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SRC_TASK, SlotPlan, TOTAL_SLOTS,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -132,7 +132,12 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
     let entry = slot_plan(spec.entry, |f| {
         let param = match f.from {
             Src::Param(p) => Some(p),
-            _ => return Err(format!("{}: entry fields read parameters", f.name)),
+            Src::Task => {
+                let (offsets, size) = btf::resolve_from_struct(btf, "task_struct", f.path, &others)
+                    .map_err(|e| e.to_string())?;
+                return Ok(fetch(SRC_TASK, &offsets, size));
+            }
+            _ => return Err(format!("{}: entry fields read parameters or the task", f.name)),
         };
         let r = btf::resolve(btf, sym.name, &proto, param, f.path, &others).map_err(|e| e.to_string())?;
         Ok(fetch(SRC_ARG0 + r.arg.unwrap_or(0) as u8, &r.offsets, r.size))

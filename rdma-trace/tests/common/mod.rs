@@ -209,16 +209,38 @@ pub fn rows(stderr: &str) -> Vec<(String, u64, u64, u64)> {
             in_table = true;
             continue;
         }
-        if !in_table || !l.starts_with("  ") {
-            continue;
+        if let Some(r) = in_table.then(|| row_line(l)).flatten() {
+            out.push(r);
         }
-        let w: Vec<&str> = l.split_whitespace().collect();
-        if w.len() < 7 || !w[w.len() - 1].ends_with("µs") {
-            continue;
-        }
-        let n = |i: usize| w[w.len() - 6 + i].parse::<u64>().ok();
-        if let (Some(h), Some(d), Some(lost)) = (n(0), n(1), n(2)) {
-            out.push((w[..w.len() - 6].join(" "), h, d, lost));
+    }
+    out
+}
+
+/// One row of the summary's table: name, hits, delivered, lost.
+fn row_line(l: &str) -> Option<(String, u64, u64, u64)> {
+    if !l.starts_with("  ") {
+        return None;
+    }
+    let w: Vec<&str> = l.split_whitespace().collect();
+    if w.len() < 7 || !w[w.len() - 1].ends_with("µs") {
+        return None;
+    }
+    let n = |i: usize| w[w.len() - 6 + i].parse::<u64>().ok();
+    Some((w[..w.len() - 6].join(" "), n(0)?, n(1)?, n(2)?))
+}
+
+/// Per row of the summary's table: what `output` left out of the events the row delivered
+/// (the line under the row: "delivered, then left out by the capture output …: N").
+pub fn left_out(stderr: &str, output: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut row: Option<String> = None;
+    let marker = format!("delivered, then left out by the {output} output (it fell behind): ");
+    for l in stderr.lines() {
+        if let Some(r) = row_line(l) {
+            row = Some(r.0);
+        } else if let Some(count) = l.trim().strip_prefix(&marker) {
+            let row = row.as_ref().unwrap_or_else(|| panic!("a left-out line before any row:\n{stderr}"));
+            *out.entry(row.clone()).or_default() += count.parse::<u64>().expect("a count");
         }
     }
     out

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use demo::demo;
-pub use vmtest::vm_test;
+pub use vmtest::{soak, vm_test};
 
 /// The per-run entry script (runs in the guest from the share).
 const ENTRY_SH: &str = include_str!("guest/entry.sh");

@@ -1,10 +1,11 @@
 //! `cargo xtask vm-test`: build the lab tests on the host, boot each kernel once, run every
-//! lab test in that boot, count the results from libtest's output.
+//! lab test in that boot, count the results from libtest's output. `cargo xtask soak` does
+//! the same for the soaks, which are too long for the gate.
 //!
 //! Lab tests are `#[test] #[ignore = "lab: …"]` functions of the rdma-trace package whose
-//! names start with `lab_`. In the guest they see `RDMA_TRACE_BIN`, `RDMA_TRACE_LAB=1`,
-//! `RDMA_TRACE_LAB_SERIES`, `RDMA_TRACE_LAB_OUT` (kept on the host in `target/lab/out/`)
-//! and a working rxe0.
+//! names start with `lab_` (soaks: `soak_`). In the guest they see `RDMA_TRACE_BIN`,
+//! `RDMA_TRACE_LAB=1`, `RDMA_TRACE_LAB_SERIES`, `RDMA_TRACE_LAB_OUT` (kept on the host in
+//! `target/lab/out/`) and a working rxe0.
 
 use super::{Mode, Series, VmTestArgs};
 use crate::util::{self, step};
@@ -38,7 +39,11 @@ pub fn build() -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn build_tests(only: Option<&str>) -> Result<Vec<TestExe>> {
+/// The lab tests the gate runs, and the soaks (`cargo xtask soak`), by name prefix.
+pub const LAB: &str = "lab_";
+pub const SOAK: &str = "soak_";
+
+fn build_tests(group: &str, only: Option<&str>) -> Result<Vec<TestExe>> {
     step("lab: cargo test --release -p rdma-trace --no-run");
     let json = util::output(util::cargo().args([
         "test",
@@ -64,7 +69,10 @@ fn build_tests(only: Option<&str>) -> Result<Vec<TestExe>> {
         let tests: Vec<String> = list
             .lines()
             .filter_map(|l| l.strip_suffix(": test"))
-            .filter(|n| n.contains("lab_") && only.is_none_or(|o| o.split(',').any(|part| n.contains(part))))
+            .filter(|n| {
+                let name = n.rsplit("::").next().unwrap_or(n);
+                name.starts_with(group) && only.is_none_or(|o| o.split(',').any(|part| n.contains(part)))
+            })
             .map(str::to_string)
             .collect();
         let name = path.file_name().context("test executable name")?.to_string_lossy().into_owned();
@@ -130,7 +138,13 @@ fn parse(log: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duration) -> Result<Tally> {
+fn run_series(
+    g: &super::Guest,
+    exes: &[TestExe],
+    group: &str,
+    filter: &str,
+    timeout: Duration,
+) -> Result<Tally> {
     let out = super::out_dir(g.series);
     let logs = out.join("tests");
     super::cache::remove(&logs)?;
@@ -139,7 +153,7 @@ fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duratio
         let skips: Vec<String> = HARDWARE_ONLY.iter().map(|(n, _)| format!("--skip {n}")).collect();
         // libtest takes one filter here: the part of `--only a,b` this binary's tests match.
         let parts: Vec<&str> = filter.split(',').filter(|p| e.tests.iter().any(|t| t.contains(p))).collect();
-        let filter = if parts.len() == 1 { parts[0] } else { "lab_" };
+        let filter = if parts.len() == 1 { parts[0] } else { group };
         list.push_str(&format!("{}\t{filter}\t{}\n", e.name, skips.join(" ")));
     }
     let files = [("tests.txt", list)];
@@ -174,6 +188,15 @@ fn run_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duratio
 }
 
 pub fn vm_test(a: VmTestArgs) -> Result<()> {
+    run_group(LAB, a)
+}
+
+/// `cargo xtask soak`: the soaks, one boot per kernel, outside the gate.
+pub fn soak(a: VmTestArgs) -> Result<()> {
+    run_group(SOAK, a)
+}
+
+fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let start = Instant::now();
     let overall = Duration::from_secs(a.timeout.unwrap_or(4800));
     let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(2700));
@@ -181,7 +204,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
     series.dedup();
     // Everything the guest runs is built here, before the first boot.
     let bin = build()?;
-    let exes = build_tests(a.only.as_deref())?;
+    let exes = build_tests(group, a.only.as_deref())?;
     let total: usize = exes.iter().map(|e| e.tests.len()).sum();
     step(&format!("lab: {total} lab tests in {} test executables", exes.len()));
     super::cache::remove(&super::share_dir().join("bin/tests"))?;
@@ -201,7 +224,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         let res = if left.is_zero() {
             Err(anyhow::anyhow!("the overall timeout of {} s is spent", overall.as_secs()))
         } else {
-            run_series(g, &exes, a.only.as_deref().unwrap_or("lab_"), per_boot.min(left))
+            run_series(g, &exes, group, a.only.as_deref().unwrap_or(group), per_boot.min(left))
         };
         let secs = boot_start.elapsed().as_secs();
         let line = match res {
@@ -241,7 +264,7 @@ pub fn vm_test(a: VmTestArgs) -> Result<()> {
         bail!("vm-test failed");
     }
     if total == 0 {
-        bail!("no lab tests exist (names starting with lab_, #[ignore = \"lab: …\"])");
+        bail!("no tests named {group}… exist (#[ignore = \"lab: …\"] or \"soak: …\")");
     }
     Ok(())
 }

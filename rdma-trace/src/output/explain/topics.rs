@@ -164,13 +164,16 @@ fn refusals(input: &Input, x: &mut Explanation) {
         let e = &ev[i];
         let (size, limit) = (e.field("size").unwrap_or(0), e.field("memlock_limit"));
         let pages = crate::steps::pages_spanned(e.field("addr").unwrap_or(0), size);
+        // The mm's pinned_vm when the pin began: what the new pages were added to.
+        let already = e.field("pinned_vm_pages").map(|n| n * 4096);
         let text = format!(
-            "{} [{}] asked to pin {} ({pages} pages) with RLIMIT_MEMLOCK at {}: the umem function returned {} ({}), and \
+            "{} [{}] asked to pin {} ({pages} pages) with RLIMIT_MEMLOCK at {}{}: the umem function returned {} ({}), and \
 ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it.",
             crate::pipeline::render::printable(&e.comm),
             e.pid,
             bytes(size),
             limit.map(bytes).unwrap_or("an unknown limit".into()),
+            already.map(|b| format!(" and {} already pinned by the process", bytes(b))).unwrap_or_default(),
             err,
             crate::pipeline::render::errno_name(-err),
             -err
@@ -179,6 +182,9 @@ ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it
         x.values.insert("refused_errno".into(), (-err) as u64);
         if let Some(l) = limit {
             x.values.insert("refused_memlock_limit".into(), l);
+        }
+        if let Some(b) = already {
+            x.values.insert("refused_already_pinned_bytes".into(), b);
         }
         x.notes.push(("A pin this run refused".into(), text));
         return;
