@@ -163,6 +163,23 @@ fn lab_story_companion_steps_join_their_kernel_events() {
         "every completion woke the workload"
     );
     assert_eq!(ps.completions.len(), 6);
+    // Each pin read its mm's pinned_vm as it began: the pages of the companion's own MRs
+    // registered before it (its reg_mr steps, in order; none is deregistered in between).
+    let pins: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.pid == pid && e.probe() == Some(ProbeId::UmemGet) && e.kind == EventKind::Entry)
+        .collect();
+    let mrs: Vec<u64> = steps
+        .iter()
+        .filter_map(|s| s.mr.as_ref().filter(|_| s.name == StepName::RegMr))
+        .map(|m| m.pages_4k)
+        .collect();
+    assert_eq!(pins.len(), mrs.len(), "one pin per reg_mr");
+    for (i, pin) in pins.iter().enumerate() {
+        let before: u64 = mrs[..i].iter().sum();
+        assert_eq!(pin.field("pinned_vm_pages"), Some(before), "pin {i}: {pin:?}");
+        assert!(pin.field("memlock_limit").is_some() && pin.field("memlock_max").is_some(), "{pin:?}");
+    }
 }
 
 #[test]
