@@ -437,8 +437,9 @@ fn probe_hit<const USER: bool>(
 fn on_entry<const USER: bool>(ctx: &ProbeContext, slot: usize) {
     probe_hit::<USER>(slot, KIND_PROBE_ENTRY, ctx, |src| match src {
         s if (SRC_ARG0..SRC_ARG0 + 8).contains(&s) => entry_arg(ctx, s - SRC_ARG0),
+        // Kernel programs only: a uprobe program reads user memory.
         // SAFETY: bpf_get_current_task only returns the running task's address.
-        SRC_TASK => Ok(unsafe { bpf_get_current_task() }),
+        SRC_TASK if !USER => Ok(unsafe { bpf_get_current_task() }),
         _ => Err(-1),
     });
 }

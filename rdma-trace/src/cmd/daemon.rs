@@ -141,7 +141,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     std::fs::remove_file(&socket).ok();
     eprintln!("rdma-trace daemon: {subscribers} subscribers were sent the trailer");
     if let Some(q) = &out.file {
-        finished.account.note_left_out("capture file", &q.left_out_rows);
+        finished.account.note_left_out(q.name(), &q.left_out_rows);
     }
     eprint!("{}", finished.account.summary());
     if let Some(q) = out.file.as_ref().filter(|q| q.dropped > 0) {

@@ -122,6 +122,7 @@ impl Enricher<'_> {
             && let Some(limit) = self.memlock.of(hdr.tgid)
         {
             ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));
+            ev.unreadable.retain(|f| f != "memlock_limit");
         }
         if !is_return {
             ev.context = Some(classify(&ev.comm, &ev.stack));

@@ -206,16 +206,19 @@ fn pointee_struct<'b>(
         Type::Struct(s) | Type::Union(s) => Ok((s, btf)),
         Type::Fwd(fwd) => {
             let name = btf.resolve_name(&fwd).map_err(err)?;
-            std::iter::once(btf)
-                .chain(others.iter().copied())
-                .find_map(|b| {
-                    let types = b.resolve_types_by_name(&name).ok()?;
-                    types.into_iter().find_map(|t| if let Type::Struct(s) = t { Some((s, b)) } else { None })
-                })
+            struct_named(btf, others, &name)
                 .ok_or_else(|| BtfError::Shape(format!("struct {name} is only declared, never defined")))
         }
         other => Err(BtfError::Shape(format!("pointer to {} is not a struct", other.name()))),
     }
+}
+
+/// The definition of `struct name` in `btf`, else in one of `others`, with the BTF it is in.
+fn struct_named<'b>(btf: &'b Btf, others: &[&'b Btf], name: &str) -> Option<(btf_rs::Struct, &'b Btf)> {
+    std::iter::once(btf).chain(others.iter().copied()).find_map(|b| {
+        let types = b.resolve_types_by_name(name).ok()?;
+        types.into_iter().find_map(|t| if let Type::Struct(s) = t { Some((s, b)) } else { None })
+    })
 }
 
 /// Finds `member` in `s`, looking inside anonymous struct/union members; returns the
@@ -265,11 +268,8 @@ pub fn resolve_from_struct(
     path: &str,
     others: &[&Btf],
 ) -> Result<(Vec<u32>, u8), BtfError> {
-    let found = std::iter::once(btf).chain(others.iter().copied()).find_map(|b| {
-        let types = b.resolve_types_by_name(name).ok()?;
-        types.into_iter().find_map(|t| if let Type::Struct(s) = t { Some((s, b)) } else { None })
-    });
-    let (s, b) = found.ok_or_else(|| BtfError::Shape(format!("no struct {name} in this kernel's BTF")))?;
+    let (s, b) = struct_named(btf, others, name)
+        .ok_or_else(|| BtfError::Shape(format!("no struct {name} in this kernel's BTF")))?;
     walk(b, Start::Struct(s), path, others)
 }
 

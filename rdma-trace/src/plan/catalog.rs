@@ -229,8 +229,9 @@ const REG_MR_ENTRY: [Field; 7] = [
 const REG_MR_RET: [Field; 3] =
     [f("mr", Ret, "", PtrOrErr), f("lkey", Ret, "lkey", Hex), f("rkey", Ret, "rkey", Hex)];
 
-// 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` (include/uapi/asm-generic/
-// resource.h: the same on every architecture Linux has RDMA on).
+// 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` on x86-64 (include/uapi/
+// asm-generic/resource.h; MIPS and Alpha number it 9), the architecture the programs read
+// arguments for.
 const MEMLOCK_CUR: &str = "signal->rlim[8].rlim_cur";
 const MEMLOCK_MAX: &str = "signal->rlim[8].rlim_max";
 

@@ -5,7 +5,8 @@ use crate::plan::btf::{self, BtfSource};
 use crate::plan::catalog::{CATALOG, Field, Kind, ProbeSpec, Src};
 use crate::plan::kernel::{Symbols, TpField};
 use rdma_trace_common::{
-    Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_RET, SRC_TASK, SlotPlan, TOTAL_SLOTS,
+    Fetch, MAX_FETCH, MAX_HOPS, MAX_SLOTS, SRC_ARG0, SRC_CTX, SRC_NONE, SRC_RET, SRC_TASK, SlotPlan,
+    TOTAL_SLOTS,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -132,10 +133,14 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
     let entry = slot_plan(spec.entry, |f| {
         let param = match f.from {
             Src::Param(p) => Some(p),
+            // What the task holds is extra to the probe: a kernel whose BTF lacks the path
+            // still gets the probe, the field read as failed on every hit (shown as
+            // unreadable; the memlock limit then comes from /proc).
             Src::Task => {
-                let (offsets, size) = btf::resolve_from_struct(btf, "task_struct", f.path, &others)
-                    .map_err(|e| e.to_string())?;
-                return Ok(fetch(SRC_TASK, &offsets, size));
+                return Ok(match btf::resolve_from_struct(btf, "task_struct", f.path, &others) {
+                    Ok((offsets, size)) => fetch(SRC_TASK, &offsets, size),
+                    Err(_) => fetch(SRC_NONE, &[], 8),
+                });
             }
             _ => return Err(format!("{}: entry fields read parameters or the task", f.name)),
         };
