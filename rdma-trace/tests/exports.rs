@@ -1,7 +1,9 @@
 //! `report`, `diff` and `export` on lab captures of both kernels: golden text (insta), and
 //! the Perfetto export held to a checker written from the Trace Event Format document —
 //! the keys each phase requires, every flow id on exactly one `flow_out` and one `flow_in`
-//! slice, and the complete slices of each track properly nested.
+//! slice, and the complete slices of each track properly nested — and to the rule by which
+//! Perfetto's importer reads flows: in time order, so a flow's `flow_in` slice must start
+//! after its `flow_out` slice (else Perfetto drops it, counting `flow_end_without_start`).
 
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::cmd::report::{build, read};
@@ -24,6 +26,8 @@ pub fn check_trace_events(doc: &Value) -> Vec<String> {
     let mut wrong = Vec::new();
     let Some(events) = doc["traceEvents"].as_array() else { return vec!["no traceEvents array".into()] };
     let mut flows: HashMap<String, (u32, u32)> = HashMap::new();
+    // Per flow id: the start (µs) of its flow_out and flow_in slices.
+    let mut flow_ts: HashMap<String, (Option<f64>, Option<f64>)> = HashMap::new();
     let mut tracks: BTreeMap<(u64, u64), Vec<Span>> = BTreeMap::new();
     for (i, e) in events.iter().enumerate() {
         let ph = e["ph"].as_str().unwrap_or("");
@@ -53,11 +57,14 @@ pub fn check_trace_events(doc: &Value) -> Vec<String> {
                 wrong.push(format!("event {i}: a flow bound to a {ph} event (flows bind to slices)"));
             }
             let f = flows.entry(id.to_string()).or_default();
+            let t = flow_ts.entry(id.to_string()).or_default();
             if e["flow_out"] == Value::Bool(true) {
                 f.0 += 1;
+                t.0 = e["ts"].as_f64();
             }
             if e["flow_in"] == Value::Bool(true) {
                 f.1 += 1;
+                t.1 = e["ts"].as_f64();
             }
         }
         if ph == "X" {
@@ -76,6 +83,15 @@ pub fn check_trace_events(doc: &Value) -> Vec<String> {
     for (id, (outs, ins)) in &flows {
         if (*outs, *ins) != (1, 1) {
             wrong.push(format!("flow {id}: {outs} flow_out and {ins} flow_in slices (want one each)"));
+        }
+    }
+    for (id, t) in &flow_ts {
+        if let (Some(out), Some(inn)) = *t
+            && inn <= out
+        {
+            wrong.push(format!(
+                "flow {id}: its flow_in slice starts at {inn}, not after its flow_out at {out}"
+            ));
         }
     }
     const EPS: f64 = 1e-6;
@@ -134,7 +150,9 @@ fn the_checker_finds_what_is_wrong() {
         {"ph": "X", "name": "b", "ts": 5.0, "dur": 10.0, "pid": 1, "tid": 1},
         {"ph": "i", "name": "c", "ts": 1.0, "pid": 1, "tid": 1, "s": "t", "bind_id": "0x2", "flow_in": true},
         {"ph": "M", "name": "process_name", "pid": 1},
-        {"ph": "X", "name": "d", "ts": 1.0, "pid": 1, "tid": 2}
+        {"ph": "X", "name": "d", "ts": 1.0, "pid": 1, "tid": 2},
+        {"ph": "X", "name": "e", "ts": 20.0, "dur": 1.0, "pid": 1, "tid": 3, "bind_id": "0x3", "flow_out": true},
+        {"ph": "X", "name": "f", "ts": 19.0, "dur": 9.0, "pid": 1, "tid": 4, "bind_id": "0x3", "flow_in": true}
     ]});
     let wrong = check_trace_events(&doc).join("\n");
     for want in [
@@ -143,6 +161,7 @@ fn the_checker_finds_what_is_wrong() {
         "a flow bound to a i event",
         "metadata without args.name",
         "event 4 (X): no dur",
+        "flow \"0x3\": its flow_in slice starts at 19, not after its flow_out at 20",
     ] {
         assert!(wrong.contains(want), "{want:?} not found in:\n{wrong}");
     }

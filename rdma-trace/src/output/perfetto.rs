@@ -2,8 +2,10 @@
 //! and chrome://tracing load). A track per thread; complete slices (`ph:"X"`) for verbs
 //! calls, syscalls and kernel functions (entry → return on one thread, so they nest as
 //! the calls did); completions on their kworker's track, or on a softirq track per CPU;
-//! a flow arrow from each completion to the channel read it woke; process and thread names
-//! (`ph:"M"`); timestamps in microseconds from the first event.
+//! a flow arrow from each completion to a short `woken` slice at the end of the channel read
+//! it woke (drawn forward in time, the way Perfetto imports flows); process and thread names
+//! (`ph:"M"`, plain: the viewers add the pid and tid); timestamps in microseconds from the
+//! first event.
 
 use crate::event::{Event, EventKind, ExecContext};
 use crate::pipeline::correlate::story::Story;
@@ -14,6 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 const SOFTIRQ_TID: u32 = 1 << 30;
 /// A completion without a return seen still gets a slice this long (flows need slices).
 const MIN_DUR_US: f64 = 1.0;
+/// The `woken` slice a completion's flow lands on, at the end of the wait it ended.
+const WOKEN_NS: u64 = 1000;
 
 /// The track an event is drawn on.
 fn track(e: &Event) -> (u32, u32) {
@@ -80,7 +84,15 @@ fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
 /// pairs (indices into `events`) as flows.
 pub fn export(events: &[Event], story: &Story) -> Value {
     let (mut slices, slice_of) = slices(events);
+    let mut on_track: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+    for (i, s) in slices.iter().enumerate() {
+        on_track.entry(s.track).or_default().push(i);
+    }
+    for list in on_track.values_mut() {
+        list.sort_by_key(|&i| slices[i].start_ns);
+    }
     let mut flow = 0u64;
+    let mut woken = Vec::new();
     for ps in story.processes.values() {
         for c in &ps.completions {
             let (Some(w), Some(&from)) = (c.wakeup, slice_of.get(&c.event)) else { continue };
@@ -90,9 +102,24 @@ pub fn export(events: &[Event], story: &Story) -> Value {
             }
             flow += 1;
             slices[from].flow = Some((flow, true));
-            slices[to].flow = Some((flow, false));
+            let Some(at) = woken_span(&slices, &on_track, from, to) else {
+                // No room at the end of the wait: the arrow lands on the wait itself, which
+                // Perfetto keeps as long as the wait began after the completion.
+                slices[to].flow = Some((flow, false));
+                continue;
+            };
+            woken.push(Slice {
+                name: "woken".into(),
+                cat: "completion",
+                track: slices[to].track,
+                start_ns: at.0,
+                end_ns: Some(at.1),
+                args: serde_json::Map::from_iter([("by".to_string(), json!(slices[from].name))]),
+                flow: Some((flow, false)),
+            });
         }
     }
+    slices.extend(woken);
     let t0 = events.first().map(|e| e.ts_ns).unwrap_or(0);
     let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
     let mut trace: Vec<Value> = names(events);
@@ -120,7 +147,34 @@ pub fn export(events: &[Event], story: &Story) -> Value {
         }
         trace.push(ev);
     }
-    json!({"traceEvents": trace, "displayTimeUnit": "ns", "otherData": {"tool": "rdma-trace"}})
+    // No displayTimeUnit: Perfetto ignores it and counts it in its import stats.
+    json!({"traceEvents": trace, "otherData": {"tool": "rdma-trace"}})
+}
+
+/// Where the arrow of a completion (slice `from`) lands in the wait it ended (slice `to`):
+/// a short `woken` slice at the end of the wait, after everything nested in it and after the
+/// completion began. Perfetto imports flows in time order and drops one whose end slice
+/// starts before its start slice (a blocking read starts before the handler that wakes it).
+/// `on_track`: each track's slices in order of start.
+fn woken_span(
+    slices: &[Slice],
+    on_track: &HashMap<(u32, u32), Vec<usize>>,
+    from: usize,
+    to: usize,
+) -> Option<(u64, u64)> {
+    let (wait, handler) = (&slices[to], &slices[from]);
+    let end = wait.end_ns?;
+    let track = on_track.get(&wait.track)?;
+    let first = track.partition_point(|&i| slices[i].start_ns < wait.start_ns);
+    let nested_end = track[first..]
+        .iter()
+        .take_while(|&&i| slices[i].start_ns < end)
+        .filter(|&&i| i != to && slices[i].end_ns.is_none_or(|e| e <= end))
+        .map(|&i| slices[i].end_ns.unwrap_or(slices[i].start_ns))
+        .max()
+        .unwrap_or(wait.start_ns);
+    let start = end.saturating_sub(WOKEN_NS).max(nested_end).max(handler.start_ns + 1);
+    (start < end).then_some((start, end))
 }
 
 /// `process_name` and `thread_name` metadata for every track.
@@ -141,10 +195,10 @@ fn names(events: &[Event]) -> Vec<Value> {
     }
     let mut out: Vec<Value> = procs
         .iter()
-        .map(|(pid, name)| json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": format!("{name} [{pid}]")}}))
+        .map(|(pid, name)| json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
         .collect();
     out.extend(threads.iter().map(
-        |((pid, tid), name)| json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("{name} [{tid}]")}}),
+        |((pid, tid), name)| json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}),
     ));
     out
 }
