@@ -53,8 +53,9 @@ drain, send every subscriber the trailer, exit 0."
 uverbs mappings, the completion path per CQ, the event stream with stacks annotated. `rdma-trace tui` \
 traces here (root; `--pid`, `-- CMD` as `trace`); `--connect SOCKET` shows a daemon (no root or RDMA \
 needed); `tui FILE` replays a capture with time controls (space pauses, n steps, + and - change the \
-speed ×0.1–×100, g restarts, G jumps to the end). Keys: tab or 1-5 switch screens, arrows or j/k select, \
-/ filters, ? help, q quits."
+speed ×0.1–×100, g restarts, G jumps to the end; paused live, the rows hold still while the counts go on). \
+Keys: tab or 1-6 switch screens, arrows or j/k select, e explains the selected row's path (an MR, a mapping, a \
+CQ, an event), enter shows an event whole, / filters, ? help (esc closes), q quits."
     )]
     Tui(TuiArgs),
     /// Show the probe plan for this kernel: symbol, module, attached or skipped, and why.

@@ -79,7 +79,7 @@ fn a_refused_pin_is_explained_and_help_and_filter_show() {
     assert!(pinning.contains("REFUSED ENOMEM"), "{pinning}");
     insta::assert_snapshot!("memlock-7.3-Pinning-120x30", pinning);
     let help = render(&m, &Ui { help: true, ..Default::default() }, 80, 24);
-    assert!(help.contains("q           quit"), "{help}");
+    assert!(help.contains("? esc       close this help; q quits"), "{help}");
     let filtered =
         render(&m, &Ui { screen: 4, filter: "no-such-process".into(), ..Default::default() }, 80, 24);
     assert!(filtered.contains("events (0 kept"), "{filtered}");
@@ -352,4 +352,34 @@ fn the_status_line_keeps_loss_skips_filter_and_help_when_narrow() {
         wide.lines().last().unwrap().contains("daemon /run/rdma-trace/rdma-trace.sock │ 799 ev"),
         "{wide}"
     );
+}
+
+/// Where a narrow terminal cuts something, it says so: every tab keeps its number, a box
+/// title that does not fit ends in `…`, the help box counts the lines it has no room for,
+/// and a status line whose kept parts are still too wide ends in `…`.
+#[test]
+fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
+    let m = model("companion-7.3.jsonl");
+    for w in [24, 30, 40, 60] {
+        for screen in 0..screens::SCREENS.len() {
+            let s = render(&m, &Ui { screen, ..Default::default() }, w, 12);
+            let tabs = s.lines().next().unwrap();
+            let mut at = 0;
+            for k in 1..=6 {
+                let found = tabs[at..].find(&k.to_string());
+                assert!(found.is_some(), "at {w}: tab {k} missing: {tabs}");
+                at += found.unwrap() + 1;
+            }
+            let name = screens::SCREENS[screen];
+            assert!(tabs.contains(name) || tabs.contains('…'), "at {w}: {name} cut silently: {tabs}");
+        }
+    }
+    let cq = render(&m, &Ui { screen: 3, ..Default::default() }, 30, 24);
+    let title = cq.lines().find(|l| l.contains("┌comp")).unwrap_or_else(|| panic!("{cq}"));
+    assert!(title.contains('…'), "the CQ box's title is cut without …: {title}");
+    let help = render(&m, &Ui { help: true, ..Default::default() }, 40, 12);
+    assert!(help.contains("more lines") && help.contains('…'), "{help}");
+    let status = render(&m, &Ui::default(), 14, 6);
+    let last = status.lines().last().unwrap().trim_matches('"').trim_end();
+    assert!(last.ends_with('…'), "status line cut silently: {last:?}");
 }

@@ -1,10 +1,18 @@
-//! `rdma-trace tui FILE` in a real terminal (tmux): a lab capture at 80×24, resized to
-//! 200×60 in the middle, shows that capture's values; `q` exits 0 and the terminal's
-//! settings (`stty -a`) are the same before and after.
+//! `rdma-trace tui` in a real terminal (tmux), on a lab capture: at 80×24, resized to
+//! 200×60 in the middle, it shows that capture's values; `q` exits 0 and the terminal's
+//! settings (`stty -a`) are the same before and after. Then each thing a person does at
+//! the keys, at 80×24 and at 200×60: help on top and closed by esc, `e` on a row, an event
+//! whole, the charts' scales, and a paused live screen (fed by a stand-in daemon that
+//! streams the same capture) holding still while its counts go on.
 
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// The two sizes each key is tried at.
+const SIZES: [(u16, u16); 2] = [(80, 24), (200, 60)];
 
 struct Tmux {
     server: String,
@@ -33,6 +41,67 @@ impl Tmux {
     fn keys(&self, keys: &str) {
         self.run(&["send-keys", "-t", "t", keys]);
     }
+    /// Waits until the screen no longer shows `needle`.
+    fn wait_gone(&self, needle: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if !s.contains(needle) {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "{needle:?} stays on screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    /// Waits until `ok` holds of the screen.
+    fn wait_until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "never {what}:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rdma-trace"))
+}
+
+fn companion() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl")
+}
+
+/// `rdma-trace ARGS` in a `w`×`h` tmux window of its own.
+fn open(args: &str, w: u16, h: u16) -> Tmux {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let tmux =
+        Tmux { server: format!("rt-tui-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)) };
+    let script = format!("{} {args}; sleep 60", bin().display());
+    let (w, h) = (w.to_string(), h.to_string());
+    tmux.run(&["new-session", "-d", "-s", "t", "-x", &w, "-y", &h, "sh", "-c", &script]);
+    tmux
+}
+
+/// The companion's 7.3 capture replayed to its end in a `w`×`h` terminal.
+fn replayed(w: u16, h: u16) -> Tmux {
+    let t = open(&format!("tui {}", companion().display()), w, h);
+    t.wait_for("1 Overview");
+    t.keys("G");
+    t.wait_for("end of the capture");
+    t
+}
+
+/// The table rows of the companion's process on screen, each split in words.
+fn rows(screen: &str) -> Vec<Vec<String>> {
+    screen
+        .lines()
+        .filter(|l| l.contains("rdma-trace-work 0x") || l.contains(" rdma-trace-work ["))
+        .map(|l| l.trim_matches(|c| c == '│' || c == ' ').split_whitespace().map(String::from).collect())
+        .collect()
 }
 
 impl Drop for Tmux {
@@ -90,4 +159,178 @@ fn replaying_a_capture_in_a_terminal_resizes_and_restores_it() {
     let settings = |s: &str| s.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(settings(&before), settings(&after), "stty -a before and after");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The help box is on top: keys other than its own do nothing under it (`e` opened an
+/// explanation beneath it), and esc closes it.
+#[test]
+fn help_is_on_top_and_esc_closes_it() {
+    for (w, h) in SIZES {
+        let t = replayed(w, h);
+        t.keys("?");
+        t.wait_for("keys (? or esc closes)");
+        t.keys("e");
+        t.keys("Escape");
+        let s = t.wait_gone("keys (? or esc closes)");
+        // Keys are taken in order: had `e` opened an explanation, it would show now.
+        assert!(!s.contains("explain ("), "at {w}×{h}, e acted under the help:\n{s}");
+        t.keys("?");
+        t.wait_for("keys (? or esc closes)");
+        t.keys("?");
+        t.wait_gone("keys (? or esc closes)");
+    }
+}
+
+/// `e` on Pinning, Mmap and Completions explains the selected row: that MR's registration
+/// (its address, for the newest and the next), that mapping's mmap, that CQ's completion.
+#[test]
+fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
+    for (w, h) in SIZES {
+        let t = replayed(w, h);
+        t.keys("2");
+        let pins = rows(&t.wait_for("MRs (3"));
+        assert_eq!(pins.len(), 3, "{pins:?}");
+        for (k, row) in pins.iter().take(2).enumerate() {
+            if k == 1 {
+                t.keys("j");
+            }
+            t.keys("e");
+            let x = t.wait_for("explain (");
+            assert!(x.contains(&format!("ibv_reg_mr(addr={}", row[2])), "at {w}×{h}, MR {}:\n{x}", row[2]);
+            t.keys("Escape");
+            t.wait_gone("explain (");
+        }
+        t.keys("3");
+        let maps = rows(&t.wait_for("uverbs mappings (6)"));
+        t.keys("e");
+        let x = t.wait_for("explain (");
+        assert!(x.contains(&format!("at {},", maps[0][2])), "at {w}×{h}, mapping {}:\n{x}", maps[0][2]);
+        t.keys("Escape");
+        t.wait_gone("explain (");
+        t.keys("4");
+        let cqs = t.wait_for("completion path of CQ");
+        let handle = cqs
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("│0x").map(|r| format!("0x{}", r.split_whitespace().next().unwrap()))
+            })
+            .unwrap_or_else(|| panic!("no CQ row:\n{cqs}"));
+        t.keys("e");
+        let x = t.wait_for("explain (");
+        assert!(x.contains(&format!("CQ {handle} of rdma-trace-work")), "at {w}×{h}, CQ {handle}:\n{x}");
+    }
+}
+
+/// An event with more than its detail box holds says how much more, and enter shows it
+/// whole: its stack included.
+#[test]
+fn enter_shows_an_event_whole() {
+    for (w, h) in SIZES {
+        let t = replayed(w, h);
+        t.keys("5");
+        t.wait_for("detail (enter");
+        // The mappings' events: five fields and a stack of eight frames or more.
+        t.keys("/");
+        t.keys("vm_pgoff");
+        t.keys("Enter");
+        let s = t.wait_for("events (12 kept");
+        if h == 24 {
+            assert!(s.contains("more lines (enter"), "at {w}×{h}, the detail is cut silently:\n{s}");
+        }
+        t.keys("Enter");
+        let x = t.wait_for("whole (↑↓ scroll");
+        // The newest of them (selected): rxe_mmap's or ib_uverbs_mmap's entry, whose stack
+        // ends in the system call's entry.
+        for line in ["mmap Entry in rdma-trace-work [199]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
+        {
+            assert!(x.contains(line), "at {w}×{h}, {line:?} not in the event whole:\n{x}");
+        }
+        t.keys("Escape");
+        t.wait_gone("whole (↑↓ scroll");
+    }
+}
+
+/// The charts say their scale: the wakeup histogram its bucket width, tallest bar and
+/// range; the pin sparkline how many pins and the tallest; a CQ's rate its peak.
+#[test]
+fn charts_say_their_scale() {
+    for (w, h) in SIZES {
+        let t = replayed(w, h);
+        let o = t.wait_for("bars: last 3 pins,");
+        assert!(o.contains("bars /s, peak"), "at {w}×{h}:\n{o}");
+        t.keys("4");
+        let s = t.wait_until("the histogram's caption", |s| {
+            s.contains("completion path of") && s.contains(" range, ")
+        });
+        let lines: Vec<&str> = s.lines().collect();
+        let bottom = lines.iter().rposition(|l| l.starts_with('└')).unwrap();
+        let axis: Vec<&str> =
+            lines[bottom - 1].trim_matches(|c| c == '│' || c == ' ').split_whitespace().collect();
+        assert!(
+            axis.len() == 2 && axis.iter().all(|v| v.ends_with("µs") || v.ends_with("ms")),
+            "at {w}×{h}, no range under the histogram: {:?}\n{s}",
+            lines[bottom - 1]
+        );
+    }
+}
+
+/// A stand-in daemon: takes a subscriber's hello on `socket` and streams the companion's
+/// capture to it, a record every 5 ms, as the daemon streams what it traces.
+fn stream_capture(socket: &Path) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    let text = std::fs::read_to_string(companion()).unwrap();
+    std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut hello = String::new();
+        std::io::BufReader::new(&conn).read_line(&mut hello).unwrap();
+        let mut out = &conn;
+        for line in text.lines() {
+            if writeln!(out, "{line}").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+}
+
+/// The events counted on the status line.
+fn counted(screen: &str) -> u64 {
+    let status = screen.lines().rev().find(|l| l.contains(" lost")).unwrap_or("");
+    let part = status.split('│').find(|p| p.contains(" ev")).unwrap_or("");
+    part.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// The Events list as shown (the rows between its top border and the detail box).
+fn listed(screen: &str) -> Vec<String> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let top = lines.iter().position(|l| l.starts_with("┌events")).unwrap_or(0);
+    let end = lines.iter().position(|l| l.starts_with("┌detail")).unwrap_or(lines.len());
+    lines[top + 1..end].iter().map(|l| l.to_string()).collect()
+}
+
+/// Paused on a live source (a daemon), the rows hold still while the event count goes on;
+/// unpaused, they move again.
+#[test]
+fn paused_live_rows_hold_still_while_the_counts_go_on() {
+    for (w, h) in SIZES {
+        let dir = std::env::temp_dir().join(format!("rt-tui-live-{}-{w}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("daemon.sock");
+        std::fs::remove_file(&socket).ok();
+        let daemon = stream_capture(&socket);
+        let t = open(&format!("tui --connect {}", socket.display()), w, h);
+        t.keys("5");
+        t.wait_until("100 events", |s| counted(s) >= 100);
+        t.keys(" ");
+        let paused = t.wait_for("PAUSED");
+        let at = counted(&paused);
+        let later = t.wait_until("200 more events counted while paused", |s| counted(s) >= at + 200);
+        assert_eq!(listed(&later), listed(&paused), "at {w}×{h}, the rows moved while paused:\n{later}");
+        t.keys(" ");
+        let held = listed(&later);
+        t.wait_until("the rows moving again", |s| !s.contains("PAUSED") && listed(s) != held);
+        drop(t);
+        daemon.join().ok();
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

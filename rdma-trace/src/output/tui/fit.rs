@@ -120,6 +120,64 @@ pub fn keep_end(s: &str, w: u16) -> String {
     format!("…{}", tail.iter().rev().collect::<String>())
 }
 
+/// Styled pieces of one line in at most `w` cells: all of them if they fit; else the piece
+/// that reaches the edge ends in `…` and those after it go (each keeps its style).
+pub fn cut_spans(spans: Vec<Span<'static>>, w: u16) -> Vec<Span<'static>> {
+    if spans.iter().map(|s| width(&s.content)).sum::<u16>() <= w {
+        return spans;
+    }
+    let mut out = Vec::new();
+    let mut left = w;
+    for s in spans {
+        let sw = width(&s.content);
+        if left == 0 {
+            break;
+        }
+        if sw < left {
+            left -= sw;
+            out.push(s);
+            continue;
+        }
+        let text = match (sw > left, left) {
+            (true, _) => cut(&s.content, left),
+            (false, 1) => "…".to_string(),
+            (false, _) => cut(&s.content, left - 1),
+        };
+        out.push(Span::styled(text, s.style));
+        break;
+    }
+    out
+}
+
+/// Tab titles ("1 Overview") in at most `w` cells as ratatui's `Tabs` lays them out (one
+/// cell of padding each side, a one-cell divider between): whole if they fit; else the
+/// screens not shown are abbreviated ("2 Pin"), then only numbered ("2"); the shown one
+/// stays named, cut with `…` only when nothing else is left to give.
+pub fn tabs(names: &[&str], selected: usize, w: u16) -> Vec<String> {
+    let laid = |t: &[String]| t.iter().map(|s| width(s) + 2).sum::<u16>() + t.len().saturating_sub(1) as u16;
+    let form = |short: usize| -> Vec<String> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| match (i == selected, short) {
+                (true, _) | (_, 0) => format!("{} {n}", i + 1),
+                (false, 1) => format!("{} {}", i + 1, n.chars().take(3).collect::<String>()),
+                (false, _) => (i + 1).to_string(),
+            })
+            .collect()
+    };
+    for short in 0..3 {
+        let t = form(short);
+        if laid(&t) <= w {
+            return t;
+        }
+    }
+    let mut t = form(2);
+    let others = laid(&t) - width(&t[selected]);
+    t[selected] = cut(&t[selected], w.saturating_sub(others));
+    t
+}
+
 /// The cells and gaps the shown columns (`Some` width) take.
 fn total(widths: &[Option<u16>]) -> u16 {
     let shown: Vec<u16> = widths.iter().flatten().copied().collect();
@@ -220,6 +278,39 @@ mod tests {
 
     fn one_mr() -> Vec<Vec<Text>> {
         rows(&[&["199 rdma-trace-work", "0x7fd062d6c000", "256", "LOCAL_WRITE"]])
+    }
+
+    const NAMES: [&str; 6] = ["Overview", "Pinning", "Mmap", "Completions", "Events", "Steps"];
+
+    #[test]
+    fn tabs_give_way_to_initials_then_numbers_and_the_shown_one_stays_named() {
+        let laid = |t: &[String]| t.iter().map(|s| width(s) + 2).sum::<u16>() + t.len() as u16 - 1;
+        let whole = tabs(&NAMES, 3, 80);
+        assert_eq!(whole[0], "1 Overview");
+        assert_eq!(laid(&whole), 70);
+        let short = tabs(&NAMES, 3, 60);
+        assert_eq!(short, ["1 Ove", "2 Pin", "3 Mma", "4 Completions", "5 Eve", "6 Ste"]);
+        let numbers = tabs(&NAMES, 3, 40);
+        assert_eq!(numbers, ["1", "2", "3", "4 Completions", "5", "6"]);
+        let cut = tabs(&NAMES, 3, 30);
+        assert_eq!(cut[3], "4 Compl…");
+        for w in [24, 30, 40, 60, 80] {
+            assert!(laid(&tabs(&NAMES, 3, w)) <= w, "{w}");
+        }
+    }
+
+    #[test]
+    fn spans_cut_at_the_edge_end_in_an_ellipsis_and_keep_their_styles() {
+        let red = Style::new().fg(ratatui::style::Color::Red);
+        let spans = || vec![Span::raw("12 ev │ "), Span::styled("3 lost", red), Span::raw(" │ ? help")];
+        assert_eq!(cut_spans(spans(), 22).len(), 3);
+        let cut = cut_spans(spans(), 12);
+        let text: String = cut.iter().map(|s| s.content.to_string()).collect();
+        assert_eq!(text, "12 ev │ 3 l…");
+        assert_eq!(cut[1].style, red);
+        // A piece that ends exactly at the edge, with more after it, still says `…`.
+        let text: String = cut_spans(spans(), 14).iter().map(|s| s.content.to_string()).collect();
+        assert_eq!(text, "12 ev │ 3 lo…");
     }
 
     #[test]

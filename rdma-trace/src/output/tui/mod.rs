@@ -190,14 +190,22 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
     let mut term = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
     let mut ui = Ui { speed_x10: replay.then_some(10), ..Default::default() };
     let mut model = Model::default();
+    // Live and paused: the rows shown hold still while the counts go on (a replay's source
+    // stops instead, and `n` steps it, so a replay shows every snapshot).
+    let mut held = false;
     let mut frames = Frames::default();
     let (t0, mut key_read) = (Instant::now(), None::<Instant>);
     let result = (|| -> anyhow::Result<()> {
         loop {
-            if let Some(m) = slot.lock().ok().and_then(|mut s| s.take()) {
-                model = m;
-            }
             ui.paused = control.paused.load(Ordering::Relaxed);
+            if let Some(m) = slot.lock().ok().and_then(|mut s| s.take()) {
+                if held && ui.paused {
+                    model.counts_from(&m);
+                } else {
+                    model = m;
+                }
+            }
+            held = ui.paused && !replay;
             term.draw(|f| screens::draw(f, &model, &ui))?;
             frames.drawn += 1;
             if let Some(t) = key_read.take() {
@@ -234,10 +242,22 @@ fn key(
     replay: bool,
 ) -> bool {
     use ratatui::crossterm::event::KeyCode;
+    // The help box is on top of everything: it answers only its own keys.
+    if ui.help {
+        match code {
+            KeyCode::Char('q') => return true,
+            KeyCode::Esc | KeyCode::Char('?') => ui.help = false,
+            _ => {}
+        }
+        return false;
+    }
     if ui.explain.is_some() {
         match code {
             KeyCode::Char('q') => return true,
-            KeyCode::Esc | KeyCode::Char('e') => ui.explain = None,
+            KeyCode::Char('?') => ui.help = true,
+            KeyCode::Esc | KeyCode::Char('e') | KeyCode::Enter => {
+                (ui.explain, ui.explain_title) = (None, None)
+            }
             KeyCode::Down | KeyCode::Char('j') => ui.explain_scroll = ui.explain_scroll.saturating_add(1),
             KeyCode::Up | KeyCode::Char('k') => ui.explain_scroll = ui.explain_scroll.saturating_sub(1),
             KeyCode::PageDown => ui.explain_scroll = ui.explain_scroll.saturating_add(10),
@@ -271,8 +291,17 @@ fn key(
         }
         KeyCode::Esc => ui.filter.clear(),
         KeyCode::Char('?') => ui.help = !ui.help,
-        KeyCode::Char('e') if screens::SCREENS[ui.screen] == "Events" => {
-            (ui.explain, ui.explain_scroll) = (Some(lesson::explanation(model, ui)), 0);
+        KeyCode::Char('e') => {
+            (ui.explain, ui.explain_title, ui.explain_scroll) =
+                (Some(lesson::explanation(model, ui)), None, 0);
+        }
+        KeyCode::Enter if screens::SCREENS[ui.screen] == "Events" => {
+            let shown = screens::shown_events(model, ui);
+            if let Some(e) = shown.get(ui.selected.min(shown.len().saturating_sub(1))) {
+                let title = format!("{} whole (↑↓ scroll, enter or esc close)", e.name);
+                ui.explain = Some(screens::event_detail(e).join("\n"));
+                (ui.explain_title, ui.explain_scroll) = (Some(title), 0);
+            }
         }
         KeyCode::Char(' ') => {
             control.paused.fetch_xor(true, Ordering::Relaxed);

@@ -36,7 +36,8 @@ pub struct MrRow {
     umem: Option<u64>,
     /// The restrack id, for an MR from the tables: `mr_dereg` ends it.
     mr_id: Option<u32>,
-    tid: u32,
+    /// The thread that registered it (its keys and its explanation are found by it).
+    pub tid: u32,
 }
 
 impl MrRow {
@@ -171,6 +172,18 @@ impl Model {
     /// An empty model of events from `source`.
     pub fn new(source: String) -> Self {
         Model { source, ..Default::default() }
+    }
+
+    /// The counts of a newer snapshot (events, losses, rate, how the source stands), the
+    /// rows kept as they are: what a paused live screen shows.
+    pub fn counts_from(&mut self, newer: &Model) {
+        self.events_total = newer.events_total;
+        self.lost_total = newer.lost_total;
+        self.not_sent = newer.not_sent;
+        self.rate = newer.rate;
+        self.position = newer.position;
+        self.finished.clone_from(&newer.finished);
+        (self.attached, self.skipped) = (newer.attached, newer.skipped);
     }
 
     pub fn header(&mut self, h: &Header) {

@@ -3,13 +3,13 @@
 
 use super::fit;
 use super::model::{CqRow, Model};
-use super::screens::{SCREENS, bytes, ns};
+use super::screens::{SCREENS, bytes, ns, titled};
 use crate::pipeline::render;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Gauge, Paragraph, Sparkline};
+use ratatui::widgets::{Gauge, Paragraph, Sparkline};
 
 /// Logical lines of tokens, each wrapped to `w` cells between its tokens (a token is
 /// never split; one wider than `w` is cut with `…`). A line starts at its indent, and
@@ -75,14 +75,26 @@ pub fn draw(f: &mut Frame, area: Rect, m: &Model) {
 
 /// A gauge per process (pinned against its memlock limit), then pin latency.
 fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
-    let block = Block::bordered().title("Pinning");
+    let block = titled("Pinning", pin);
     let inner = block.inner(pin);
     f.render_widget(block, pin);
     let mut procs: Vec<_> = m.procs.values().filter(|p| p.mrs_total > 0 || p.refused > 0).collect();
     procs.sort_by_key(|p| std::cmp::Reverse((p.pinned, p.mrs_live, p.mrs_total)));
     let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
-    let mut latency =
-        wrap(&[(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])], inner.width);
+    // The sparkline below: a bar per pin, the newest on the right, its scale said.
+    let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
+    let said = vec![(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])];
+    let mut latency = wrap(&said, inner.width);
+    // The scale only where the bars get rows of their own after a process (or the line
+    // counting the processes): a short box keeps its rows for those.
+    if let Some(max) = spark.iter().max() {
+        let n = spark.len();
+        let scale = [(0, vec![format!("bars: last {n} pins,"), format!("tallest {}", ns(Some(*max)))])];
+        let scale = wrap(&scale, inner.width);
+        if (latency.len() + scale.len() + 4) as u16 <= inner.height {
+            latency.extend(scale);
+        }
+    }
     if latency.len() as u16 > inner.height {
         latency = vec![Line::from(fit::cut(&format!("pin p50 {p50} p99 {p99}"), inner.width))];
     }
@@ -129,7 +141,6 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
         );
     }
     f.render_widget(Paragraph::new(latency), parts[n_rows]);
-    let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
     f.render_widget(Sparkline::default().data(&spark), parts[n_rows + 1]);
 }
 
@@ -154,7 +165,7 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
             lines.push((2, format!("{c} × {k}").split(' ').map(String::from).collect()));
         }
     }
-    let block = Block::bordered().title("Mmap");
+    let block = titled("Mmap", map);
     let inner = block.inner(map);
     let mut text = wrap(&lines, inner.width);
     if text.len() > inner.height as usize {
@@ -168,12 +179,13 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
 
 /// Per CQ a rate sparkline, the context, wakeup latency.
 fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
-    let block = Block::bordered().title("Completions");
+    let block = titled("Completions", comp);
     let inner = block.inner(comp);
     f.render_widget(block, comp);
     let mut cqs: Vec<&CqRow> = m.cqs.values().collect();
     cqs.sort_by_key(|c| std::cmp::Reverse(c.completions));
     let labels = fitting(&cqs, inner.height, 1, |c| {
+        let peak = c.per_second.iter().max().copied().unwrap_or(0);
         let mut ran: Vec<String> = vec![c.completions.to_string()];
         let n = c.by_context.len();
         for (k, (ctx, count)) in c.by_context.iter().enumerate() {
@@ -185,6 +197,7 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
             "wake".into(),
             format!("p50 {}", ns(c.wakeup_ns.quantile(0.5))),
             format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
+            format!("· bars /s, peak {peak}"),
         ];
         let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
         wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)

@@ -2,7 +2,7 @@
 //! TestBackend and insta snapshots on lab captures).
 
 use super::fit::{self, Col, Text};
-use super::model::{CqRow, Model, Samples};
+use super::model::{CqRow, MapRow, Model, MrRow, Samples};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
 use ratatui::Frame;
@@ -25,9 +25,16 @@ pub struct Ui {
     pub paused: bool,
     /// Replay speed ×10 (10 = real time), for the status line.
     pub speed_x10: Option<u32>,
-    /// The explanation open over the screen (`e`), and how far it is scrolled.
+    /// The text open over the screen (`e`: an explanation; enter: an event whole), its
+    /// title when it is not an explanation, and how far it is scrolled.
     pub explain: Option<String>,
+    pub explain_title: Option<String>,
     pub explain_scroll: u16,
+}
+
+/// A bordered box whose title fits it (cut with `…` when the box is narrow).
+pub fn titled(title: &str, area: Rect) -> Block<'static> {
+    Block::bordered().title(fit::cut(title, area.width.saturating_sub(2)))
 }
 
 /// A duration as the screens write it (`-` when there is none yet).
@@ -59,7 +66,7 @@ fn matches(ui: &Ui, fields: &[String]) -> bool {
 pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     let [tabs, body, status] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(f.area());
-    let titles: Vec<String> = SCREENS.iter().enumerate().map(|(i, s)| format!("{} {s}", i + 1)).collect();
+    let titles = fit::tabs(&SCREENS, ui.screen, tabs.width);
     f.render_widget(
         Tabs::new(titles).select(ui.screen).highlight_style(Style::new().add_modifier(Modifier::REVERSED)),
         tabs,
@@ -74,7 +81,8 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     }
     status_line(f, status, m, ui);
     if let Some(text) = &ui.explain {
-        super::lesson::draw(f, body, text, ui.explain_scroll);
+        let title = ui.explain_title.as_deref().unwrap_or(super::lesson::TITLE);
+        super::lesson::draw(f, body, title, text, ui.explain_scroll);
     }
     if ui.help {
         help(f, body);
@@ -146,7 +154,9 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             }
         }
     }
-    f.render_widget(Paragraph::new(Line::from(parts.into_iter().map(|(s, _)| s).collect::<Vec<_>>())), area);
+    // What always stays may still be wider than a very narrow terminal: it ends in `…`.
+    let spans = fit::cut_spans(parts.into_iter().map(|(s, _)| s).collect(), area.width);
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
 /// `source` in at most `w` cells: "daemon /a/long/path.sock" keeps its first word and
@@ -174,7 +184,7 @@ fn table<'a>(cols: &[Col], rows: Vec<Vec<Text>>, title: String, area: Rect) -> T
     let inner = area.width.saturating_sub(2);
     let fit = fit::fit(cols, &rows, inner);
     let title = match fit.hidden.len() {
-        0 => title,
+        0 => fit::cut(&title, inner),
         n => {
             let named = format!("{title} · no room for {}", fit.hidden.join(", "));
             let counted = format!("{title} · {n} hidden");
@@ -209,22 +219,35 @@ fn table_state(ui: &Ui, len: usize) -> TableState {
     TableState::default().with_selected(if len == 0 { None } else { Some(ui.selected.min(len - 1)) })
 }
 
-fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let rows: Vec<Vec<Text>> = m
-        .mrs
+/// The MRs the Pinning screen lists, newest first, filtered: its rows, and what `e`
+/// explains.
+pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
+    let key = |k: Option<u64>| k.map(|k| format!("{k:#x}")).unwrap_or_default();
+    m.mrs
         .iter()
         .rev()
-        .filter(|r| {
-            matches(
-                ui,
-                &[
-                    r.pid.to_string(),
-                    r.comm.clone(),
-                    r.lkey.map(|k| format!("{k:#x}")).unwrap_or_default(),
-                    r.rkey.map(|k| format!("{k:#x}")).unwrap_or_default(),
-                ],
-            )
+        .filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone(), key(r.lkey), key(r.rkey)]))
+        .collect()
+}
+
+/// The mappings the Mmap screen lists, newest first, filtered.
+pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
+    m.maps.iter().rev().filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone()])).collect()
+}
+
+/// The CQs the Completions screen lists, filtered.
+pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
+    m.cqs
+        .values()
+        .filter(|c| {
+            matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), c.pid.unwrap_or(0).to_string()])
         })
+        .collect()
+}
+
+fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
+    let rows: Vec<Vec<Text>> = shown_mrs(m, ui)
+        .into_iter()
         .map(|r| {
             let state = match (r.refused, r.live) {
                 (Some(errno), _) => {
@@ -274,11 +297,8 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 }
 
 fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let rows: Vec<Vec<Text>> = m
-        .maps
-        .iter()
-        .rev()
-        .filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone()]))
+    let rows: Vec<Vec<Text>> = shown_maps(m, ui)
+        .into_iter()
         .map(|r| {
             vec![
                 t(format!("{} {}", r.pid, render::printable(&r.comm))),
@@ -304,13 +324,7 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 }
 
 fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let cqs: Vec<&CqRow> = m
-        .cqs
-        .values()
-        .filter(|c| {
-            matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), c.pid.unwrap_or(0).to_string()])
-        })
-        .collect();
+    let cqs = shown_cqs(m, ui);
     let [list, chain] =
         Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
     let rows: Vec<Vec<Text>> = cqs
@@ -348,28 +362,65 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),
         format!("       └─ channel read returns      +{}", p50_p99(&c.wakeup_ns)),
         format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns)),
-        String::new(),
-        format!("wakeup latency over {} completions:", c.wakeup_ns.0.len()),
     ];
-    let [text, hist] =
-        Layout::vertical([Constraint::Length(6), Constraint::Min(0)]).areas(Block::bordered().inner(chain));
-    f.render_widget(Block::bordered().title(format!("completion path of CQ {:#x}", c.handle)), chain);
+    let block = titled(&format!("completion path of CQ {:#x}", c.handle), chain);
+    let [text, caption, hist, axis] = Layout::vertical([
+        Constraint::Length(4),
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(block.inner(chain));
+    f.render_widget(block, chain);
     let lines: Vec<Line> = lines.iter().map(|l| Line::from(fit::cut(l, text.width))).collect();
     f.render_widget(Paragraph::new(lines), text);
-    let buckets = histogram(&c.wakeup_ns, hist.width as usize);
-    f.render_widget(Sparkline::default().data(&buckets).style(Style::new().fg(Color::Yellow)), hist);
+    let Some(h) = histogram(&c.wakeup_ns, hist.width as usize) else {
+        f.render_widget(Paragraph::new(fit::cut("no wakeup measured yet", caption.width)), caption);
+        return;
+    };
+    let tallest = h.counts.iter().max().copied().unwrap_or(0);
+    let forms = [
+        format!(
+            "wakeup latency of the last {} completions: a bar per {} range, the tallest {tallest}",
+            c.wakeup_ns.0.len(),
+            ns(Some(h.step))
+        ),
+        format!("wakeup, last {}: bar = {} range, tallest {tallest}", c.wakeup_ns.0.len(), ns(Some(h.step))),
+    ];
+    let line = forms.iter().find(|l| fit::width(l) <= caption.width).unwrap_or(&forms[1]);
+    f.render_widget(Paragraph::new(fit::cut(line, caption.width)), caption);
+    f.render_widget(Sparkline::default().data(&h.counts).style(Style::new().fg(Color::Yellow)), hist);
+    f.render_widget(Paragraph::new(axis_line(&ns(Some(h.lo)), &ns(Some(h.hi)), axis.width)), axis);
+}
+
+/// A histogram of samples: `counts` in buckets of `step` from `lo` to `hi`.
+struct Hist {
+    counts: Vec<u64>,
+    lo: u64,
+    hi: u64,
+    step: u64,
 }
 
 /// Samples in `n` buckets between their minimum and maximum (a histogram for a sparkline).
-fn histogram(s: &Samples, n: usize) -> Vec<u64> {
-    let (Some(lo), Some(hi)) = (s.0.iter().min(), s.0.iter().max()) else { return Vec::new() };
+fn histogram(s: &Samples, n: usize) -> Option<Hist> {
+    let (lo, hi) = (*s.0.iter().min()?, *s.0.iter().max()?);
     let n = n.max(1);
-    let width = (hi - lo) / n as u64 + 1;
-    let mut out = vec![0; n];
+    let step = (hi - lo) / n as u64 + 1;
+    let mut counts = vec![0; n];
     for v in &s.0 {
-        out[(((v - lo) / width) as usize).min(n - 1)] += 1;
+        counts[(((v - lo) / step) as usize).min(n - 1)] += 1;
     }
-    out
+    Some(Hist { counts, lo, hi, step })
+}
+
+/// A scale under a chart: `left` at its left edge, `right` at its right edge (just `left`
+/// when both do not fit).
+pub fn axis_line(left: &str, right: &str, w: u16) -> String {
+    let gap = w.saturating_sub(fit::width(left) + fit::width(right));
+    if gap == 0 {
+        return fit::cut(left, w);
+    }
+    format!("{left}{}{right}", " ".repeat(gap as usize))
 }
 
 /// The events the Events screen lists, newest first, filtered.
@@ -392,22 +443,34 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let n = rows.len();
     let t = Table::new(rows, [Constraint::Min(10)])
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-        .block(Block::bordered().title(format!("events ({n} kept, newest first)")));
+        .block(titled(&format!("events ({n} kept, newest first)"), list));
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(e) = shown.get(ui.selected.min(n.saturating_sub(1))) else { return };
-    let mut lines =
-        vec![Line::from(format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), e.pid))];
-    lines.extend(
-        e.fields.iter().map(|(k, v)| Line::from(format!("  {k} = {}", render::text(e.render_of(k), *v)))),
-    );
+    // A line a field or a frame, each cut with `…`; what does not fit is counted on the
+    // last row, and enter shows the event whole (scrolling).
+    let block = titled("detail (enter: the whole event)", detail);
+    let inner = block.inner(detail);
+    let all = event_detail(e);
+    let room = inner.height as usize;
+    let mut lines: Vec<Line> = all.iter().take(room).map(|l| Line::from(fit::cut(l, inner.width))).collect();
+    if all.len() > room && room > 0 {
+        lines.truncate(room - 1);
+        let more = format!("… {} more lines (enter: the whole event)", all.len() - (room - 1));
+        lines.push(Line::styled(fit::cut(&more, inner.width), Style::new().add_modifier(Modifier::DIM)));
+    }
+    f.render_widget(Paragraph::new(lines).block(block), detail);
+}
+
+/// An event whole, a line each: what and where, its fields, its stack (frames the catalog
+/// knows are annotated).
+pub fn event_detail(e: &crate::event::Event) -> Vec<String> {
+    let mut lines = vec![format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), e.pid)];
+    lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::text(e.render_of(k), *v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
-        lines.push(Line::from(format!("  {frame}{note}")));
+        lines.push(format!("  {frame}{note}"));
     }
-    f.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title("detail")),
-        detail,
-    );
+    lines
 }
 
 /// The companion's steps, newest first; the selected one's events and checks below.
@@ -470,32 +533,41 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         .collect();
     lines.extend(s.events.iter().map(|e| Line::from(e.clone())));
     let title = format!("{} (pid {} thread {}): {} events", s.name, s.pid, s.tid, s.events.len());
-    f.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(Block::bordered().title(title)),
-        detail,
-    );
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(titled(&title, detail)), detail);
 }
 
+/// The help box's lines: a key and what it does.
+pub const HELP: [&str; 14] = [
+    "tab / 1-6   switch screens",
+    "↑↓ j k      select a row",
+    "e           explain the selected row's path (MR, mapping,",
+    "            CQ, event); ↑↓ scroll it, e or esc close it",
+    "enter       the selected event whole (Events)",
+    "/           filter by pid, comm, lkey, rkey, CQ; esc clears",
+    "space       pause: a replay stops; live, the screen holds",
+    "            still while the counts go on",
+    "n           step one event (paused replay)",
+    "+ -         replay speed ×0.1 … ×100",
+    "g G         replay from the start / to the end",
+    "? esc       close this help; q quits",
+    "LW|RW|RR    access flags, as initials when narrow",
+    "no room for, N hidden   columns left out when narrow",
+];
+
+/// The keys, over the middle of the body: each line cut with `…` when the box is narrow,
+/// and a last line counting what a short terminal has no room for.
 fn help(f: &mut Frame, area: Rect) {
-    let w = area.width.min(60);
-    let h = area.height.min(14);
+    let w = area.width.min(62);
+    let h = area.height.min(HELP.len() as u16 + 2);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    let inner = w.saturating_sub(2);
+    let room = h.saturating_sub(2) as usize;
+    let mut lines: Vec<Line> = HELP.iter().take(room).map(|l| Line::from(fit::cut(l, inner))).collect();
+    if HELP.len() > room && room > 0 {
+        lines.truncate(room - 1);
+        let more = format!("… {} more lines (a taller terminal shows them)", HELP.len() - (room - 1));
+        lines.push(Line::from(fit::cut(&more, inner)));
+    }
     f.render_widget(Clear, r);
-    f.render_widget(
-        Paragraph::new(vec![
-            Line::from("tab / 1-6   switch screens"),
-            Line::from("↑↓ j k      select a row"),
-            Line::from("/           filter by pid, comm, lkey, rkey, CQ"),
-            Line::from("space       pause (a replay stops; live keeps counting)"),
-            Line::from("+ -         replay speed ×0.1 … ×100"),
-            Line::from("n           step one event (paused replay)"),
-            Line::from("e           explain the selected event's path (Events)"),
-            Line::from("g G         replay from the start / to the end"),
-            Line::from("q           quit"),
-            Line::from("LW|RW|RR    access flags, as initials when narrow"),
-            Line::from("no room for, N hidden   columns left out when narrow"),
-        ])
-        .block(Block::bordered().title("keys")),
-        r,
-    );
+    f.render_widget(Paragraph::new(lines).block(titled("keys (? or esc closes)", r)), r);
 }
