@@ -5,7 +5,9 @@
 //! Every build of this crate (check, clippy, test, release, the fuzz build) has its own
 //! OUT_DIR, but the eBPF object does not depend on which: they all share one eBPF build in
 //! `<target>/bpf`, so a gate compiles it (and `core` for the BPF target) once, not five
-//! times. The nested cargo's lock on that directory keeps concurrent builds apart.
+//! times. The nested cargo's lock on that directory keeps concurrent builds of it apart; the
+//! copy into OUT_DIR afterwards is not under that lock (two builds of different eBPF sources
+//! at once may embed the newer object).
 use anyhow::{Context as _, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,13 +19,17 @@ const OBJECT: &str = "rdma-trace";
 fn main() -> anyhow::Result<()> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let workspace = manifest.parent().context("rdma-trace has a parent directory")?;
-    // The object is built from these two crates; a change to either builds it again.
-    for dir in ["rdma-trace-ebpf", "rdma-trace-common"] {
+    // The object is built from these two crates, with the workspace's profile and locked
+    // versions (aya-ebpf); a change to any of them builds it again.
+    for dir in ["rdma-trace-ebpf", "rdma-trace-common", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
-    let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => PathBuf::from(d),
+    // A relative CARGO_TARGET_DIR is taken from the workspace root, where cargo (and
+    // `cargo xtask`) is run from; the nested build and the copy below use the same path.
+    let target_dir = match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(d) if d.is_relative() => workspace.join(d),
+        Some(d) => d,
         None => workspace.join("target"),
     }
     .join("bpf");

@@ -275,7 +275,8 @@ fn charts_say_their_scale() {
 }
 
 /// A stand-in daemon: takes a subscriber's hello on `socket` and streams the companion's
-/// capture to it, a record every 5 ms, as the daemon streams what it traces.
+/// capture's events to it, a record every 5 ms, again and again until the subscriber goes
+/// (a slow machine never runs out of stream before the test has seen what it waits for).
 fn stream_capture(socket: &Path) -> std::thread::JoinHandle<()> {
     let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
     let text = std::fs::read_to_string(companion()).unwrap();
@@ -284,11 +285,13 @@ fn stream_capture(socket: &Path) -> std::thread::JoinHandle<()> {
         let mut hello = String::new();
         std::io::BufReader::new(&conn).read_line(&mut hello).unwrap();
         let mut out = &conn;
-        for line in text.lines() {
-            if writeln!(out, "{line}").is_err() {
-                return;
+        loop {
+            for line in text.lines() {
+                if writeln!(out, "{line}").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
     })
 }

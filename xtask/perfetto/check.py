@@ -10,7 +10,8 @@ error, no data loss, and none of the "info" stats in which Perfetto counts what 
 without a badge (flow_end_without_start and its kind).
 
 An SVG passes when chromium draws every frame (a <g> with a title and a rect), each frame's
-label fits inside its rect, and every frame wide enough for three characters has one.
+label fits inside its rect, and every frame wide enough for three characters (7.5 px each,
+as the graph allows them, and 4 px of padding) has one.
 
 usage: check.py [--svg F.svg ...] [--shots DIR] TRACE.json ...
 prints one line per file; exit 1 when any file fails, 2 when the UI cannot run.
@@ -59,7 +60,7 @@ SVG_JS = """() => {
       labelled++;
       const used = t.getComputedTextLength() + (t.getBBox().x - r.getBBox().x);
       if (used > w + 0.5) bad.push(`${name}: label "${label}" takes ${used.toFixed(1)} px of ${w.toFixed(1)}`);
-    } else if (w >= 3 * 7.2 + 4) {
+    } else if (w >= 3 * 7.5 + 4) {  // room for three characters as the graph allows them
       bad.push(`${name}: ${w.toFixed(1)} px wide and no label`);
     }
   }
@@ -125,6 +126,8 @@ def check_trace(page, origin, path, shots):
                 if slices.get(n, 0) != imported.get(n, 0)}
         problems.append("slices (file, Perfetto) differ: %s" % dict(sorted(diff.items())[:8]))
     n_flows = got["flows"][0]["n"]
+    if flows == 0:
+        problems.append("no flow in the file: every export checked here has completions to draw")
     if n_flows != flows or unpaired:
         problems.append("flows: the file pairs %d, Perfetto imported %d%s" % (
             flows, n_flows, "; bind_ids not one out and one in: %s" % unpaired[:5] if unpaired else ""))
@@ -180,14 +183,15 @@ def main():
             ctx.set_default_timeout(120_000)
             # Nothing leaves this machine: only the UI served here is let through.
             ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(origin + "/") else r.abort())
-            page = ctx.new_page()
             errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            jobs = [(t, check_trace, (page, origin, t, a.shots)) for t in a.traces]
-            jobs += [(s, check_svg, (page, s, a.shots)) for s in a.svg]
+            jobs = [(t, check_trace, (origin, t, a.shots)) for t in a.traces]
+            jobs += [(s, check_svg, (s, a.shots)) for s in a.svg]
             for path, fn, args in jobs:
+                # A page of its own for each file: nothing of the last one is left in it.
+                page = ctx.new_page()
+                page.on("pageerror", lambda e: errors.append(str(e)))
                 try:
-                    problems, said = fn(*args)
+                    problems, said = fn(page, *args)
                 except Exception as e:  # the UI did not load it: a failure of this file
                     problems, said = ["not loaded: %s" % str(e).splitlines()[0]], ""
                 problems += ["page error: %s" % e for e in errors]
@@ -199,6 +203,7 @@ def main():
                         print("     %s" % pr)
                 else:
                     print("ok   %s: %s" % (path, said))
+                page.close()
             browser.close()
     finally:
         srv.shutdown()

@@ -70,7 +70,9 @@ fn main() {
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),
         Cmd::Guides(a) => guides::run(&a),
-        Cmd::PerfettoCheck(a) => setup::run().and_then(|()| perfetto::run(&a)),
+        Cmd::PerfettoCheck(a) => {
+            setup::for_lab().and_then(|()| setup::perfetto_ui()).and_then(|()| perfetto::run(&a))
+        }
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -7,13 +7,17 @@
 
 use crate::util::{self, step};
 use anyhow::{Result, bail};
-use std::path::PathBuf;
+use std::path::Path;
+use std::time::SystemTime;
 
 #[derive(clap::Args, Default)]
 pub struct PerfettoArgs {
     /// Only the committed examples in docs/examples/ (not the lab's captures).
     #[arg(long)]
     pub examples_only: bool,
+    /// (The gate's) every lab capture must be there and written after this.
+    #[arg(skip)]
+    pub fresh_since: Option<SystemTime>,
 }
 
 /// Lab captures exported and checked, under target/lab/out/<series>/.
@@ -32,7 +36,13 @@ pub fn run(a: &PerfettoArgs) -> Result<()> {
         for series in ["trixie", "trixie-backports"] {
             for capture in LAB_CAPTURES {
                 let input = lab.join(series).join(capture);
-                if !input.is_file() {
+                let written = std::fs::metadata(&input).and_then(|m| m.modified()).ok();
+                if let Some(since) = a.fresh_since
+                    && written.is_none_or(|w| w < since)
+                {
+                    bail!("{} was not written by this lab run", input.display());
+                }
+                if written.is_none() {
                     continue;
                 }
                 found += 1;
@@ -67,7 +77,7 @@ pub fn run(a: &PerfettoArgs) -> Result<()> {
 }
 
 /// `rdma-trace export` of one capture, by this build.
-fn export(input: &PathBuf, json: &PathBuf, svg: &PathBuf) -> Result<()> {
+fn export(input: &Path, json: &Path, svg: &Path) -> Result<()> {
     util::run(
         util::cargo()
             .args(["run", "--release", "-q", "-p", "rdma-trace", "--bin", "rdma-trace", "--", "export"])

