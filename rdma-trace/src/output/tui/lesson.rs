@@ -62,7 +62,7 @@ fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
             let completion = |e: &Event| {
                 e.is(ProbeId::CompHandler)
                     && e.kind == EventKind::Entry
-                    && e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq")) == Some(c.handle)
+                    && super::model::cq_handle(e) == Some(c.handle)
             };
             let i = newest(&completion).ok_or_else(|| gone(format!("CQ {:#x}", c.handle)))?;
             Ok((Topic::Cq, i))

@@ -64,6 +64,12 @@ pub struct MapRow {
     pub call: Option<String>,
 }
 
+/// The CQ a completion handler's event is for, as the Completions screen keys it: the
+/// program's own handle when the kernel read one, else the kernel's CQ pointer.
+pub fn cq_handle(e: &Event) -> Option<u64> {
+    e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq"))
+}
+
 /// Latency samples (ns), the newest kept.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Samples(pub VecDeque<u64>);
@@ -414,7 +420,7 @@ impl Model {
     }
 
     fn completion(&mut self, e: &Event) {
-        let handle = e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq")).unwrap_or(0);
+        let handle = cq_handle(e).unwrap_or(0);
         let owner =
             self.cq_owner.get(&handle).or_else(|| e.field("cq").and_then(|c| self.cq_owner.get(&c))).cloned();
         let cq = self.cqs.entry(handle).or_insert_with(|| CqRow { handle, ..Default::default() });

@@ -450,15 +450,22 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     // last row, and enter shows the event whole (scrolling).
     let block = titled("detail (enter: the whole event)", detail);
     let inner = block.inner(detail);
-    let all = event_detail(e);
-    let room = inner.height as usize;
-    let mut lines: Vec<Line> = all.iter().take(room).map(|l| Line::from(fit::cut(l, inner.width))).collect();
+    let dim = Style::new().add_modifier(Modifier::DIM);
+    let lines = in_rows(&event_detail(e), inner.width, inner.height, "enter: the whole event", dim);
+    f.render_widget(Paragraph::new(lines).block(block), detail);
+}
+
+/// `all` in a box `w` cells wide and `rows` high: a line each, cut with `…`; when they do
+/// not all fit, the last row counts the rest ("… N more lines (`how`)", in `style`).
+fn in_rows(all: &[impl AsRef<str>], w: u16, rows: u16, how: &str, style: Style) -> Vec<Line<'static>> {
+    let room = rows as usize;
+    let mut lines: Vec<Line> = all.iter().take(room).map(|l| Line::from(fit::cut(l.as_ref(), w))).collect();
     if all.len() > room && room > 0 {
         lines.truncate(room - 1);
-        let more = format!("… {} more lines (enter: the whole event)", all.len() - (room - 1));
-        lines.push(Line::styled(fit::cut(&more, inner.width), Style::new().add_modifier(Modifier::DIM)));
+        let more = format!("… {} more lines ({how})", all.len() - (room - 1));
+        lines.push(Line::styled(fit::cut(&more, w), style));
     }
-    f.render_widget(Paragraph::new(lines).block(block), detail);
+    lines
 }
 
 /// An event whole, a line each: what and where, its fields, its stack (frames the catalog
@@ -560,14 +567,13 @@ fn help(f: &mut Frame, area: Rect) {
     let w = area.width.min(62);
     let h = area.height.min(HELP.len() as u16 + 2);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
-    let inner = w.saturating_sub(2);
-    let room = h.saturating_sub(2) as usize;
-    let mut lines: Vec<Line> = HELP.iter().take(room).map(|l| Line::from(fit::cut(l, inner))).collect();
-    if HELP.len() > room && room > 0 {
-        lines.truncate(room - 1);
-        let more = format!("… {} more lines (a taller terminal shows them)", HELP.len() - (room - 1));
-        lines.push(Line::from(fit::cut(&more, inner)));
-    }
+    let lines = in_rows(
+        &HELP,
+        w.saturating_sub(2),
+        h.saturating_sub(2),
+        "a taller terminal shows them",
+        Style::new(),
+    );
     f.render_widget(Clear, r);
     f.render_widget(Paragraph::new(lines).block(titled("keys (? or esc closes)", r)), r);
 }
