@@ -184,6 +184,9 @@ pub struct Mapping {
     pub start: u64,
     pub end: u64,
     pub pgoff: u64,
+    /// What it maps, where the tracer learned it (soft-RoCE: the queue behind the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -20,4 +20,5 @@ pub mod plan;
 pub mod serve;
 pub mod source;
 pub mod steps;
+pub mod units;
 pub mod workload;

@@ -189,3 +189,42 @@ fn every_way_of_reading_vmlinux_btf_plans_the_same() {
         assert!(lazy.contains("offsets"), "{k}: a plan with fetches");
     }
 }
+
+#[test]
+fn rxe_mmap_info_reads_the_queue_header_through_void_and_the_key_it_returns() {
+    // rxe_create_mmap_info(rxe, size, udata, void *obj): obj is a struct rxe_queue_buf *
+    // (log2_elem_size at 0, index_mask at 4, both u32: drivers/infiniband/sw/rxe/
+    // rxe_queue.h). The returned struct rxe_mmap_info: context at 16, info.offset (u64) at
+    // 40, info.size (u32) at 48: read from the lab kernels' rdma_rxe.ko, in the loads
+    // rxe_mmap's own code makes, the same on both kernels.
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        let m = probe(&p, "rxe_mmap_info");
+        assert_eq!(m.symbol, "rxe_create_mmap_info", "{k}");
+        let f = m.entry.fetches;
+        assert_eq!((f[0].src, f[0].hops, f[0].size), (SRC_ARG0 + 1, 0, 4), "{k}: size");
+        assert_eq!((f[1].src, f[1].hops, f[1].offsets[0], f[1].size), (SRC_ARG0 + 3, 1, 4, 4), "{k}");
+        assert_eq!((f[2].src, f[2].hops, f[2].offsets[0], f[2].size), (SRC_ARG0 + 3, 1, 0, 4), "{k}");
+        let r = m.ret.unwrap().fetches;
+        assert_eq!([r[1].offsets[0], r[2].offsets[0], r[3].offsets[0]], [16, 40, 48], "{k}");
+        assert_eq!([r[1].size, r[2].size, r[3].size], [8, 8, 4], "{k}");
+        // rxe_mmap(context, vma): the context it looks the key up in, by value.
+        let c = probe(&p, "rxe_mmap").entry.fetches[5];
+        assert_eq!((c.src, c.hops, c.size), (SRC_ARG0, 0, 8), "{k}");
+    }
+}
+
+#[test]
+fn a_cast_applies_only_to_a_pointer() {
+    let mut src = BtfSource::open(&fixture(K73)).unwrap();
+    src.preload(&["rdma_rxe"]);
+    let (rxe, others) = src.with_others("rdma_rxe").unwrap();
+    let proto = btf::proto(rxe, "rxe_create_mmap_info").unwrap();
+    let e =
+        btf::resolve(rxe, "rxe_create_mmap_info", &proto, Some("size"), "(rxe_queue_buf)index_mask", &others)
+            .unwrap_err();
+    assert!(e.to_string().contains("not a pointer"), "{e}");
+    let e = btf::resolve(rxe, "rxe_create_mmap_info", &proto, Some("obj"), "(no_such_struct)x", &others)
+        .unwrap_err();
+    assert!(e.to_string().contains("no struct no_such_struct"), "{e}");
+}

@@ -100,6 +100,22 @@ fn lab_explain_every_topic_on_the_companion_with_its_own_numbers() {
                 // The companion's process mapped something through its uverbs fd.
                 assert!(value(&x, "mappings").unwrap_or(0) >= 1, "{x}");
                 assert!(value(&x, "length").unwrap_or(0) >= 4096, "{x}");
+                // On soft-RoCE the mapping is named by the queue behind its key: one of the
+                // companion's CQs (holding the CQEs it asked for) or QPs.
+                assert_eq!(value(&x, "queue_key"), value(&x, "pgoff").map(|p| p << 12), "{x}");
+                let cqs: Vec<(u64, i32)> =
+                    steps.iter().filter_map(|s| s.cq.as_ref()).map(|c| (c.handle, c.cqe)).collect();
+                let qpns: Vec<u64> =
+                    steps.iter().filter_map(|s| s.qp.as_ref()).map(|q| q.qpn.into()).collect();
+                match (value(&x, "cq_handle"), value(&x, "qpn")) {
+                    (Some(h), None) => {
+                        let (_, cqe) = cqs.iter().find(|c| c.0 == h).unwrap_or_else(|| panic!("{h:#x}: {x}"));
+                        assert!(value(&x, "queue_entries").unwrap() >= *cqe as u64, "{x}");
+                    }
+                    (None, Some(n)) => assert!(qpns.contains(&n), "{n}: {x}"),
+                    other => panic!("the mapping is not named by one object ({other:?}): {x}"),
+                }
+                assert!(x["occurrence"].as_str().unwrap().contains(" It maps the "), "{x}");
             }
             "cq" => {
                 let event_cq = steps.iter().find_map(|s| s.event_cq).unwrap();

@@ -180,6 +180,52 @@ fn lab_story_companion_steps_join_their_kernel_events() {
         assert_eq!(pin.field("pinned_vm_pages"), Some(before), "pin {i}: {pin:?}");
         assert!(pin.field("memlock_limit").is_some() && pin.field("memlock_max").is_some(), "{pin:?}");
     }
+    mappings_are_the_queues_it_made(&events, &steps, pid);
+}
+
+/// Every uverbs mapping of the companion is named by the queue it maps, and those are the
+/// queues of the objects the companion says it created: each CQ's ring (holding at least
+/// the CQEs it asked for), each QP's send and receive queue. Named once with the step file
+/// and once from the libibverbs probes alone.
+fn mappings_are_the_queues_it_made(events: &[Event], steps: &[StepRecord], pid: u32) {
+    use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
+    let mut want: Vec<(QueueKind, Object, i32)> = Vec::new();
+    for s in steps.iter().filter(|s| s.pid == pid) {
+        match (s.name, &s.cq, &s.qp) {
+            (StepName::CreateCq, Some(cq), _) => want.push((QueueKind::Cq, Object::Cq(cq.handle), cq.cqe)),
+            (StepName::CreateQp, _, Some(qp)) => {
+                want.push((QueueKind::Sq, Object::Qp(qp.qpn), 0));
+                want.push((QueueKind::Rq, Object::Qp(qp.qpn), 0));
+            }
+            _ => {}
+        }
+    }
+    want.sort_by_key(|w| format!("{w:?}"));
+    assert!(want.len() >= 4, "the companion makes CQs and a QP: {want:?}");
+    for (how, st) in [
+        ("with the step file", story::build(events, steps)),
+        ("from the probes alone", story::build(events, &[])),
+    ] {
+        let maps = &st.processes[&pid].mappings;
+        let unnamed: Vec<_> =
+            maps.iter().filter(|m| m.queue.as_ref().and_then(|q| q.object).is_none()).collect();
+        assert!(unnamed.is_empty(), "{how}: mappings not named by their object: {unnamed:?}");
+        let mut got: Vec<(QueueKind, Object, i32)> =
+            maps.iter().map(|m| m.queue.as_ref().unwrap()).map(|q| (q.kind, q.object.unwrap(), 0)).collect();
+        got.sort_by_key(|w| format!("{w:?}"));
+        let want0: Vec<_> = want.iter().map(|(k, o, _)| (*k, *o, 0)).collect();
+        assert_eq!(got, want0, "{how}: one mapping per queue the companion made");
+        for m in maps.iter() {
+            let q = m.queue.as_ref().unwrap();
+            // The mapping covers the buffer, rounded up to pages.
+            assert_eq!(m.end - m.start, q.bytes.div_ceil(4096) * 4096, "{how}: {q}");
+            let (n, e) = (q.entries.expect("ring entries"), q.entry_bytes.expect("entry size"));
+            assert_eq!(q.bytes, 384 + (n + 1) * e, "{how}: header + slots × entry: {q}");
+            if let Some((.., cqe)) = want.iter().find(|w| w.0 == QueueKind::Cq && Some(w.1) == q.object) {
+                assert!(n >= *cqe as u64, "{how}: {q} holds the {cqe} CQEs asked for");
+            }
+        }
+    }
 }
 
 #[test]

@@ -272,3 +272,46 @@ fn steps_past_the_bound_read_again_are_not_new() {
     assert_eq!(kept.iter().map(|s| s.t_end_ns).collect::<Vec<_>>(), newest, "the newest steps are kept");
     assert_eq!(st.evicted_steps as usize, steps.len() - per_list, "each step let go counted once");
 }
+
+/// Every uverbs mapping of the companion's lab runs is named by its queue, the same with
+/// the step file and from the libibverbs probes alone: two CQ rings (the handles its
+/// create_cq steps report) and each QP's send and receive queue (their qpns), each ring as
+/// long as the buffer it maps (a 384-byte header, then slots × entry size, in pages).
+#[test]
+fn companion_mappings_are_named_by_their_queues() {
+    use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
+    for k in ["6.12", "7.3"] {
+        let evs = events(&format!("companion-{k}.jsonl"));
+        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let mut want: Vec<String> = Vec::new();
+        for s in &steps {
+            if let (StepName::CreateCq, Some(cq)) = (s.name, &s.cq) {
+                want.push(format!("{:?} {:?}", QueueKind::Cq, Object::Cq(cq.handle)));
+            }
+            if let (StepName::CreateQp, Some(qp)) = (s.name, &s.qp) {
+                want.push(format!("{:?} {:?}", QueueKind::Sq, Object::Qp(qp.qpn)));
+                want.push(format!("{:?} {:?}", QueueKind::Rq, Object::Qp(qp.qpn)));
+            }
+        }
+        want.sort();
+        assert_eq!(want.len(), 6, "{k}: two CQs and two QPs");
+        for with in [&steps[..], &[]] {
+            let st = story::build(&evs, with);
+            let ps = st.processes.values().find(|p| p.mappings_total > 0).expect("a process that mapped");
+            let mut got: Vec<String> = ps
+                .mappings
+                .iter()
+                .map(|m| {
+                    let q = m.queue.as_ref().unwrap_or_else(|| panic!("{k}: unnamed {m:?}"));
+                    let (n, e) = (q.entries.unwrap() + 1, q.entry_bytes.unwrap());
+                    assert_eq!(q.bytes, 384 + n * e, "{k}: {q}");
+                    assert_eq!(m.end - m.start, q.bytes.div_ceil(4096) * 4096, "{k}: {q}");
+                    assert!(m.unmapped, "{k}: the companion unmaps at exit: {q}");
+                    format!("{:?} {:?}", q.kind, q.object.unwrap())
+                })
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{k}, {} steps", with.len());
+        }
+    }
+}

@@ -339,17 +339,17 @@ fn the_status_line_keeps_loss_skips_filter_and_help_when_narrow() {
     let mut m = model("companion-7.3.jsonl");
     m.source = "daemon /run/rdma-trace/rdma-trace.sock".into();
     (m.attached, m.skipped, m.lost_total) = (100, 3, 12);
-    let ui = Ui { filter: "0x18c0".into(), editing_filter: true, ..Default::default() };
+    let ui = Ui { filter: "0x15e9".into(), editing_filter: true, ..Default::default() };
     for w in [120, 80, 60, 50] {
         let screen = render(&m, &ui, w, 24);
         let status = screen.lines().last().unwrap();
-        for kept in ["12 lost", "3 skipped", "/0x18c0", "? help"] {
+        for kept in ["12 lost", "3 skipped", "/0x15e9", "? help"] {
             assert!(status.contains(kept), "at {w}: {kept:?} not on the status line: {status}");
         }
     }
     let wide = render(&m, &ui, 120, 24);
     assert!(
-        wide.lines().last().unwrap().contains("daemon /run/rdma-trace/rdma-trace.sock │ 799 ev"),
+        wide.lines().last().unwrap().contains("daemon /run/rdma-trace/rdma-trace.sock │ 851 ev"),
         "{wide}"
     );
 }

@@ -129,8 +129,8 @@ fn replaying_a_capture_in_a_terminal_resizes_and_restores_it() {
     tmux.keys("G");
     tmux.wait_for("end of the capture");
     tmux.keys("2");
-    let small = tmux.wait_for("0x18c0");
-    assert!(small.contains("0x1724") && small.contains("0x16cc"), "{small}");
+    let small = tmux.wait_for("0x15e9");
+    assert!(small.contains("0x144d") && small.contains("0x13f4"), "{small}");
     assert!(small.lines().all(|l| l.chars().count() <= 80), "{small}");
     tmux.run(&["resize-window", "-t", "t", "-x", "200", "-y", "60"]);
     let t0 = Instant::now();
@@ -142,7 +142,7 @@ fn replaying_a_capture_in_a_terminal_resizes_and_restores_it() {
         assert!(t0.elapsed() < Duration::from_secs(10), "not redrawn at 200×60:\n{s}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(big.contains("0x18c0") && big.lines().count() >= 59, "{big}");
+    assert!(big.contains("0x15e9") && big.lines().count() >= 59, "{big}");
     tmux.keys("4");
     tmux.wait_for("completion path of CQ");
     tmux.keys("q");
@@ -201,10 +201,22 @@ fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
             t.wait_gone("explain (");
         }
         t.keys("3");
-        let maps = rows(&t.wait_for("uverbs mappings (6)"));
+        let screen = t.wait_for("uverbs mappings (6)");
+        let maps = rows(&screen);
+        // Each mapping is named by its queue: the companion's two QPs' send and receive
+        // queues and its two CQs' rings.
+        for (what, n) in [("send queue, 31 WQEs", 2), ("recv queue, 31 WQEs", 2), (" ring, 31 CQEs", 2)] {
+            let seen = screen.lines().filter(|l| l.contains(what)).count();
+            assert_eq!(seen, n, "at {w}×{h}, {what:?}:\n{screen}");
+        }
         t.keys("e");
         let x = t.wait_for("explain (");
         assert!(x.contains(&format!("at {},", maps[0][2])), "at {w}×{h}, mapping {}:\n{x}", maps[0][2]);
+        let flat = x.replace(['│', '\n'], " ").split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("It maps the send queue of QP 28 ("),
+            "at {w}×{h}, the newest mapping named:\n{x}"
+        );
         t.keys("Escape");
         t.wait_gone("explain (");
         t.keys("4");
@@ -241,7 +253,7 @@ fn enter_shows_an_event_whole() {
         let x = t.wait_for("whole (↑↓ scroll");
         // The newest of them (selected): rxe_mmap's or ib_uverbs_mmap's entry, whose stack
         // ends in the system call's entry.
-        for line in ["mmap Entry in rdma-trace-work [199]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
+        for line in ["mmap Entry in rdma-trace-work [227]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
         {
             assert!(x.contains(line), "at {w}×{h}, {line:?} not in the event whole:\n{x}");
         }

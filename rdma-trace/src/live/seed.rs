@@ -53,7 +53,7 @@ pub fn uverbs_maps(pid: u32) -> Vec<Mapping> {
             matches!(&m.pathname, procfs::process::MMapPath::Path(p)
                 if p.to_string_lossy().starts_with("/dev/infiniband/uverbs"))
         })
-        .map(|m| Mapping { start: m.address.0, end: m.address.1, pgoff: m.offset / 4096 })
+        .map(|m| Mapping { start: m.address.0, end: m.address.1, pgoff: m.offset / 4096, what: None })
         .collect()
 }
 
@@ -118,7 +118,9 @@ mod tests {
                 rkey: Some(0x203)
             }
         );
-        let ps = group(mrs, |pid| vec![Mapping { start: pid as u64, end: pid as u64 + 4096, pgoff: 0 }]);
+        let ps = group(mrs, |pid| {
+            vec![Mapping { start: pid as u64, end: pid as u64 + 4096, pgoff: 0, what: None }]
+        });
         assert_eq!(ps.len(), 2);
         assert!(ps.iter().all(|p| p.seeded && p.pinned_bytes == 131072 && p.mappings.len() == 1));
         // By pid: 145 holds mrn 1 (keys 0x3f3), 146 mrn 0; the dereg tracepoint names them so.

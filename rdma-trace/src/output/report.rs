@@ -96,6 +96,20 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
             ps.failed_pins_total - ps.failed_pins.len() as u64
         )?;
     }
+    if ps.mappings_total > 0 {
+        writeln!(out, "  uverbs mappings: {}", ps.mappings_total)?;
+    }
+    for m in &ps.mappings {
+        let what = match &m.queue {
+            Some(q) => q.to_string(),
+            None => format!("offset {:#x}", m.pgoff),
+        };
+        let gone = if m.unmapped { ", unmapped" } else { "" };
+        writeln!(out, "    {:#x} {}: {what}{gone}", m.start, size(m.end.saturating_sub(m.start)))?;
+    }
+    if ps.mappings_total > ps.mappings.len() as u64 {
+        writeln!(out, "    ({} earlier mappings not kept)", ps.mappings_total - ps.mappings.len() as u64)?;
+    }
     if !ps.data_phase_syscalls.is_empty() {
         let s: Vec<String> = ps.data_phase_syscalls.iter().map(|(k, v)| format!("{k} {v}")).collect();
         writeln!(out, "  data-phase syscalls: {}", s.join(", "))?;

@@ -257,6 +257,14 @@ pub fn resolve_path(
         }
         return Ok((Vec::new(), size as u8));
     }
+    // `(name)rest`: the value is a pointer the prototype types loosely (`void *obj`),
+    // read as a pointer to `struct name`.
+    if let Some((name, rest)) = path.strip_prefix('(').and_then(|p| p.split_once(')')) {
+        if !matches!(strip(btf, start.clone())?, Type::Ptr(_)) {
+            return Err(BtfError::Shape(format!("({name}): {} is not a pointer", type_name(btf, start))));
+        }
+        return resolve_from_struct(btf, name, rest, others);
+    }
     walk(btf, Start::Pointer(start.clone()), path, others)
 }
 

@@ -67,6 +67,7 @@ probe_ids! {
     RxeRegMr = "rxe_reg_mr",
     Mlx5RegMr = "mlx5_reg_mr",
     UverbsMmap = "uverbs_mmap",
+    RxeMmapInfo = "rxe_mmap_info",
     RxeMmap = "rxe_mmap",
     Mlx5Mmap = "mlx5_mmap",
     MmapIo = "mmap_io",
@@ -157,7 +158,8 @@ pub enum Render {
 
 /// One value a probe reads: `from`, then the field path behind it.
 /// `path` is empty for the value itself; `a.b` walks embedded members; `->` follows a pointer
-/// (e.g. `uobject->uevent.uobject.user_handle`).
+/// (e.g. `uobject->uevent.uobject.user_handle`); a leading `(name)` reads a loosely typed
+/// pointer (`void *`) as a pointer to `struct name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
     pub name: &'static str,
@@ -199,6 +201,15 @@ const VMA_FIELDS: [Field; 5] = [
     f("vm_pgoff", Param("vma"), "vm_pgoff", Hex),
     f("vm_flags", Param("vma"), "vm_flags", VmFlags),
     f("vm_page_prot", Param("vma"), "vm_page_prot", PgProt),
+];
+/// The same VMA and the user context rxe looks the key up in.
+const RXE_MMAP_ENTRY: [Field; 6] = [
+    VMA_FIELDS[0],
+    VMA_FIELDS[1],
+    VMA_FIELDS[2],
+    VMA_FIELDS[3],
+    VMA_FIELDS[4],
+    f("context", Param("context"), "", Hex),
 ];
 /// The same VMA, with vm_pgoff decoded the way mlx5 encodes it.
 const MLX5_VMA_FIELDS: [Field; 5] = {
@@ -298,11 +309,35 @@ pub static CATALOG: &[ProbeSpec] = &[
         about: "mmap on the uverbs fd: the provider maps doorbell/UAR pages or queue buffers",
     },
     ProbeSpec {
+        id: ProbeId::RxeMmapInfo,
+        path: Path::Mmap,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rxe_create_mmap_info", "rdma_rxe")],
+        entry: &[
+            f("size", Param("size"), "", Dec),
+            // `obj` is the queue's buffer (`void *` in the prototype), its header already
+            // written by rxe_queue_init: slots - 1 and log2 of the element size.
+            f("index_mask", Param("obj"), "(rxe_queue_buf)index_mask", Dec),
+            f("log2_elem_size", Param("obj"), "(rxe_queue_buf)log2_elem_size", Dec),
+        ],
+        ret: &[
+            f("info", Ret, "", PtrOrErr),
+            f("context", Ret, "context", Hex),
+            // The key rxe_mmap looks the buffer up by: vm_pgoff << PAGE_SHIFT, in bytes.
+            f("key", Ret, "info.offset", Hex),
+            f("info_size", Ret, "info.size", Dec),
+        ],
+        // The frame above do_mmap_info says which queue (CQ, SQ/RQ, SRQ, a resize).
+        stack: true,
+        hardware_only: false,
+        about: "soft-RoCE hands a queue buffer (CQ, send/receive queue, SRQ) a key the program will mmap",
+    },
+    ProbeSpec {
         id: ProbeId::RxeMmap,
         path: Path::Mmap,
         kind: Kind::Kprobe,
         symbols: &[sym("rxe_mmap", "rdma_rxe")],
-        entry: &VMA_FIELDS,
+        entry: &RXE_MMAP_ENTRY,
         ret: &RET_CODE,
         stack: true,
         hardware_only: false,

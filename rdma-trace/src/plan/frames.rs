@@ -85,6 +85,22 @@ pub const FRAMES: &[Frame] = &[
     ),
     f("rxe_mmap", "drivers/infiniband/sw/rxe/rxe_mmap.c", "soft-RoCE maps a queue buffer into the process"),
     f(
+        "rxe_create_mmap_info",
+        "drivers/infiniband/sw/rxe/rxe_mmap.c",
+        "soft-RoCE gives a queue buffer the key the program will mmap",
+    ),
+    f(
+        "do_mmap_info",
+        "drivers/infiniband/sw/rxe/rxe_queue.c",
+        "makes a queue's key and writes it into the reply",
+    ),
+    f("rxe_cq_from_init", "drivers/infiniband/sw/rxe/rxe_cq.c", "soft-RoCE sets up a CQ's ring"),
+    f(
+        "rxe_qp_from_init",
+        "drivers/infiniband/sw/rxe/rxe_qp.c",
+        "soft-RoCE sets up a QP's send and receive queues",
+    ),
+    f(
         "mlx5_ib_mmap",
         "drivers/infiniband/hw/mlx5/main.c",
         "mlx5 decodes the offset: UAR, BlueFlame, clock, device memory",

@@ -75,6 +75,13 @@ page, device memory; the index in bits 0–7, extended by bits 16–23), decodes
 rdma_user_mmap_io. soft-RoCE hands out a key per queue buffer in the create command's reply and looks it up in \
 rxe_mmap.";
 
+pub const MMAP_RXE_KEY: &str = "soft-RoCE's queues live in kernel memory (vmalloc) that the program and the \
+kernel share. When a CQ, QP or SRQ is made, rxe_create_mmap_info gives its buffer a key (the device's next free \
+offset) and the create command's reply carries it to the provider library, which maps it at once: rxe_mmap finds \
+the key among its context's pending buffers by vm_pgoff << 12. The buffer starts with the producer and consumer \
+indexes, each on a cache line of its own, then the ring; one slot is always left free, so a full ring is told from \
+an empty one.";
+
 pub const MMAP_WC: &str = "Why write-combining for a doorbell on hardware: the CPU may gather the stores of a \
 work request (BlueFlame writes the whole descriptor into the doorbell page) into one burst on PCIe, instead of \
 one uncached transaction per word; the NIC sees the descriptor without fetching it from host memory.";

@@ -333,7 +333,7 @@ mod tests {
         let seen = ProcessState {
             pid: 7,
             comm: "ib_send_bw".into(),
-            mappings: vec![Mapping { start: 1, end: 2, pgoff: 0 }],
+            mappings: vec![Mapping { start: 1, end: 2, pgoff: 0, what: None }],
             ..Default::default()
         };
         let mut st = State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen] };

@@ -123,14 +123,7 @@ fn us(ns: u64) -> String {
     if ns >= 1_000_000 { format!("{:.2} ms", ns as f64 / 1e6) } else { format!("{:.1} µs", ns as f64 / 1e3) }
 }
 
-fn bytes(b: u64) -> String {
-    match b {
-        u64::MAX => "unlimited".into(),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
-}
+use crate::units::bytes;
 
 /// The explanation of `topic` from what was captured; an error says what the capture lacks.
 pub fn explain(topic: Topic, input: &Input) -> Result<Explanation, String> {

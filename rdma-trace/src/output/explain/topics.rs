@@ -3,6 +3,7 @@
 
 use super::{Explanation, Input, Stage, bytes, fields, named, named_frames, us};
 use crate::event::{Event, EventKind, Path, ProbeId};
+use crate::pipeline::correlate::mmaps::Object;
 use crate::plan::lessons as L;
 
 fn is(e: &Event, ids: &[ProbeId], kind: EventKind) -> bool {
@@ -229,13 +230,64 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     }
     prov.text = L::MMAP_OFFSET.into();
     x.stages.push(prov);
+    if let Some(stage) = rxe_queue(input, i, &mut x) {
+        x.stages.push(stage);
+    }
     let count = (0..ev.len())
         .filter(|&j| ev[j].pid == m.pid && is(&ev[j], &[ProbeId::UverbsMmap], EventKind::Entry))
         .count();
     x.values.insert("mappings".into(), count as u64);
     x.notes.push((format!("Why map at all ({count} uverbs mappings in this process)"), L::MMAP_WHY.into()));
+    let named: Vec<String> = input
+        .story
+        .processes
+        .get(&m.pid)
+        .into_iter()
+        .flat_map(|p| &p.mappings)
+        .filter_map(|r| Some(format!("{:#x} ({}): {}", r.start, bytes(r.end - r.start), r.queue.as_ref()?)))
+        .collect();
+    if !named.is_empty() {
+        x.notes.push((
+            format!("What each mapping of this process is ({} named)", named.len()),
+            named.join("; "),
+        ));
+    }
     x.notes.push(("Doorbells on hardware".into(), L::MMAP_WC.into()));
     Ok(x)
+}
+
+/// On soft-RoCE, the queue the mapping at event `i` is: the key's making, and the object.
+fn rxe_queue(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
+    let m = &input.events[i];
+    let rows = &input.story.processes.get(&m.pid)?.mappings;
+    let q = rows.iter().find(|r| r.event == i)?.queue.as_ref()?;
+    x.values.insert("queue_key".into(), q.key);
+    x.values.insert("queue_bytes".into(), q.bytes);
+    if let Some(n) = q.entries {
+        x.values.insert("queue_entries".into(), n);
+    }
+    if let Some(Object::Qp(n)) = q.object {
+        x.values.insert("qpn".into(), n.into());
+    }
+    if let Some(Object::Cq(h)) = q.object {
+        x.values.insert("cq_handle".into(), h);
+    }
+    x.occurrence = format!("{} It maps {q}.", x.occurrence);
+    let mut st = Stage { title: "The queue behind the key".into(), ..Default::default() };
+    st.seen.push(format!("key {:#x}: {q}", q.key));
+    let made = input.events[..i].iter().rev().find(|e| {
+        e.is(ProbeId::RxeMmapInfo)
+            && e.kind == EventKind::Return
+            && e.tid == m.tid
+            && e.field("key") == Some(q.key)
+    });
+    if let Some(r) = made {
+        st.seen.push(format!("the key was made {} before the mmap", us(m.ts_ns.saturating_sub(r.ts_ns))));
+    }
+    st.functions.push(named("rxe_create_mmap_info"));
+    st.functions.push(named("rxe_mmap"));
+    st.text = L::MMAP_RXE_KEY.into();
+    Some(st)
 }
 
 pub fn cq(input: &Input) -> Result<Explanation, String> {

@@ -5,6 +5,7 @@
 use crate::capture::{Header, Stats};
 use crate::event::{Event, EventKind, ExecContext, Path, ProbeId};
 use crate::pipeline::correlate::checks::{Check, checks_for};
+use crate::pipeline::correlate::mmaps::{Named, Namer, Queue};
 use crate::pipeline::correlate::story::push_capped;
 use crate::pipeline::render;
 use crate::steps::{StepName, StepRecord};
@@ -62,6 +63,8 @@ pub struct MapRow {
     pub cache: Option<String>,
     /// The libibverbs call open on the thread when it was made.
     pub call: Option<String>,
+    /// The queue it maps (soft-RoCE), once named.
+    pub queue: Option<Queue>,
 }
 
 /// The CQ a completion handler's event is for, as the Completions screen keys it: the
@@ -172,6 +175,8 @@ pub struct Model {
     /// Per thread, its latest channel reads and the completion each consumed (read time,
     /// completion time): a get_cq_event step is joined to its completion.
     consumed: HashMap<u32, VecDeque<(u64, u64)>>,
+    /// What each mapping maps (the story's namer, fed the same events).
+    namer: Namer,
 }
 
 impl Model {
@@ -236,7 +241,10 @@ impl Model {
                         start: m.start,
                         end: m.end,
                         pgoff: m.pgoff,
-                        kind: format!("offset {:#x} (before this viewer joined)", m.pgoff),
+                        kind: m
+                            .what
+                            .clone()
+                            .unwrap_or_else(|| format!("offset {:#x} (before this viewer joined)", m.pgoff)),
                         ..Default::default()
                     },
                 );
@@ -266,6 +274,8 @@ impl Model {
 
     pub fn event(&mut self, e: &Event) {
         self.events_total += 1;
+        let named = self.namer.event(e);
+        self.name(named);
         push_capped(&mut self.events, EVENTS, e.clone());
         if e.path == Path::Verbs {
             match e.kind {
@@ -415,8 +425,18 @@ impl Model {
         push_capped(
             &mut self.maps,
             ROWS,
-            MapRow { pid: e.pid, comm: e.comm.clone(), start, end, pgoff, kind, cache, call },
+            MapRow { pid: e.pid, comm: e.comm.clone(), start, end, pgoff, kind, cache, call, queue: None },
         );
+    }
+
+    /// Mappings named (or their object learned) by the namer.
+    fn name(&mut self, named: Vec<Named>) {
+        for n in named {
+            if let Some(r) = self.maps.iter_mut().rev().find(|r| r.pid == n.pid && r.start == n.start) {
+                r.kind = n.queue.brief();
+                r.queue = Some(n.queue);
+            }
+        }
     }
 
     fn completion(&mut self, e: &Event) {
@@ -471,6 +491,8 @@ impl Model {
 
     /// A companion step ended: joined to the events kept (see `StepRow`).
     pub fn step(&mut self, s: &StepRecord) {
+        let named = self.namer.step(s);
+        self.name(named);
         if s.name == StepName::Start {
             return;
         }

@@ -155,8 +155,9 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
         ));
         let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
         for r in m.maps.iter().filter(|r| r.pid == p.pid) {
-            let kind = match (&r.call, r.kind.starts_with("offset ")) {
-                (Some(call), true) => format!("by {call}"),
+            let kind = match (&r.queue, &r.call, r.kind.starts_with("offset ")) {
+                (Some(q), ..) => q.kind.short().to_string(),
+                (None, Some(call), true) => format!("by {call}"),
                 _ => r.kind.clone(),
             };
             *kinds.entry(kind).or_default() += 1;

@@ -311,16 +311,23 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     let n = rows.len();
+    // What it maps gives way last: the cache mode to its initials first, then the
+    // process's name, then the verbs call (a named queue says it).
     const COLS: [Col; 6] = [
         Col::whole("process").max(24).shorten(2, 12).drop(5),
         Col::whole("start"),
         Col::whole("size"),
-        Col::whole("maps").max(48).shorten(3, 16),
-        Col::whole("cache").drop(4),
-        Col::whole("made by").shorten(1, 14).drop(6),
+        Col::whole("maps").max(48).shorten(4, 16),
+        Col::whole("cache").abbrev(1, first_word).drop(6),
+        Col::whole("made by").shorten(3, 14).drop(3),
     ];
     let t = table(&COLS, rows, format!("uverbs mappings ({n})"), area);
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
+}
+
+/// "WB (cached)" → "WB".
+fn first_word(s: &str) -> String {
+    s.split_whitespace().next().unwrap_or(s).to_string()
 }
 
 fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {

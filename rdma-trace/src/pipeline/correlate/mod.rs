@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod checks;
 pub mod live;
+pub mod mmaps;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};

@@ -9,6 +9,7 @@
 
 use super::checks::{Check, checks_for};
 use super::live::{Events, Limits, Live};
+use super::mmaps::{Named, Namer, Queue};
 use crate::capture::{Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
@@ -72,9 +73,27 @@ pub struct ProcessStory {
     /// the memlock limit).
     pub failed_pins: VecDeque<usize>,
     pub failed_pins_total: u64,
+    /// Its uverbs mappings, the newest kept (`mappings_total` counts them all).
+    pub mappings: VecDeque<MapStory>,
+    pub mappings_total: u64,
     /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
     /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
     pub data_phase_syscalls: BTreeMap<String, u64>,
+}
+
+/// A uverbs mapping: the mmap that made it, the verbs call it was made in, and what it
+/// maps where that is known (see `mmaps`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MapStory {
+    /// The `uverbs_mmap` entry.
+    pub event: usize,
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    pub call: Option<String>,
+    pub queue: Option<Queue>,
+    /// A munmap of its start was seen.
+    pub unmapped: bool,
 }
 
 /// Latencies in fixed buckets (upper bounds in ns), with their count and sum: what a
@@ -235,6 +254,8 @@ pub(super) struct Builder {
     live_umems: HashMap<u32, HashMap<u64, PinnedRange>>,
     /// uverbs mappings by start address, per process (a munmap of the start ends one).
     mappings: HashMap<u32, BTreeMap<u64, Mapping>>,
+    /// What each mapping maps.
+    namer: Namer,
     phases: HashMap<u32, Phase>,
 }
 
@@ -249,6 +270,10 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
 
 impl Builder {
     pub(super) fn new(steps: &[StepRecord], per_list: usize, max_processes: usize) -> Self {
+        let mut namer = Namer::default();
+        for s in steps {
+            namer.step(s);
+        }
         Builder {
             per_list,
             max_processes,
@@ -259,6 +284,7 @@ impl Builder {
             pending: HashMap::new(),
             live_umems: HashMap::new(),
             mappings: HashMap::new(),
+            namer,
             phases: HashMap::new(),
         }
     }
@@ -266,6 +292,23 @@ impl Builder {
     pub(super) fn learn_steps(&mut self, steps: &[StepRecord]) {
         let o = CqOwners::from_steps(steps);
         self.owners.by_handle.extend(o.by_handle);
+        for s in steps {
+            let named = self.namer.step(s);
+            self.name(named);
+        }
+    }
+
+    /// Mappings named (or their object learned): the story's rows and the state's.
+    fn name(&mut self, named: Vec<Named>) {
+        for n in named {
+            if let Some(m) = self.mappings.get_mut(&n.pid).and_then(|m| m.get_mut(&n.start)) {
+                m.what = Some(n.queue.to_string());
+            }
+            let rows = self.story.processes.get_mut(&n.pid).map(|p| &mut p.mappings);
+            if let Some(row) = rows.and_then(|r| r.iter_mut().rev().find(|r| r.start == n.start)) {
+                row.queue = Some(n.queue);
+            }
+        }
     }
 
     /// The process an event belongs to: a completion's is its CQ's owner.
@@ -276,6 +319,7 @@ impl Builder {
     /// Joins event `i` (the next in time order).
     pub(super) fn event(&mut self, i: usize, e: &Event) {
         self.owners.learn(e);
+        let named = self.namer.event(e);
         self.kernel_reads |= e.is(ProbeId::CompEventRead);
         let Some(pid) = self.owner(e) else {
             push_capped(&mut self.story.unjoined, self.per_list, i);
@@ -316,7 +360,8 @@ impl Builder {
         }
         self.wakeup(pid, i, e);
         self.pins(pid, i, e);
-        self.maps(pid, e);
+        self.maps(pid, i, e);
+        self.name(named);
         self.phase(pid, e);
         self.nest(pid, i, e);
     }
@@ -418,18 +463,29 @@ impl Builder {
     }
 
     /// The mapping inventory: uverbs mmaps in, munmaps of their start out.
-    fn maps(&mut self, pid: u32, e: &Event) {
+    fn maps(&mut self, pid: u32, i: usize, e: &Event) {
         if e.is(ProbeId::UverbsMmap) && e.kind == EventKind::Entry {
             if let (Some(start), Some(end)) = (e.field("vm_start"), e.field("vm_end")) {
-                let m = Mapping { start, end, pgoff: e.field("vm_pgoff").unwrap_or(0) };
-                self.mappings.entry(pid).or_default().insert(start, m);
+                let pgoff = e.field("vm_pgoff").unwrap_or(0);
+                self.mappings
+                    .entry(pid)
+                    .or_default()
+                    .insert(start, Mapping { start, end, pgoff, what: None });
+                let call = self.open_calls.get(&e.tid).and_then(|c| c.last()).map(|c| c.name.clone());
+                let row = MapStory { event: i, start, end, pgoff, call, queue: None, unmapped: false };
+                let per_list = self.per_list;
+                let ps = self.process(pid);
+                push_capped(&mut ps.mappings, per_list, row);
+                ps.mappings_total += 1;
             }
         } else if e.kind == EventKind::SyscallEnter
             && e.name == "munmap"
             && let Some(addr) = e.field("addr")
             && let Some(maps) = self.mappings.get_mut(&pid)
+            && maps.remove(&addr).is_some()
+            && let Some(row) = self.process(pid).mappings.iter_mut().rev().find(|r| r.start == addr)
         {
-            maps.remove(&addr);
+            row.unmapped = true;
         }
     }
 
