@@ -265,6 +265,23 @@ fn lab_story_perftest_and_rping_traced_by_command() {
             // Attributed through the CQ: it ran in a kworker, not in the workload.
             assert_ne!(events[c.event].pid, ps.pid);
         }
+        // Every mapping is named by its queue and its object. perftest makes its CQs with
+        // ibv_create_cq_ex (not probed): a CQ that raised a completion event is named by
+        // the handle the event carried, one that raised none by its kernel pointer.
+        use rdma_trace::pipeline::correlate::mmaps::Object;
+        for m in &ps.mappings {
+            let q = m.queue.as_ref().unwrap_or_else(|| panic!("{} {}: unnamed {m:?}", ps.comm, ps.pid));
+            match q.object {
+                Some(Object::KernelCq(k)) => assert!(
+                    !ps.completions.iter().any(|c| events[c.event].field("cq") == Some(k)),
+                    "{} {}: {q}: its completions carried its handle",
+                    ps.comm,
+                    ps.pid
+                ),
+                Some(_) => {}
+                None => panic!("{} {}: {q}: no object", ps.comm, ps.pid),
+            }
+        }
         // The syscalls of the traced shell's children were watched (fork following).
         assert!(
             ps.events.iter().any(|&i| events[i].path == rdma_trace::event::Path::Syscall),

@@ -99,7 +99,11 @@ fn replayed(w: u16, h: u16) -> Tmux {
 fn rows(screen: &str) -> Vec<Vec<String>> {
     screen
         .lines()
-        .filter(|l| l.contains("rdma-trace-work 0x") || l.contains(" rdma-trace-work ["))
+        .filter(|l| {
+            l.contains("rdma-trace-work 0x")
+                || l.contains("rdma-trace-w… 0x")
+                || l.contains(" rdma-trace-work [")
+        })
         .map(|l| l.trim_matches(|c| c == '│' || c == ' ').split_whitespace().map(String::from).collect())
         .collect()
 }

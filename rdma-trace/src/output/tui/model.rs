@@ -65,6 +65,8 @@ pub struct MapRow {
     pub call: Option<String>,
     /// The queue it maps (soft-RoCE), once named.
     pub queue: Option<Queue>,
+    /// The program unmapped it (a munmap of its start).
+    pub unmapped: bool,
 }
 
 /// The CQ a completion handler's event is for, as the Completions screen keys it: the
@@ -303,6 +305,14 @@ impl Model {
                 self.unpin(|r| id.is_some() && r.mr_id == id);
             }
             (Some(ProbeId::UverbsMmap), EventKind::Entry) => self.mapping(e),
+            (None, EventKind::SyscallEnter) if e.name == "munmap" => {
+                let (pid, addr) = (e.pid, e.field("addr"));
+                let row =
+                    self.maps.iter_mut().rev().find(|r| r.pid == pid && Some(r.start) == addr && !r.unmapped);
+                if let Some(r) = row {
+                    r.unmapped = true;
+                }
+            }
             (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
                 if let Some(c) = e.field("cq") {
                     self.cq_owner.entry(c).or_insert((e.pid, e.comm.clone()));
@@ -425,7 +435,17 @@ impl Model {
         push_capped(
             &mut self.maps,
             ROWS,
-            MapRow { pid: e.pid, comm: e.comm.clone(), start, end, pgoff, kind, cache, call, queue: None },
+            MapRow {
+                pid: e.pid,
+                comm: e.comm.clone(),
+                start,
+                end,
+                pgoff,
+                kind,
+                cache,
+                call,
+                ..Default::default()
+            },
         );
     }
 

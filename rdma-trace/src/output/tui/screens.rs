@@ -307,19 +307,21 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                 t(r.kind.clone()),
                 t(r.cache.clone().unwrap_or("-".into())),
                 t(r.call.clone().unwrap_or("-".into())),
+                t(String::from(if r.unmapped { "unmapped" } else { "mapped" })),
             ]
         })
         .collect();
     let n = rows.len();
     // What it maps gives way last: the cache mode to its initials first, then the
-    // process's name, then the verbs call (a named queue says it).
-    const COLS: [Col; 6] = [
-        Col::whole("process").max(24).shorten(2, 12).drop(5),
+    // process's name, then the verbs call (a named queue says it), then the cache mode.
+    const COLS: [Col; 7] = [
+        Col::whole("process").max(24).shorten(2, 12).drop(6),
         Col::whole("start"),
         Col::whole("size"),
-        Col::whole("maps").max(48).shorten(4, 16),
-        Col::whole("cache").abbrev(1, first_word).drop(6),
+        Col::whole("maps").max(48).shorten(5, 16),
+        Col::whole("cache").abbrev(1, first_word).drop(4),
         Col::whole("made by").shorten(3, 14).drop(3),
+        Col::whole("state").drop(7),
     ];
     let t = table(&COLS, rows, format!("uverbs mappings ({n})"), area);
     f.render_stateful_widget(t, area, &mut table_state(ui, n));

@@ -202,6 +202,15 @@ impl Namer {
                 Vec::new()
             }
             (Some(ProbeId::RxeMmap), EventKind::Entry) => self.mapped(e).into_iter().collect(),
+            // A CQ known only by its kernel pointer (made by a call not probed, such as
+            // ibv_create_cq_ex) gets the program's handle from its first completion.
+            (Some(ProbeId::CompHandler), EventKind::Entry) => {
+                let (Some(kernel), Some(h)) = (e.field("cq"), e.field("cq_user_handle").filter(|h| *h != 0))
+                else {
+                    return Vec::new();
+                };
+                self.settle(|_, _, q| (q.object == Some(Object::KernelCq(kernel))).then_some(Object::Cq(h)))
+            }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
                 let cq = e.field("cq").filter(|h| *h != 0).map(Object::Cq);
                 self.learn(e.tid, 0, u64::MAX, |k| cq.filter(|o| o.fits(k)))
@@ -303,11 +312,15 @@ impl Namer {
         to: u64,
         of: impl Fn(QueueKind) -> Option<Object>,
     ) -> Vec<Named> {
+        self.settle(|t, at, q| (t == tid && (from..=to).contains(&at)).then(|| of(q.kind)).flatten())
+    }
+
+    /// Waiting queues `to` gives an object (from the thread that made them, when they
+    /// were mapped, and the queue): named again with it, and no longer waiting.
+    fn settle(&mut self, to: impl Fn(u32, u64, &Queue) -> Option<Object>) -> Vec<Named> {
         let mut out = Vec::new();
         self.waiting.retain_mut(|(pid, t, start, q, at)| {
-            let Some(o) = (*t == tid && (from..=to).contains(at)).then(|| of(q.kind)).flatten() else {
-                return true;
-            };
+            let Some(o) = to(*t, *at, q) else { return true };
             q.object = Some(o);
             out.push(Named { pid: *pid, start: *start, queue: q.clone() });
             false
