@@ -1,5 +1,5 @@
-//! Units as rdma-trace writes them for people: sizes in B/KiB/MiB/GiB, one rule for every
-//! view that spells a size out in words (the TUI's columns use their own compact form).
+//! The small kernels every view shares: the one quantile (nearest rank), and sizes as
+//! rdma-trace writes them out in words (the TUI's columns use their own compact form).
 
 /// The page size of the architecture the programs are built for (x86-64): what a pin
 /// charges per page and what `vm_pgoff` counts in.
@@ -18,9 +18,28 @@ pub fn bytes(b: u64) -> String {
     }
 }
 
+/// The q-quantile (0..=1) of `sorted` (ascending), nearest rank: the smallest value with
+/// at least q of them at or below it. `None` when there is none.
+pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    let rank = ((sorted.len() as f64) * q.clamp(0.0, 1.0)).ceil().max(1.0) as usize;
+    sorted.get(rank.min(sorted.len()).checked_sub(1)?).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(
+            (quantile(&v, 0.5), quantile(&v, 0.99), quantile(&v, 1.0)),
+            (Some(50), Some(99), Some(100))
+        );
+        assert_eq!(quantile(&v, 0.0), Some(1));
+        assert_eq!(quantile(&[7, 9], 0.5), Some(7), "the median of two is the lower");
+        assert_eq!(quantile(&[], 0.5), None);
+    }
 
     #[test]
     fn sizes() {

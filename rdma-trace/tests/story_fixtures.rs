@@ -315,3 +315,34 @@ fn companion_mappings_are_named_by_their_queues() {
         }
     }
 }
+
+/// perftest (ib_send_bw -e, which makes its CQs with ibv_create_cq_ex, not probed) and
+/// rping: every mapping is named; a CQ ring is named by the handle its completions carry
+/// (by its kernel pointer only when it raised none); each QP's two queues by its number.
+#[test]
+fn perftest_and_rping_mappings_are_named() {
+    use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
+    for k in ["6.12", "7.3"] {
+        let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
+        let st = story::build(&evs, &[]);
+        let mut by_handle = 0;
+        for ps in st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping") {
+            assert!(ps.mappings.len() >= 3, "{k} {} {}: a CQ and a QP's queues", ps.comm, ps.pid);
+            let handles: Vec<u64> = ps.completions.iter().map(|c| c.cq_user_handle).collect();
+            for m in &ps.mappings {
+                let q = m.queue.as_ref().unwrap_or_else(|| panic!("{k} {}: unnamed {m:?}", ps.comm));
+                match (q.kind, q.object) {
+                    (QueueKind::Cq, Some(Object::Cq(h))) => by_handle += usize::from(handles.contains(&h)),
+                    (QueueKind::Cq, Some(Object::KernelCq(c))) => assert!(
+                        !ps.completions.iter().any(|x| evs[x.event].field("cq") == Some(c)),
+                        "{k} {}: {q}",
+                        ps.comm
+                    ),
+                    (QueueKind::Sq | QueueKind::Rq, Some(Object::Qp(_))) => {}
+                    other => panic!("{k} {}: {q}: {other:?}", ps.comm),
+                }
+            }
+        }
+        assert!(by_handle >= 2, "{k}: the CQs that raised events are named by their handle");
+    }
+}

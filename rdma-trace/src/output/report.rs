@@ -25,7 +25,7 @@ fn size(b: u64) -> String {
 
 fn median(mut v: Vec<u64>) -> Option<u64> {
     v.sort_unstable();
-    v.get(v.len() / 2).copied()
+    crate::units::quantile(&v, 0.5)
 }
 
 fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) -> std::fmt::Result {

@@ -83,12 +83,16 @@ impl Samples {
     pub fn push(&mut self, v: u64) {
         push_capped(&mut self.0, SAMPLES, v);
     }
-    /// The q-quantile (0..=1) of the samples kept.
+    /// The q-quantile (0..=1) of the samples kept, nearest rank.
     pub fn quantile(&self, q: f64) -> Option<u64> {
         let mut v: Vec<u64> = self.0.iter().copied().collect();
         v.sort_unstable();
-        let i = ((v.len() as f64 - 1.0) * q).round() as usize;
-        v.get(i).copied()
+        crate::units::quantile(&v, q)
+    }
+
+    /// Only the newest `SAMPLES` are kept: the quantiles are of a window, not the run.
+    pub fn windowed(&self) -> bool {
+        self.0.len() >= SAMPLES
     }
 }
 

@@ -83,7 +83,10 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let (p50, p99) = (ns(m.pin_ns.quantile(0.5)), ns(m.pin_ns.quantile(0.99)));
     // The sparkline below: a bar per pin, the newest on the right, its scale said.
     let spark: Vec<u64> = m.pin_ns.0.iter().rev().take(inner.width as usize).rev().copied().collect();
-    let said = vec![(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])];
+    let mut said = vec![(0, vec!["pin latency".into(), format!("p50 {p50}"), format!("p99 {p99}")])];
+    if m.pin_ns.windowed() {
+        said[0].1.push(format!("(last {} pins)", m.pin_ns.0.len()));
+    }
     let mut latency = wrap(&said, inner.width);
     // The scale only where the bars get rows of their own after a process (or the line
     // counting the processes): a short box keeps its rows for those.

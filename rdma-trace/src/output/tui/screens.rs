@@ -56,7 +56,8 @@ pub(super) fn bytes(b: u64) -> String {
 }
 
 fn p50_p99(s: &Samples) -> String {
-    format!("p50 {} p99 {}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
+    let of = if s.windowed() { format!(" of the last {}", s.0.len()) } else { String::new() };
+    format!("p50 {} p99 {}{of}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
 }
 
 fn matches(ui: &Ui, fields: &[String]) -> bool {
@@ -359,7 +360,12 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         Col::whole("wake p50"),
         Col::whole("p99"),
     ];
-    let t = table(&COLS, rows, "CQs".into(), list);
+    // Latencies are of the newest samples a CQ keeps: said once a CQ has more.
+    let title = match cqs.iter().any(|c| c.wakeup_ns.windowed()) {
+        true => format!("CQs · wakeups of the last {} each", super::model::SAMPLES),
+        false => "CQs".into(),
+    };
+    let t = table(&COLS, rows, title, list);
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(c) = cqs.get(ui.selected.min(n.saturating_sub(1))) else {
         f.render_widget(Paragraph::new("no completion events yet").block(Block::bordered()), chain);

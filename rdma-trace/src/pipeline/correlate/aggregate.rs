@@ -69,8 +69,7 @@ impl Dist {
     pub fn quantile(&self, q: f64) -> Option<u64> {
         let mut v = self.samples.clone();
         v.sort_unstable();
-        let i = ((v.len() as f64) * q).ceil().max(1.0) as usize - 1;
-        v.get(i.min(v.len().saturating_sub(1))).copied()
+        crate::units::quantile(&v, q)
     }
 }
 

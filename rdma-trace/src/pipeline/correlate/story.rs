@@ -319,7 +319,9 @@ impl Builder {
     /// Joins event `i` (the next in time order).
     pub(super) fn event(&mut self, i: usize, e: &Event) {
         self.owners.learn(e);
+        // Before anything returns early: a completion can name a mapping too.
         let named = self.namer.event(e);
+        self.name(named);
         self.kernel_reads |= e.is(ProbeId::CompEventRead);
         let Some(pid) = self.owner(e) else {
             push_capped(&mut self.story.unjoined, self.per_list, i);
@@ -361,7 +363,6 @@ impl Builder {
         self.wakeup(pid, i, e);
         self.pins(pid, i, e);
         self.maps(pid, i, e);
-        self.name(named);
         self.phase(pid, e);
         self.nest(pid, i, e);
     }
