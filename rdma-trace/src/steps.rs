@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-const PAGE_SIZE: u64 = 4096;
+use crate::units::PAGE as PAGE_SIZE;
 
 /// Pages a umem of `size` bytes at `addr` pins (ib_umem_num_pages for 4 KiB pages).
 pub fn pages_spanned(addr: u64, size: u64) -> u64 {

@@ -53,7 +53,12 @@ pub fn uverbs_maps(pid: u32) -> Vec<Mapping> {
             matches!(&m.pathname, procfs::process::MMapPath::Path(p)
                 if p.to_string_lossy().starts_with("/dev/infiniband/uverbs"))
         })
-        .map(|m| Mapping { start: m.address.0, end: m.address.1, pgoff: m.offset / 4096, what: None })
+        .map(|m| Mapping {
+            start: m.address.0,
+            end: m.address.1,
+            pgoff: m.offset / crate::units::PAGE,
+            what: None,
+        })
         .collect()
 }
 
@@ -81,7 +86,7 @@ pub fn group(mrs: Vec<ResMr>, maps_of: impl Fn(u32) -> Vec<Mapping>) -> Vec<Proc
             ..Default::default()
         });
         // The kernel lists no address: what is charged is at least the length in pages.
-        let charged = m.length.div_ceil(4096) * 4096;
+        let charged = m.length.div_ceil(crate::units::PAGE) * crate::units::PAGE;
         p.pinned_bytes += charged;
         p.mrs.push(PinnedRange {
             length: m.length,

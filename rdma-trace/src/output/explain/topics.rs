@@ -143,7 +143,7 @@ fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<Stri
             let pinned = r.field("pages").unwrap_or(pages);
             core.seen.push(format!(
                 "pinned {pinned} pages ({}) in {}; charged to RLIMIT_MEMLOCK ({})",
-                bytes(pinned * 4096),
+                bytes(pinned * crate::units::PAGE),
                 us(r.latency_ns.unwrap_or(0)),
                 limit.map(bytes).unwrap_or("limit not read".into())
             ));
@@ -166,7 +166,7 @@ fn refusals(input: &Input, x: &mut Explanation) {
         let (size, limit) = (e.field("size").unwrap_or(0), e.field("memlock_limit"));
         let pages = crate::steps::pages_spanned(e.field("addr").unwrap_or(0), size);
         // The mm's pinned_vm when the pin began: what the new pages were added to.
-        let already = e.field("pinned_vm_pages").map(|n| n * 4096);
+        let already = e.field("pinned_vm_pages").map(|n| n * crate::units::PAGE);
         let text = format!(
             "{} [{}] asked to pin {} ({pages} pages) with RLIMIT_MEMLOCK at {}{}: the umem function returned {} ({}), and \
 ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it.",

@@ -227,7 +227,7 @@ impl Model {
                         comm: p.comm.clone(),
                         addr: m.addr,
                         length: m.length,
-                        pages: Some(m.charged / 4096),
+                        pages: Some(m.charged / crate::units::PAGE),
                         lkey: m.lkey,
                         rkey: m.rkey,
                         live: true,
@@ -390,7 +390,7 @@ impl Model {
                 row.umem = umem;
                 row.live = true;
                 row.pages = row.pages.or(e.field("pages"));
-                let charged = row.pages.map(|p| p * 4096).unwrap_or(row.length);
+                let charged = row.pages.map(|p| p * crate::units::PAGE).unwrap_or(row.length);
                 let limit = row.memlock_limit;
                 let p = self.proc(e.pid, &e.comm);
                 p.pinned += charged;
@@ -414,7 +414,7 @@ impl Model {
     fn unpin(&mut self, is: impl Fn(&MrRow) -> bool) {
         if let Some(row) = self.mrs.iter_mut().rev().find(|r| r.live && is(r)) {
             row.live = false;
-            let charged = row.pages.map(|p| p * 4096).unwrap_or(row.length);
+            let charged = row.pages.map(|p| p * crate::units::PAGE).unwrap_or(row.length);
             let pid = row.pid;
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.pinned = p.pinned.saturating_sub(charged);

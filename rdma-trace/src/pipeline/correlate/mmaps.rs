@@ -283,7 +283,7 @@ impl Namer {
     }
 
     fn mapped(&mut self, e: &Event) -> Option<Named> {
-        let key = e.field("vm_pgoff")? << 12;
+        let key = e.field("vm_pgoff")? * crate::units::PAGE;
         let context = e.field("context")?;
         let at = self.keys.iter().position(|(k, _, _)| *k == (context, key))?;
         let (_, mut queue, made_by) = self.keys.remove(at)?;

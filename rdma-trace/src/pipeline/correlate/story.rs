@@ -436,7 +436,7 @@ impl Builder {
                     ps.pin_latency.observe(l);
                 }
                 // What the pin charges: whole pages (VmPin), not the byte length.
-                let len = e.field("pages").map(|p| p * 4096).or(e.field("umem_length"));
+                let len = e.field("pages").map(|p| p * crate::units::PAGE).or(e.field("umem_length"));
                 if let (Some(u), Some(len)) = (e.field("umem"), len) {
                     let range = PinnedRange {
                         addr: e.field("umem_address").unwrap_or(0),
