@@ -150,3 +150,47 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
     assert_eq!(got_events as u64 + told, fed as u64, "what it got and what it was told add up");
     assert!(took < std::time::Duration::from_secs(30), "the daemon did not wait for it: {took:?}");
 }
+
+/// The socket faces users the daemon does not trust: a hello without a newline is read no
+/// further than `MAX_HELLO` bytes and refused in one line; past `MAX_GREETING` connections
+/// that say nothing, the next is told the daemon is busy; once those go, a real subscriber
+/// is greeted and joins.
+#[test]
+fn the_socket_bounds_what_a_peer_can_make_it_hold() {
+    use rdma_trace::serve::socket::{Listener, MAX_GREETING, MAX_HELLO};
+    use std::io::{BufRead, BufReader, Write};
+    let dir = std::env::temp_dir().join(format!("rdma-trace-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("d.sock");
+    let (joins, joined) = std::sync::mpsc::channel();
+    let (notes, _noted) = std::sync::mpsc::channel();
+    Listener::bind(&path, &[]).unwrap().serve(joins, notes);
+    let answer = |s: &UnixStream| {
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        line
+    };
+    // Megabytes without a newline: the daemon stops reading at MAX_HELLO and says why.
+    let mut flood = UnixStream::connect(&path).unwrap();
+    let chunk = vec![b'x'; 64 << 10];
+    let mut sent = 0u64;
+    while sent < 4 << 20 && flood.write_all(&chunk).is_ok() {
+        sent += chunk.len() as u64;
+    }
+    let line = answer(&flood);
+    assert!(line.contains(&format!("no hello line within {MAX_HELLO} bytes")), "{line}");
+    assert!(sent < 4 << 20, "the daemon closed before taking all {sent} bytes");
+    // Silent connections fill the greeting slots; the next is refused at once.
+    let silent: Vec<UnixStream> = (0..MAX_GREETING).map(|_| UnixStream::connect(&path).unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let busy = UnixStream::connect(&path).unwrap();
+    let line = answer(&busy);
+    assert!(line.contains("busy"), "{line}");
+    drop(silent);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut ok = UnixStream::connect(&path).unwrap();
+    writeln!(ok, "{}", serde_json::to_string(&Hello::new(Want::Both)).unwrap()).unwrap();
+    let j = joined.recv_timeout(std::time::Duration::from_secs(5)).expect("a real subscriber joins");
+    assert_eq!(j.hello, Hello::new(Want::Both));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -3,10 +3,12 @@
 //! the broadcaster. Anyone else gets one line saying so, and the connection is closed.
 
 use super::{Hello, Joining};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
@@ -15,6 +17,10 @@ pub const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
 
 /// A subscriber has this long to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest hello read (a real one is under 100 bytes).
+pub const MAX_HELLO: u64 = 4096;
+/// Connections being greeted at once; past this a new one is told the daemon is busy.
+pub const MAX_GREETING: usize = 32;
 
 /// The peer's pid, uid and gid, from the kernel.
 pub fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
@@ -77,14 +83,25 @@ impl Listener {
     /// its own; accepted ones go to `joins`. Refusals and broken hellos are reported on
     /// `notes`.
     pub fn serve(self, joins: Sender<Joining>, notes: Sender<String>) {
+        let greeting = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
             for conn in self.listener.incoming() {
-                let Ok(conn) = conn else { continue };
+                let Ok(mut conn) = conn else { continue };
+                // Bounded: a flood of connections that never say hello costs at most
+                // MAX_GREETING threads and buffers of MAX_HELLO bytes.
+                if greeting.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
+                    greeting.fetch_sub(1, Ordering::AcqRel);
+                    refuse(&mut conn, "refused: busy greeting other subscribers; try again");
+                    notes.send(format!("refused a subscriber: {MAX_GREETING} already being greeted")).ok();
+                    continue;
+                }
                 let (joins, notes, allowed) = (joins.clone(), notes.clone(), self.allowed.clone());
+                let greeting = greeting.clone();
                 std::thread::spawn(move || {
                     if let Err(why) = greet(conn, &allowed, &joins) {
                         notes.send(why).ok();
                     }
+                    greeting.fetch_sub(1, Ordering::AcqRel);
                 });
             }
         });
@@ -97,27 +114,46 @@ impl Drop for Listener {
     }
 }
 
-/// Reads the peer's hello, checks who it is, and passes the connection on. (The hello is
-/// read first even from a peer to be refused: closing a Unix socket with unread data
-/// would reset the peer before it reads the refusal.)
+/// One line to a peer that will not be served, then the connection closed. What it sent
+/// is read and thrown away first (a bounded amount, briefly): closing a Unix socket with
+/// unread data would reset the peer before it reads the refusal.
+fn refuse(conn: &mut UnixStream, why: &str) {
+    writeln!(conn, "rdma-trace daemon: {why}").ok();
+    conn.shutdown(std::net::Shutdown::Write).ok();
+    conn.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let mut sink = [0u8; 4096];
+    let mut left = 16 * MAX_HELLO;
+    while left > 0 {
+        match conn.read(&mut sink) {
+            Ok(n) if n > 0 => left = left.saturating_sub(n as u64),
+            _ => break,
+        }
+    }
+}
+
+/// Checks who the peer is, reads its hello (at most `MAX_HELLO` bytes, within
+/// `HELLO_TIMEOUT`), and passes the connection on.
 fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), String> {
     let cred = peer_cred(&conn).map_err(|e| format!("a subscriber's credentials: {e}"))?;
     let peer = format!("pid {} uid {}", cred.pid, cred.uid);
-    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
-    let mut line = String::new();
-    let read = BufReader::new(&conn).read_line(&mut line);
     if !allowed.contains(&cred.uid) {
         let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
-        writeln!(
-            conn,
-            "rdma-trace daemon: refused: uid {} may not subscribe (allowed uids: {}; the daemon's --allow-uid adds one)",
+        let why = format!(
+            "refused: uid {} may not subscribe (allowed uids: {}; the daemon's --allow-uid adds one)",
             cred.uid,
             list.join(", ")
-        )
-        .ok();
+        );
+        refuse(&mut conn, &why);
         return Err(format!("refused {peer}: not an allowed uid"));
     }
+    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
+    let mut line = String::new();
+    let read = BufReader::new((&conn).take(MAX_HELLO)).read_line(&mut line);
     read.map_err(|e| format!("{peer}: no hello ({e})"))?;
+    if !line.ends_with('\n') {
+        refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"));
+        return Err(format!("{peer}: no hello line within {MAX_HELLO} bytes"));
+    }
     let hello: Hello = match serde_json::from_str(line.trim()) {
         Ok(h) => h,
         Err(e) => {
