@@ -439,3 +439,136 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     )
     .unwrap();
 }
+
+/// A field of /proc/PID/status, in its own unit (kB for VmRSS).
+fn status_field(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// As uid/gid 65534 in a forked child: connects to `socket`, writes up to `mib` MiB with no
+/// newline (until the daemon closes), then reads its answer. Exit 0: the answer is one
+/// line from the daemon refusing it. Everything the child touches is made before the fork
+/// (the test is multithreaded: a child may not allocate).
+fn flood_as_nobody(socket: &Path, mib: usize) -> libc::pid_t {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) address.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(socket.as_os_str().as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    let chunk = vec![b'x'; 1 << 20];
+    let mut answer = [0u8; 512];
+    let want = b"rdma-trace daemon: refused";
+    // SAFETY: fork(2); the child makes only async-signal-safe system calls on memory made
+    // before it, then _exit(2)s.
+    let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        return pid;
+    }
+    // SAFETY: the child's system calls, on the address and buffers made before the fork.
+    unsafe {
+        let ok =
+            libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(65534) == 0 && libc::setuid(65534) == 0;
+        if !ok {
+            libc::_exit(3);
+        }
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        if fd < 0 || libc::connect(fd, (&raw const addr).cast(), len) != 0 {
+            libc::_exit(4);
+        }
+        for _ in 0..mib {
+            if libc::send(fd, chunk.as_ptr().cast(), chunk.len(), libc::MSG_NOSIGNAL) < 0 {
+                break;
+            }
+        }
+        let n = libc::read(fd, answer.as_mut_ptr().cast(), answer.len());
+        let refused = n >= want.len() as isize && answer[..want.len()] == want[..];
+        let one_line = n > 0 && answer[..n as usize].iter().filter(|&&b| b == b'\n').count() == 1;
+        libc::_exit(if refused && one_line { 0 } else { 1 });
+    }
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_daemon_other_users_cannot_exhaust_it() {
+    use std::io::Write;
+    let dir = out_dir("daemon-guard");
+    let socket = Path::new("/tmp/rdma-trace-guard.sock");
+    let derr = dir.join("daemon.stderr");
+    let ready = "metrics on http://127.0.0.1:9465/metrics";
+    // Other uids allowed: the socket is 0666, so any local user can connect.
+    let args = ["--allow-uid", "1000", "--metrics", "127.0.0.1:9465"];
+    let mut daemon = start_daemon(&args, socket, None, &derr, ready);
+    let dpid = daemon.id();
+    let mut guarded = subscriber(&dir, "guarded", socket);
+    let (rss0, threads0) = (status_field(dpid, "VmRSS:"), status_field(dpid, "Threads:"));
+    // 64 connections as nobody, each pushing 16 MiB with no newline (1 GiB in all, as
+    // issue 27 tried), and 32 slow-loris metrics requests that never end their headers.
+    let floods: Vec<libc::pid_t> = (0..64).map(|_| flood_as_nobody(socket, 16)).collect();
+    let lorises: Vec<std::net::TcpStream> = (0..32)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect("127.0.0.1:9465").unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").unwrap();
+            s
+        })
+        .collect();
+    let (mut rss_max, mut threads_max) = (rss0, threads0);
+    let t0 = std::time::Instant::now();
+    let mut scraped = Vec::new();
+    while t0.elapsed() < Duration::from_secs(6) {
+        rss_max = rss_max.max(status_field(dpid, "VmRSS:"));
+        threads_max = threads_max.max(status_field(dpid, "Threads:"));
+        scraped.push(http_get("127.0.0.1:9465", "/metrics").map(|r| r.0));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut refused = 0;
+    for pid in floods {
+        let mut st = 0;
+        // SAFETY: waitpid(2) on our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        refused += usize::from(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+    }
+    drop(lorises);
+    let mut companion = Command::new(workload_bin())
+        .args(["--mr-sizes", "4K", "--iterations", "2", "--announce", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    assert!(wait_timeout(&mut companion, 120).success(), "the companion");
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(dpid as i32, libc::SIGTERM) };
+    let dst = wait_timeout(&mut daemon, 60);
+    let dtext = std::fs::read_to_string(&derr).unwrap();
+    let report = format!(
+        "RSS {rss0} → {rss_max} kB, threads {threads0} → {threads_max}, refused {refused}/64, scrapes {scraped:?}"
+    );
+    std::fs::write(dir.join("guard.txt"), format!("{report}\n")).unwrap();
+    assert!(dst.success(), "daemon {dst}:\n{dtext}");
+    assert_eq!(refused, 64, "every flooding nobody got one line refusing it: {report}");
+    assert!(rss_max < rss0 + 64 * 1024, "the daemon's RSS grew by more than 64 MiB: {report}");
+    let bound = threads0 + socket_bounds() as u64;
+    assert!(threads_max <= bound, "threads past {bound}: {report}");
+    let answered = scraped.iter().filter(|c| **c == Some(200)).count();
+    assert_eq!(answered, scraped.len(), "every scrape answered 200 among the slow ones: {report}");
+    assert!(wait_timeout(&mut guarded, 30).success(), "the guarded subscriber");
+    let rs = records(&dir.join("guarded.jsonl"));
+    let lost: Vec<&Record> = rs.iter().filter(|r| matches!(r, Record::Loss(_))).collect();
+    assert!(lost.is_empty(), "the subscriber lost records: {lost:?}");
+    assert!(matches!(rs.last(), Some(Record::Trailer(_))), "it got the trailer");
+    let cpid = companion.id();
+    assert!(
+        rs.iter().any(|r| matches!(r, Record::Event(e) if e.pid == cpid)),
+        "the companion, run after the flood, was seen"
+    );
+}
+
+/// Threads the daemon may add while greeting and answering at their limits.
+fn socket_bounds() -> usize {
+    rdma_trace::serve::socket::MAX_GREETING + rdma_trace::output::metrics::MAX_IN_FLIGHT + 4
+}
