@@ -15,13 +15,7 @@ fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
 
-fn size(b: u64) -> String {
-    match b {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
-}
+use crate::units::bytes as size;
 
 fn median(mut v: Vec<u64>) -> Option<u64> {
     v.sort_unstable();
