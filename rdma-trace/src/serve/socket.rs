@@ -17,6 +17,8 @@ pub const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
 
 /// A subscriber has this long to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a refused peer's bytes are drained on its greeting thread.
+const REFUSE_WAIT: Duration = Duration::from_millis(200);
 /// The longest hello read (a real one is under 100 bytes).
 pub const MAX_HELLO: u64 = 4096;
 /// Connections being greeted at once; past this a new one is told the daemon is busy.
@@ -91,7 +93,8 @@ impl Listener {
                 // MAX_GREETING threads and buffers of MAX_HELLO bytes.
                 if greeting.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
                     greeting.fetch_sub(1, Ordering::AcqRel);
-                    refuse(&mut conn, "refused: busy greeting other subscribers; try again");
+                    // On the accepting thread: only what is already queued is drained.
+                    refuse(&mut conn, "refused: busy greeting other subscribers; try again", Duration::ZERO);
                     notes.send(format!("refused a subscriber: {MAX_GREETING} already being greeted")).ok();
                     continue;
                 }
@@ -115,16 +118,19 @@ impl Drop for Listener {
 }
 
 /// One line to a peer that will not be served, then the connection closed. What it sent
-/// is read and thrown away first (a bounded amount, briefly): closing a Unix socket with
-/// unread data would reset the peer before it reads the refusal.
-fn refuse(conn: &mut UnixStream, why: &str) {
+/// is read and thrown away first (at most 64 KiB, for at most `wait`; nothing more than is
+/// already queued when `wait` is zero): closing a Unix socket with unread data would reset
+/// the peer before it reads the refusal.
+fn refuse(conn: &mut UnixStream, why: &str, wait: Duration) {
     writeln!(conn, "rdma-trace daemon: {why}").ok();
     conn.shutdown(std::net::Shutdown::Write).ok();
-    conn.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let deadline = std::time::Instant::now() + wait;
     let mut sink = [0u8; 4096];
     let mut left = 16 * MAX_HELLO;
     while left > 0 {
-        match conn.read(&mut sink) {
+        let rest = deadline.saturating_duration_since(std::time::Instant::now());
+        let set = if rest.is_zero() { conn.set_nonblocking(true) } else { conn.set_read_timeout(Some(rest)) };
+        match set.and_then(|()| conn.read(&mut sink)) {
             Ok(n) if n > 0 => left = left.saturating_sub(n as u64),
             _ => break,
         }
@@ -143,7 +149,7 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
             cred.uid,
             list.join(", ")
         );
-        refuse(&mut conn, &why);
+        refuse(&mut conn, &why, REFUSE_WAIT);
         return Err(format!("refused {peer}: not an allowed uid"));
     }
     conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
@@ -151,7 +157,7 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
     let read = BufReader::new((&conn).take(MAX_HELLO)).read_line(&mut line);
     read.map_err(|e| format!("{peer}: no hello ({e})"))?;
     if !line.ends_with('\n') {
-        refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"));
+        refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"), REFUSE_WAIT);
         return Err(format!("{peer}: no hello line within {MAX_HELLO} bytes"));
     }
     let hello: Hello = match serde_json::from_str(line.trim()) {

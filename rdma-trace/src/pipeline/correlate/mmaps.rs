@@ -7,6 +7,7 @@
 //! Pure and bounded: events in, `Named` updates out (a mapping named, or its object learned
 //! later, when the verbs call returns), for whoever keeps mapping rows.
 
+use super::story::push_capped;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use std::collections::{HashMap, VecDeque};
@@ -232,10 +233,7 @@ impl Namer {
             (StepName::CreateQp, _, Some(qp)) => Object::Qp(qp.qpn),
             _ => return Vec::new(),
         };
-        self.made_by_steps.push_back((s.tid, s.t_start_ns, s.t_end_ns, made));
-        if self.made_by_steps.len() > KEEP {
-            self.made_by_steps.pop_front();
-        }
+        push_capped(&mut self.made_by_steps, KEEP, (s.tid, s.t_start_ns, s.t_end_ns, made));
         self.learn(s.tid, s.t_start_ns, s.t_end_ns, |k| made.fits(k).then_some(made))
     }
 
@@ -276,10 +274,7 @@ impl Namer {
             entry_bytes: m.entry_bytes,
             object,
         };
-        self.keys.push_back(((context, key), queue, e.tid));
-        if self.keys.len() > KEEP {
-            self.keys.pop_front();
-        }
+        push_capped(&mut self.keys, KEEP, ((context, key), queue, e.tid));
     }
 
     fn mapped(&mut self, e: &Event) -> Option<Named> {
@@ -295,10 +290,7 @@ impl Namer {
             queue.object = Some(*o);
         }
         if !matches!(queue.object, Some(Object::Cq(_) | Object::Qp(_))) {
-            self.waiting.push_back((e.pid, made_by, start, queue.clone(), e.ts_ns));
-            if self.waiting.len() > KEEP {
-                self.waiting.pop_front();
-            }
+            push_capped(&mut self.waiting, KEEP, (e.pid, made_by, start, queue.clone(), e.ts_ns));
         }
         Some(Named { pid: e.pid, start, queue })
     }
