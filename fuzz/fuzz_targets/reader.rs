@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_trace::source::capture::{Damage, ReadError, Reader, decoded};
+use rdma_trace_format::reader::{Damage, ReadError, Reader, decoded};
 
 /// A damaged line is named where it is: line 1 or later, starting inside the input (for a
 /// plain input, whose offsets are the input's own).

@@ -1,9 +1,7 @@
 //! The small kernels every view shares: the one quantile (nearest rank), and sizes as
 //! rdma-trace writes them out in words (the TUI's columns use their own compact form).
 
-/// The page size of the architecture the programs are built for (x86-64): what a pin
-/// charges per page and what `vm_pgoff` counts in.
-pub const PAGE: u64 = 4096;
+pub use rdma_trace_format::PAGE;
 
 /// A size, exact: in the largest of GiB/MiB/KiB it is a whole number of, else in bytes;
 /// `u64::MAX` (RLIM_INFINITY) is "unlimited".

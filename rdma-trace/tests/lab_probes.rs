@@ -98,9 +98,13 @@ fn run_session() -> Session {
     while t.elapsed() < Duration::from_secs(30) {
         let res = run_output("rdma", &["-j", "res", "show", "mr"]);
         let both = [spid, cpid].iter().all(|p| res.contains(&format!("\"pid\":{p}")));
-        if both {
-            sess.samples.insert(spid, sample(spid));
-            sess.samples.insert(cpid, sample(cpid));
+        // perftest registers its MR before it creates the CQ, so a pid can own an MR while
+        // it has no queue mapped yet: sample only once both have mapped a queue.
+        let (ss, cs) = (sample(spid), sample(cpid));
+        let mapped = [&ss, &cs].iter().all(|x| x.maps.contains("/dev/infiniband/uverbs"));
+        if both && mapped {
+            sess.samples.insert(spid, ss);
+            sess.samples.insert(cpid, cs);
             sess.rdma_res_mr = res;
             break;
         }

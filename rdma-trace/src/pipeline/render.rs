@@ -153,6 +153,23 @@ pub fn store(render: Render, raw: u64, size: u8) -> Value {
     }
 }
 
+/// How field `name` of `ev` is shown: the hint its probe's catalog entry gives (or the
+/// syscall table's), so every output renders a value alike.
+pub fn of(ev: &crate::event::Event, name: &str) -> Render {
+    if let Some(spec) = ev.probe().map(crate::plan::catalog::by_id) {
+        let fields = if ev.kind == crate::event::EventKind::Return { spec.ret } else { spec.entry };
+        if let Some(f) = fields.iter().find(|f| f.name == name) {
+            return f.render;
+        }
+    }
+    crate::plan::syscalls::render_of(name)
+}
+
+/// Field `name` of `ev`, with value `v`, as every output shows it.
+pub fn field(ev: &crate::event::Event, name: &str, v: Value) -> String {
+    text(of(ev, name), v)
+}
+
 /// Human text for a value.
 pub fn text(render: Render, v: Value) -> String {
     let u = v.as_u64();

@@ -8,7 +8,10 @@
 //! behind it only wait. (The eBPF side never holds a reservation while it works, so such
 //! waits are as short as one copy.)
 
-pub mod capture;
+/// A capture file or stream, read by the format crate's reader.
+pub mod capture {
+    pub use rdma_trace_format::reader::*;
+}
 
 use aya::maps::{MapData, RingBuf};
 use std::os::fd::AsRawFd;

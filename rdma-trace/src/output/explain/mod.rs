@@ -113,7 +113,7 @@ fn named(function: &str) -> Named {
 fn fields(e: &Event, keys: &[&str]) -> String {
     keys.iter()
         .filter_map(|k| {
-            e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::text(e.render_of(k), *v)))
+            e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v)))
         })
         .collect::<Vec<_>>()
         .join(" ")

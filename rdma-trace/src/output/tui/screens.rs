@@ -487,7 +487,7 @@ fn in_rows(all: &[impl AsRef<str>], w: u16, rows: u16, how: &str, style: Style) 
 /// knows are annotated).
 pub fn event_detail(e: &crate::event::Event) -> Vec<String> {
     let mut lines = vec![format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), e.pid)];
-    lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::text(e.render_of(k), *v))));
+    lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, *v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
         lines.push(format!("  {frame}{note}"));

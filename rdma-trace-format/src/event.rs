@@ -1,0 +1,243 @@
+//! The event record: what the pipeline after decode consumes and emits, and what capture
+//! files hold (JSON Lines, version 0; see docs/event-format.md).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The three paths the tool shows, plus teardown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Path {
+    /// Memory registration: pinning user pages for the NIC.
+    Pin,
+    /// mmap of doorbell/UAR pages and queue buffers.
+    Mmap,
+    /// Interrupt → completion event on a completion channel.
+    Completion,
+    /// Releasing pinned memory / deregistering MRs.
+    Teardown,
+    /// The verbs call in user space (libibverbs) that set the kernel path off.
+    Verbs,
+    /// A traced program's syscall (`--pid`, `-- CMD`).
+    Syscall,
+}
+
+impl Path {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Path::Pin => "pin",
+            Path::Mmap => "mmap",
+            Path::Completion => "completion",
+            Path::Teardown => "teardown",
+            Path::Verbs => "verbs",
+            Path::Syscall => "syscall",
+        }
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Generates `ProbeId`: one variant per catalog probe, with its string id.
+macro_rules! probe_ids {
+    ($($v:ident = $s:literal,)*) => {
+        /// A catalog probe. The string form (`as_str`) is what files, the command line and
+        /// the summary show; code compares the enum, so a misspelt id does not compile.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ProbeId { $($v,)* }
+
+        impl ProbeId {
+            pub const ALL: &[ProbeId] = &[$(ProbeId::$v,)*];
+            pub const fn as_str(self) -> &'static str {
+                match self { $(ProbeId::$v => $s,)* }
+            }
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($s => Some(ProbeId::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+probe_ids! {
+    UmemGet = "umem_get",
+    RxeRegMr = "rxe_reg_mr",
+    Mlx5RegMr = "mlx5_reg_mr",
+    UverbsMmap = "uverbs_mmap",
+    RxeMmapInfo = "rxe_mmap_info",
+    RxeMmap = "rxe_mmap",
+    Mlx5Mmap = "mlx5_mmap",
+    MmapIo = "mmap_io",
+    CompHandler = "comp_handler",
+    RxeCreateCq = "rxe_create_cq",
+    Mlx5CreateCq = "mlx5_create_cq",
+    CompEventRead = "comp_event_read",
+    UmemRelease = "umem_release",
+    MrDereg = "mr_dereg",
+    IbvOpenDevice = "ibv_open_device",
+    IbvRegMr = "ibv_reg_mr",
+    IbvRegMrIova2 = "ibv_reg_mr_iova2",
+    IbvDeregMr = "ibv_dereg_mr",
+    IbvCreateCompChannel = "ibv_create_comp_channel",
+    IbvCreateCq = "ibv_create_cq",
+    IbvCreateQp = "ibv_create_qp",
+    IbvGetCqEvent = "ibv_get_cq_event",
+}
+
+impl std::fmt::Display for ProbeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl serde::Serialize for ProbeId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+
+/// The version events are written with (`capture::VERSION`).
+pub const FORMAT_VERSION: u32 = crate::capture::VERSION;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A kernel function was entered (or a tracepoint fired).
+    Entry,
+    /// A kernel function returned.
+    Return,
+    SyscallEnter,
+    SyscallExit,
+}
+
+/// Where the kernel ran the code (completions never run in the workload's pid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecContext {
+    Process,
+    Kworker,
+    Softirq,
+}
+
+/// A field value: unsigned (addresses, lengths, keys) or signed (return codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    U(u64),
+    I(i64),
+}
+
+impl Value {
+    pub fn as_u64(self) -> u64 {
+        match self {
+            Value::U(v) => v,
+            Value::I(v) => v as u64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub v: u32,
+    /// v1: the record's place in its stream (see `capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+    pub ts_ns: u64,
+    pub kind: EventKind,
+    /// Probe id (catalog) or syscall name.
+    pub name: String,
+    /// The kernel function or tracepoint (probe events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    /// pin / mmap / completion / teardown / verbs / syscall.
+    pub path: Path,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    #[serde(default)]
+    pub fields: BTreeMap<String, Value>,
+    /// Fields whose kernel read failed (value absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+    /// Fields not dereferenced because the pointer was NULL or an ERR_PTR.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_followed: Vec<String>,
+    /// Symbolized kernel stack, innermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ExecContext>,
+    /// What the syscall's fd is (`uverbs`, `comp_channel`, or its /proc path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fd_kind: Option<String>,
+    /// Return events: time since the matching entry on the same thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ns: Option<u64>,
+    /// v1 files: pointer fields that held an ERR_PTR, as errors (in memory they stay in
+    /// `fields`; `capture::join_errors`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, crate::capture::KernelError>,
+}
+
+impl Event {
+    pub fn field(&self, name: &str) -> Option<u64> {
+        self.fields.get(name).map(|v| v.as_u64())
+    }
+
+    /// The catalog probe this event came from (None for syscalls).
+    pub fn probe(&self) -> Option<ProbeId> {
+        match self.kind {
+            EventKind::Entry | EventKind::Return => ProbeId::parse(&self.name),
+            EventKind::SyscallEnter | EventKind::SyscallExit => None,
+        }
+    }
+
+    /// Whether this event came from probe `id`.
+    pub fn is(&self, id: ProbeId) -> bool {
+        self.probe() == Some(id)
+    }
+
+    /// Whether this event came from one of `ids`.
+    pub fn is_any(&self, ids: &[ProbeId]) -> bool {
+        self.probe().is_some_and(|p| ids.contains(&p))
+    }
+}
+
+/// Parses JSON Lines of `T`, checking each record's format version; an error names the line.
+pub fn parse_lines<T: serde::de::DeserializeOwned>(
+    text: &str,
+    version: impl Fn(&T) -> u32,
+    want: u32,
+    what: &str,
+) -> Result<Vec<T>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: T = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let v = version(&rec);
+        if v != want {
+            return Err(format!("line {}: {what} format version {v} (this build reads {want})", i + 1));
+        }
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged
+/// line is an error naming it. Streams are read with `source::capture::Reader`.
+pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    for r in crate::reader::Reader::new(text.as_bytes(), true) {
+        if let crate::capture::Record::Event(e) = r.map_err(|e| e.to_string())? {
+            out.push(*e);
+        }
+    }
+    Ok(out)
+}
