@@ -139,6 +139,94 @@ impl Value {
     }
 }
 
+/// What an event is named by: the catalog probe it came from, set once when it is
+/// enriched, so no consumer parses a string back; or another name (a syscall's, or a probe
+/// of a newer build read from its file). Written as the plain string either way.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Name {
+    Probe(ProbeId),
+    Other(String),
+}
+
+impl Name {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Name::Probe(p) => p.as_str(),
+            Name::Other(s) => s,
+        }
+    }
+
+    pub fn probe(&self) -> Option<ProbeId> {
+        match self {
+            Name::Probe(p) => Some(*p),
+            Name::Other(_) => None,
+        }
+    }
+
+    /// A name read from text: the probe it names, if this build knows it.
+    pub fn parse(s: &str) -> Self {
+        ProbeId::parse(s).map_or_else(|| Name::Other(s.to_string()), Name::Probe)
+    }
+}
+
+impl Default for Name {
+    fn default() -> Self {
+        Name::Other(String::new())
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<ProbeId> for Name {
+    fn from(p: ProbeId) -> Self {
+        Name::Probe(p)
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        Name::parse(s)
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Name;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a probe id or a syscall name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Name, E> {
+                Ok(Name::parse(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub v: u32,
@@ -148,8 +236,8 @@ pub struct Event {
     /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
     pub ts_ns: u64,
     pub kind: EventKind,
-    /// Probe id (catalog) or syscall name.
-    pub name: String,
+    /// The catalog probe, or the syscall (written as its string either way).
+    pub name: Name,
     /// The kernel function or tracepoint (probe events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symbol: Option<String>,
@@ -192,7 +280,7 @@ impl Event {
     /// The catalog probe this event came from (None for syscalls).
     pub fn probe(&self) -> Option<ProbeId> {
         match self.kind {
-            EventKind::Entry | EventKind::Return => ProbeId::parse(&self.name),
+            EventKind::Entry | EventKind::Return => self.name.probe(),
             EventKind::SyscallEnter | EventKind::SyscallExit => None,
         }
     }
@@ -240,4 +328,25 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_typed_once_and_written_as_its_string() {
+        for id in ProbeId::ALL {
+            let n = Name::parse(id.as_str());
+            assert_eq!(n, Name::Probe(*id));
+            assert_eq!(serde_json::to_string(&n).unwrap(), format!("\"{id}\""));
+        }
+        let sys: Name = serde_json::from_str("\"munmap\"").unwrap();
+        assert_eq!(sys, Name::Other("munmap".into()));
+        assert_eq!(sys.probe(), None);
+        assert!(sys == "munmap");
+        // A probe this build does not know stays readable by its name.
+        let newer: Name = serde_json::from_str("\"umem_odp_get\"").unwrap();
+        assert_eq!((newer.as_str(), newer.probe()), ("umem_odp_get", None));
+    }
 }

@@ -50,14 +50,14 @@ fn args_of(e: &Event) -> serde_json::Map<String, Value> {
 fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
     let mut out: Vec<Slice> = Vec::new();
     let mut slice_of = HashMap::new();
-    let mut open: HashMap<(u32, String), Vec<usize>> = HashMap::new();
+    let mut open: HashMap<(u32, crate::event::Name), Vec<usize>> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
         let key = (e.tid, e.name.clone());
         match e.kind {
             EventKind::Entry | EventKind::SyscallEnter => {
                 let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
                 out.push(Slice {
-                    name: e.name.clone(),
+                    name: e.name.to_string(),
                     cat,
                     track: track(e),
                     start_ns: e.ts_ns,

@@ -52,7 +52,7 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
             .filter(|k| k.kind == EventKind::Entry)
             .map(|k| match (k.probe(), k.field("pages")) {
                 (Some(ProbeId::UmemGet), Some(p)) => format!("umem_get pins {p} pages"),
-                _ => k.name.clone(),
+                _ => k.name.to_string(),
             })
             .collect();
         let r = c.ret.and_then(|i| events.ev(i));

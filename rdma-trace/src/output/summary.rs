@@ -203,8 +203,8 @@ pub fn row_of(ev: &crate::event::Event) -> String {
     match ev.kind {
         SyscallEnter => SYSCALLS_ENTER_ROW.into(),
         SyscallExit => SYSCALLS_EXIT_ROW.into(),
-        Entry => probe_row(&ev.name, ev.symbol.as_deref().unwrap_or("?"), false),
-        Return => probe_row(&ev.name, "", true),
+        Entry => probe_row(ev.name.as_str(), ev.symbol.as_deref().unwrap_or("?"), false),
+        Return => probe_row(ev.name.as_str(), "", true),
     }
 }
 

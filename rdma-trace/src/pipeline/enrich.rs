@@ -1,7 +1,7 @@
 //! Decoded records → events: names from the plan, values rendered into fields, stacks
 //! symbolized, the execution context classified, syscall fds recognised.
 
-use crate::event::{Event, EventKind, ExecContext, FORMAT_VERSION};
+use crate::event::{Event, EventKind, ExecContext, FORMAT_VERSION, Name};
 use crate::pipeline::decode::Raw;
 use crate::pipeline::fds::FdCache;
 use crate::pipeline::ksyms::Ksyms;
@@ -47,7 +47,7 @@ impl Enricher<'_> {
             v: FORMAT_VERSION,
             ts_ns: h.ts_ns,
             kind: EventKind::Entry,
-            name: String::new(),
+            name: Name::default(),
             symbol: None,
             path: Path::Syscall,
             pid: h.tgid,
@@ -90,7 +90,7 @@ impl Enricher<'_> {
         let (fields, plan): (&[Field], _) =
             if is_return { (p.spec.ret, p.ret.as_ref()?) } else { (p.spec.entry, &p.entry) };
         ev.kind = if is_return { EventKind::Return } else { EventKind::Entry };
-        ev.name = p.spec.id.to_string();
+        ev.name = Name::Probe(p.spec.id);
         ev.symbol = Some(p.symbol.to_string());
         ev.path = p.spec.path;
         for (i, f) in fields.iter().enumerate() {
@@ -142,7 +142,7 @@ impl Enricher<'_> {
         let (tgid, tid) = (ev.pid, ev.tid);
         let spec = syscalls::by_nr(nr)?;
         ev.kind = if is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
-        ev.name = spec.name.to_string();
+        ev.name = Name::Other(spec.name.to_string());
         ev.path = Path::Syscall;
         let opens = spec.name == "open" || spec.name == "openat";
         let may_return_fd = opens || matches!(spec.name, "dup" | "dup2" | "dup3" | "fcntl");

@@ -98,7 +98,7 @@ fn mr_provider(
     let provider = input.prev_on(pin, input.events[pin].tid, |e| is(e, &REG_MR, EventKind::Entry));
     let mut prov = Stage { title: "The provider".into(), ..Default::default() };
     if let Some((pi, pe)) = provider {
-        let name = pe.symbol.as_deref().unwrap_or(&pe.name);
+        let name = pe.symbol.as_deref().unwrap_or(pe.name.as_str());
         prov.seen.push(format!("{name}({})", fields(pe, &["start", "length", "iova", "access"])));
         prov.functions.push(named(name));
         if let Some((_, r)) = input.return_of(pi) {
@@ -125,7 +125,7 @@ the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
 /// The core's pinning: what was asked, what was pinned, how long, against which limit.
 fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<String, u64>) -> Stage {
     let p = &input.events[pin];
-    let umem_fn = p.symbol.clone().unwrap_or_else(|| p.name.clone());
+    let umem_fn = p.symbol.clone().unwrap_or_else(|| p.name.to_string());
     let mut core = Stage { title: "The core work — pinning the pages".into(), ..Default::default() };
     core.functions.push(named(&umem_fn));
     core.seen.push(format!("{umem_fn}({})", fields(p, &["addr", "size", "access"])));
@@ -221,8 +221,8 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     });
     let mut prov = Stage { title: "The provider — what the offset selects".into(), ..Default::default() };
     if let Some((_, p)) = provider {
-        prov.functions.push(named(p.symbol.as_deref().unwrap_or(&p.name)));
-        prov.seen.push(format!("{} at offset {pgoff:#x}", p.symbol.as_deref().unwrap_or(&p.name)));
+        prov.functions.push(named(p.symbol.as_deref().unwrap_or(p.name.as_str())));
+        prov.seen.push(format!("{} at offset {pgoff:#x}", p.symbol.as_deref().unwrap_or(p.name.as_str())));
     }
     if let Some((_, r)) = input.return_of(i) {
         prov.seen.push(format!("mapped in {}", us(r.latency_ns.unwrap_or(0))));

@@ -62,7 +62,7 @@ pub struct MapRow {
     /// The cache mode the driver chose (from the mapping probe's page protection).
     pub cache: Option<String>,
     /// The libibverbs call open on the thread when it was made.
-    pub call: Option<String>,
+    pub call: Option<crate::event::Name>,
     /// The queue it maps (soft-RoCE), once named.
     pub queue: Option<Queue>,
     /// The program unmapped it (a munmap of its start).
@@ -175,7 +175,7 @@ pub struct Model {
     cq_owner: HashMap<u64, (u32, String)>,
     /// The CQ each thread's completion handler is running for.
     handling: HashMap<u32, u64>,
-    open_call: HashMap<u32, String>,
+    open_call: HashMap<u32, crate::event::Name>,
     waiting: HashMap<u32, VecDeque<(u64, u64)>>,
     last_read: HashMap<u32, (u64, u64)>,
     /// Per thread, its latest channel reads and the completion each consumed (read time,

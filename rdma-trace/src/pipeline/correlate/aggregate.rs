@@ -139,7 +139,10 @@ impl Aggregates {
         match e.kind {
             EventKind::Entry => {
                 p.count += 1;
-                *p.by_probe.entry(e.name.clone()).or_default() += 1;
+                match p.by_probe.get_mut(e.name.as_str()) {
+                    Some(n) => *n += 1,
+                    None => _ = p.by_probe.insert(e.name.to_string(), 1),
+                }
                 if !e.stack.is_empty() {
                     *p.stacks.entry(functions(&e.stack)).or_default() += 1;
                 }

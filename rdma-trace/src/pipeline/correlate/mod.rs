@@ -21,7 +21,7 @@ struct OpenCall {
 #[derive(Default)]
 pub struct Correlator {
     /// (tid, probe) → open calls (a stack: calls may nest).
-    open: HashMap<(u32, String), Vec<OpenCall>>,
+    open: HashMap<(u32, crate::event::Name), Vec<OpenCall>>,
 }
 
 impl Correlator {

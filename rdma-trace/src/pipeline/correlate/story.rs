@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// A libibverbs call (uprobe entry/return) and the kernel events on its thread inside it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Call {
-    pub name: String,
+    pub name: crate::event::Name,
     pub tid: u32,
     pub entry: usize,
     pub ret: Option<usize>,
@@ -90,7 +90,7 @@ pub struct MapStory {
     pub start: u64,
     pub end: u64,
     pub pgoff: u64,
-    pub call: Option<String>,
+    pub call: Option<crate::event::Name>,
     pub queue: Option<Queue>,
     /// A munmap of its start was seen.
     pub unmapped: bool,
@@ -538,7 +538,7 @@ impl Builder {
                 Some(k) if k == "uverbs" || k == "comp_channel" || k == "rdma_cm" => {
                     format!("{}[{k}]", e.name)
                 }
-                _ => e.name.clone(),
+                _ => e.name.to_string(),
             };
             *self.process(pid).data_phase_syscalls.entry(key).or_default() += 1;
         }
