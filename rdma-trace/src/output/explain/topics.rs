@@ -260,7 +260,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
 fn rxe_queue(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
     let m = &input.events[i];
     let rows = &input.story.processes.get(&m.pid)?.mappings;
-    let q = rows.iter().find(|r| r.event == i)?.queue.as_ref()?;
+    let q = rows.iter().find(|r| r.event == Some(i))?.queue.as_ref()?;
     x.values.insert("queue_key".into(), q.key);
     x.values.insert("queue_bytes".into(), q.bytes);
     if let Some(n) = q.entries {

@@ -165,6 +165,10 @@ pub struct Live {
     next_index: usize,
     newest_ns: u64,
     window: BinaryHeap<Reverse<Waiting>>,
+    /// Every event before this time has been joined (or will count as late).
+    joined_through_ns: u64,
+    /// Steps waiting for the story to pass their end, by (end, key).
+    to_join: BTreeMap<(u64, (u32, u32, u32)), StepRecord>,
     store: Store,
     builder: Builder,
 }
@@ -175,6 +179,7 @@ impl Live {
         let builder = Builder::new(&steps, limits.per_list, limits.processes);
         let store = Store { cap: limits.events, ..Default::default() };
         let step_keys = steps.iter().map(step_key).collect();
+        let to_join = steps.iter().map(|s| ((s.t_end_ns, step_key(s)), s.clone())).collect();
         let window = BinaryHeap::new();
         Live {
             limits,
@@ -185,6 +190,8 @@ impl Live {
             next_index: 0,
             newest_ns: 0,
             window,
+            joined_through_ns: 0,
+            to_join,
             store,
             builder,
         }
@@ -204,6 +211,7 @@ impl Live {
             }
             self.join_next();
         }
+        self.through(self.newest_ns.saturating_sub(self.limits.reorder_ns));
         index
     }
 
@@ -216,6 +224,47 @@ impl Live {
             }
             self.join_next();
         }
+        self.through(now_ns.saturating_sub(self.limits.reorder_ns));
+    }
+
+    /// Every event before `t` is joined: the steps that ended before it are joined too.
+    fn through(&mut self, t: u64) {
+        self.joined_through_ns = self.joined_through_ns.max(t);
+        while let Some(entry) = self.to_join.first_entry() {
+            if entry.key().0 >= self.joined_through_ns {
+                break;
+            }
+            let s = entry.remove();
+            self.builder.join_step(&s, &self.store);
+        }
+    }
+
+    /// Joins everything fed so far, and every step.
+    fn join_all(&mut self) {
+        while !self.window.is_empty() {
+            self.join_next();
+        }
+        self.through(u64::MAX);
+    }
+
+    /// What a daemon said exists when this story began (its state record).
+    pub fn seed(&mut self, st: &crate::capture::State) {
+        self.builder.seed(st);
+    }
+
+    /// An event still kept, by the index `push` gave it.
+    pub fn event(&self, i: usize) -> Option<&Event> {
+        self.store.ev(i)
+    }
+
+    /// The story as it stands (no copy): what a view reads.
+    pub fn now(&self) -> &Story {
+        self.builder.story()
+    }
+
+    /// The steps joined after the first `seen`, oldest first, and how many there are.
+    pub fn joins_since(&self, seen: u64) -> (impl Iterator<Item = &super::story::Joined>, u64) {
+        (self.builder.joins_since(seen), self.builder.joins_total())
     }
 
     fn join_next(&mut self) {
@@ -232,6 +281,7 @@ impl Live {
         while !self.window.is_empty() {
             self.join_next();
         }
+        self.through(self.newest_ns.saturating_sub(self.limits.reorder_ns));
         self.builder.state(self.newest_ns)
     }
 
@@ -257,23 +307,27 @@ impl Live {
             .filter(|s| self.step_keys.insert(step_key(s)))
             .collect();
         self.builder.learn_steps(&new);
+        for s in &new {
+            self.to_join.insert((s.t_end_ns, step_key(s)), s.clone());
+        }
         self.steps.extend(new);
         let over = self.steps.len().saturating_sub(self.limits.per_list);
         if over > 0 {
             self.steps.sort_by_key(|s| s.t_end_ns);
             for s in self.steps.drain(..over) {
                 self.step_keys.remove(&step_key(&s));
+                self.to_join.remove(&(s.t_end_ns, step_key(&s)));
                 self.evicted_through_ns = Some(self.evicted_through_ns.unwrap_or(0).max(s.t_end_ns));
             }
             self.evicted_steps += over as u64;
         }
+        // A step whose end the story has already passed is joined now.
+        self.through(self.joined_through_ns);
     }
 
     /// Joins what waits and ends the story; the events kept come with it.
     pub fn finish(mut self) -> (Story, Store, Vec<StepRecord>) {
-        while !self.window.is_empty() {
-            self.join_next();
-        }
+        self.join_all();
         let mut story = self.builder.snapshot(&self.store, &self.steps);
         story.evicted_events = self.store.evicted;
         story.evicted_steps = self.evicted_steps;

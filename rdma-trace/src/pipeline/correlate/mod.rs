@@ -4,8 +4,10 @@
 
 pub mod aggregate;
 pub mod checks;
+pub mod cqs;
 pub mod live;
 pub mod mmaps;
+pub mod pins;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};

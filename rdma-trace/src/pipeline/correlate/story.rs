@@ -8,8 +8,10 @@
 //! capture at once.
 
 use super::checks::{Check, checks_for};
+use super::cqs::{CqRows, Cqs, Samples, context_name};
 use super::live::{Events, Limits, Live};
 use super::mmaps::{Named, Namer, Queue};
+use super::pins::{MrStory, Pins};
 use crate::capture::{Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
@@ -63,6 +65,13 @@ pub struct ProcessStory {
     pub wakeup_latency: Histogram,
     /// Pins the kernel made (the umem function returned a umem).
     pub pins_total: u64,
+    /// Its MRs, pinned or refused, the newest kept (the rest are counted in `pins_total`,
+    /// `failed_pins_total` and `mrs_seeded`).
+    pub mrs: VecDeque<MrStory>,
+    /// MRs pinned now.
+    pub mrs_live: u64,
+    /// MRs known from the kernel's tables when the story began (a daemon's state).
+    pub mrs_seeded: u64,
     /// Largest sum of pinned bytes (whole pages of live umems) over the run.
     pub pinned_peak_bytes: u64,
     /// Bytes pinned now (live umems).
@@ -85,11 +94,16 @@ pub struct ProcessStory {
 /// maps where that is known (see `mmaps`).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct MapStory {
-    /// The `uverbs_mmap` entry.
-    pub event: usize,
+    /// The `uverbs_mmap` entry (none for a mapping made before the story began).
+    pub event: Option<usize>,
     pub start: u64,
     pub end: u64,
     pub pgoff: u64,
+    /// What the offset selects, from the driver on the mapping's stack (mlx5's command
+    /// decoded; rxe's offset is a queue's key, named in `queue` once known).
+    pub kind: String,
+    /// The cache mode the driver chose (from the mapping's page protection).
+    pub cache: Option<String>,
     pub call: Option<crate::event::Name>,
     pub queue: Option<Queue>,
     /// A munmap of its start was seen.
@@ -138,6 +152,15 @@ impl Histogram {
     }
 }
 
+/// A companion step, joined once the story has passed its end: the kernel events it
+/// caused, and its checks as judged then.
+#[derive(Clone, Debug)]
+pub struct Joined {
+    pub step: StepRecord,
+    pub events: Vec<usize>,
+    pub checks: Vec<Check>,
+}
+
 /// A companion step and the kernel events it caused.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StepJoin {
@@ -149,6 +172,11 @@ pub struct StepJoin {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Story {
     pub processes: BTreeMap<u32, ProcessStory>,
+    /// Every CQ a completion was seen on, owner known or not.
+    pub cqs: CqRows,
+    /// The newest pin latencies and completion → wakeup latencies of the whole run.
+    pub pin_ns: Samples,
+    pub wakeup_ns: Samples,
     pub steps: Vec<StepJoin>,
     /// Events no process could be found for (completions on CQs created before the trace).
     pub unjoined: VecDeque<usize>,
@@ -248,15 +276,18 @@ pub(super) struct Builder {
     story: Story,
     /// libibverbs calls open per thread.
     open_calls: HashMap<u32, Vec<Call>>,
-    /// Completions awaiting a wakeup, per process: (completion number, its time).
-    pending: HashMap<u32, VecDeque<(u64, u64)>>,
-    /// Pinned umems (kernel pointer → the range and bytes charged), per process.
-    live_umems: HashMap<u32, HashMap<u64, PinnedRange>>,
+    /// Completions awaiting a wakeup, per process: (completion number, its time, its CQ).
+    pending: HashMap<u32, VecDeque<(u64, u64, u64)>>,
+    pins: Pins,
+    cqs: Cqs,
     /// uverbs mappings by start address, per process (a munmap of the start ends one).
     mappings: HashMap<u32, BTreeMap<u64, Mapping>>,
     /// What each mapping maps.
     namer: Namer,
     phases: HashMap<u32, Phase>,
+    /// Steps joined, in the order they were (the newest `per_list`), and how many ever.
+    joins: VecDeque<Joined>,
+    joins_total: u64,
 }
 
 /// The whole capture at once: every event kept, all sorted by time before joining.
@@ -282,10 +313,13 @@ impl Builder {
             story: Story::default(),
             open_calls: HashMap::new(),
             pending: HashMap::new(),
-            live_umems: HashMap::new(),
+            pins: Pins::default(),
+            cqs: Cqs::default(),
             mappings: HashMap::new(),
             namer,
             phases: HashMap::new(),
+            joins: VecDeque::new(),
+            joins_total: 0,
         }
     }
 
@@ -323,7 +357,11 @@ impl Builder {
         let named = self.namer.event(e);
         self.name(named);
         self.kernel_reads |= e.is(ProbeId::CompEventRead);
-        let Some(pid) = self.owner(e) else {
+        self.pins.dereg(e, &mut self.story.processes);
+        self.cqs.hops(&mut self.story.cqs, e);
+        let owner = self.owner(e);
+        let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, e, owner));
+        let Some(pid) = owner else {
             push_capped(&mut self.story.unjoined, self.per_list, i);
             self.story.unjoined_total += 1;
             return;
@@ -340,7 +378,7 @@ impl Builder {
         }
         push_capped(&mut ps.events, self.per_list, i);
         ps.event_count += 1;
-        if is_completion(e) {
+        if let Some(cq) = cq {
             push_capped(
                 &mut ps.completions,
                 self.per_list,
@@ -351,17 +389,19 @@ impl Builder {
                     wakeup_latency_ns: None,
                 },
             );
-            self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns));
+            self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns, cq));
             ps.completions_total += 1;
-            let ctx = e.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or_else(|| "unknown".into());
-            *ps.completions_by_context.entry(ctx).or_default() += 1;
+            *ps.completions_by_context.entry(context_name(e.context).into()).or_default() += 1;
             return;
         }
         if let Some(l) = e.field("memlock_limit") {
             ps.memlock_limit = Some(l);
         }
         self.wakeup(pid, i, e);
-        self.pins(pid, i, e);
+        let ps = self.story.processes.get_mut(&pid).expect("placed above");
+        if let Some(l) = self.pins.event(ps, i, e, self.per_list) {
+            self.story.pin_ns.push(l);
+        }
         self.maps(pid, i, e);
         self.phase(pid, e);
         self.nest(pid, i, e);
@@ -369,6 +409,10 @@ impl Builder {
 
     pub(super) fn processes(&self) -> &BTreeMap<u32, ProcessStory> {
         &self.story.processes
+    }
+
+    pub(super) fn story(&self) -> &Story {
+        &self.story
     }
 
     /// Forgets the process quiet longest, and everything kept for it.
@@ -379,7 +423,7 @@ impl Builder {
         self.story.processes.remove(&pid);
         self.story.retired_processes += 1;
         self.pending.remove(&pid);
-        self.live_umems.remove(&pid);
+        self.pins.retire(pid);
         self.mappings.remove(&pid);
         self.phases.remove(&pid);
         self.open_calls.retain(|_, calls| {
@@ -403,10 +447,12 @@ impl Builder {
         if !wakeup {
             return;
         }
-        let Some((n, at)) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) else { return };
+        let Some((n, at, cq)) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) else { return };
+        let latency = e.ts_ns.saturating_sub(at);
+        self.cqs.woke(&mut self.story.cqs, e, cq, latency);
+        self.story.wakeup_ns.push(latency);
         let per_list = self.per_list;
         let ps = self.process(pid);
-        let latency = e.ts_ns.saturating_sub(at);
         ps.wakeup_latency.observe(latency);
         if ps.wakeup_latencies_ns.len() < per_list {
             ps.wakeup_latencies_ns.push(latency);
@@ -419,47 +465,32 @@ impl Builder {
         }
     }
 
-    /// Pinned bytes over time.
-    fn pins(&mut self, pid: u32, i: usize, e: &Event) {
-        let per_list = self.per_list;
-        let err = |u: Option<u64>| u.and_then(crate::pipeline::render::err_ptr).is_some();
-        match (e.probe(), e.kind) {
-            (Some(ProbeId::UmemGet), EventKind::Return) if err(e.field("umem")) => {
-                let ps = self.process(pid);
-                push_capped(&mut ps.failed_pins, per_list, i);
-                ps.failed_pins_total += 1;
+    /// What a daemon said exists when this story began (its state record): pins and
+    /// mappings made before, so they are shown and their ends are counted.
+    pub(super) fn seed(&mut self, st: &State) {
+        for p in &st.processes {
+            let ps = self.story.processes.entry(p.pid).or_insert_with(|| ProcessStory { pid: p.pid, ..Default::default() });
+            if ps.comm.is_empty() {
+                ps.comm.clone_from(&p.comm);
             }
-            (Some(ProbeId::UmemGet), EventKind::Return) => {
-                let ps = self.process(pid);
-                ps.pins_total += 1;
-                if let Some(l) = e.latency_ns {
-                    ps.pin_latency.observe(l);
-                }
-                // What the pin charges: whole pages (VmPin), not the byte length.
-                let len = e.field("pages").map(|p| p * crate::units::PAGE).or(e.field("umem_length"));
-                if let (Some(u), Some(len)) = (e.field("umem"), len) {
-                    let range = PinnedRange {
-                        addr: e.field("umem_address").unwrap_or(0),
-                        length: e.field("umem_length").unwrap_or(0),
-                        charged: len,
-                        umem: Some(u),
-                        ..Default::default()
-                    };
-                    self.live_umems.entry(pid).or_default().insert(u, range);
-                    let ps = self.process(pid);
-                    ps.pinned_bytes += len;
-                    ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(ps.pinned_bytes);
-                }
+            self.pins.seed(ps, p, self.per_list);
+            for m in &p.mappings {
+                self.mappings.entry(p.pid).or_default().insert(m.start, m.clone());
+                let kind = m.what.clone().unwrap_or_else(|| format!("offset {:#x} (before this story began)", m.pgoff));
+                let row = MapStory {
+                    event: None,
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    kind,
+                    cache: None,
+                    call: None,
+                    queue: None,
+                    unmapped: false,
+                };
+                push_capped(&mut ps.mappings, self.per_list, row);
+                ps.mappings_total += 1;
             }
-            (Some(ProbeId::UmemRelease), EventKind::Entry) => {
-                let released =
-                    e.field("umem").and_then(|u| self.live_umems.entry(pid).or_default().remove(&u));
-                if let Some(r) = released {
-                    let ps = self.process(pid);
-                    ps.pinned_bytes = ps.pinned_bytes.saturating_sub(r.charged);
-                }
-            }
-            _ => {}
         }
     }
 
@@ -473,7 +504,17 @@ impl Builder {
                     .or_default()
                     .insert(start, Mapping { start, end, pgoff, what: None });
                 let call = self.open_calls.get(&e.tid).and_then(|c| c.last()).map(|c| c.name.clone());
-                let row = MapStory { event: i, start, end, pgoff, call, queue: None, unmapped: false };
+                let row = MapStory {
+                    event: Some(i),
+                    start,
+                    end,
+                    pgoff,
+                    kind: mapping_kind(e, pgoff),
+                    cache: e.field("vm_page_prot").map(|p| crate::pipeline::render::cache_mode(p).to_string()),
+                    call,
+                    queue: None,
+                    unmapped: false,
+                };
                 let per_list = self.per_list;
                 let ps = self.process(pid);
                 push_capped(&mut ps.mappings, per_list, row);
@@ -498,8 +539,7 @@ impl Builder {
             .values()
             .filter(|p| !p.comm.starts_with("kworker"))
             .map(|p| {
-                let mut mrs: Vec<PinnedRange> =
-                    self.live_umems.get(&p.pid).map(|m| m.values().cloned().collect()).unwrap_or_default();
+                let mut mrs: Vec<PinnedRange> = self.pins.live_of(p.pid);
                 mrs.sort_by_key(|r| r.addr);
                 ProcessState {
                     pid: p.pid,
@@ -592,37 +632,28 @@ impl Builder {
         for ps in story.processes.values_mut() {
             ps.calls.make_contiguous().sort_by_key(|c| c.entry_ts_ns);
         }
-        story.steps = join_steps(events, steps, &story);
+        story.steps = self.steps_in_order(events, steps);
         story
     }
-}
 
-/// Each companion step gets the events of its thread inside its time window; a
-/// get_cq_event step also gets the completion its wakeup consumed.
-fn join_steps(events: &dyn Events, steps: &[StepRecord], story: &Story) -> Vec<StepJoin> {
-    if steps.is_empty() {
-        return Vec::new();
-    }
-    let mut order: Vec<(u64, usize)> = events.all().map(|(i, e)| (e.ts_ns, i)).collect();
-    order.sort_unstable();
-    let mut out = Vec::new();
-    for (si, s) in steps.iter().enumerate() {
+    /// Joins step `s`: the events of its thread inside its window (the process's events
+    /// are in time order), and the completion its wakeup consumed.
+    pub(super) fn join_step(&mut self, s: &StepRecord, events: &dyn Events) {
         if s.name == StepName::Start {
-            continue;
+            return;
         }
-        // Only the events inside the step's window are looked at (a long stream keeps many).
-        let from = order.partition_point(|&(t, _)| t < s.t_start_ns);
-        let to = order.partition_point(|&(t, _)| t <= s.t_end_ns);
-        let mut mine: Vec<usize> = order[from..to.max(from)]
-            .iter()
-            .map(|&(_, i)| i)
-            .filter(|&i| {
-                events.ev(i).is_some_and(|e| {
-                    e.tid == s.tid && e.ts_ns >= s.t_start_ns && e.ts_ns <= s.t_end_ns && !is_completion(e)
-                })
-            })
-            .collect();
-        if let Some(ps) = story.processes.get(&s.pid) {
+        let mut mine = Vec::new();
+        if let Some(ps) = self.story.processes.get(&s.pid) {
+            let from = ps.events.partition_point(|&i| events.ev(i).is_none_or(|e| e.ts_ns < s.t_start_ns));
+            for &i in ps.events.range(from..) {
+                let Some(e) = events.ev(i) else { continue };
+                if e.ts_ns > s.t_end_ns {
+                    break;
+                }
+                if e.tid == s.tid && !is_completion(e) {
+                    mine.push(i);
+                }
+            }
             for c in &ps.completions {
                 if c.wakeup.is_some_and(|w| mine.contains(&w)) {
                     mine.push(c.event);
@@ -630,9 +661,45 @@ fn join_steps(events: &dyn Events, steps: &[StepRecord], story: &Story) -> Vec<S
             }
         }
         let checks = checks_for(s, &mine, events);
-        out.push(StepJoin { step: si, events: mine, checks });
+        push_capped(&mut self.joins, self.per_list, Joined { step: s.clone(), events: mine, checks });
+        self.joins_total += 1;
     }
-    out
+
+    /// The steps joined after the first `seen` (a view's cursor), oldest first.
+    pub(super) fn joins_since(&self, seen: u64) -> impl Iterator<Item = &Joined> {
+        let first_kept = self.joins_total - self.joins.len() as u64;
+        self.joins.range(seen.saturating_sub(first_kept).min(self.joins.len() as u64) as usize..)
+    }
+
+    pub(super) fn joins_total(&self) -> u64 {
+        self.joins_total
+    }
+
+    /// The joins of the steps kept, in their order; each judged again with the events
+    /// seen since (a CQ's completions come after its step), where all of its are kept.
+    fn steps_in_order(&self, events: &dyn Events, steps: &[StepRecord]) -> Vec<StepJoin> {
+        let by_key: HashMap<(u32, u32, u32), &Joined> =
+            self.joins.iter().map(|j| ((j.step.pid, j.step.run, j.step.step), j)).collect();
+        let mut out = Vec::new();
+        for (si, s) in steps.iter().enumerate() {
+            let Some(j) = by_key.get(&(s.pid, s.run, s.step)) else { continue };
+            let kept = j.events.iter().all(|&i| events.ev(i).is_some());
+            let checks = if kept { checks_for(s, &j.events, events) } else { j.checks.clone() };
+            out.push(StepJoin { step: si, events: j.events.clone(), checks });
+        }
+        out
+    }
+}
+
+/// What a mapping's offset selects, from the driver on its stack.
+fn mapping_kind(e: &Event, pgoff: u64) -> String {
+    if e.stack.iter().any(|f| f.contains("[mlx5_ib]")) {
+        crate::pipeline::render::mlx5_pgoff(pgoff)
+    } else if e.stack.iter().any(|f| f.contains("[rdma_rxe]")) {
+        "queue buffer (rxe: the offset is the queue's key)".to_string()
+    } else {
+        format!("offset {pgoff:#x}")
+    }
 }
 
 /// Reads a step file (see `parse_steps`); errors name the file and line.

@@ -1,0 +1,137 @@
+//! The completion path per CQ: completions counted by the context they ran in and per
+//! second, and the three hops — the handler's own time, completion → the channel read
+//! that woke the program, and that read → `ibv_get_cq_event` returning.
+
+use super::story::push_capped;
+use crate::event::{Event, EventKind, ExecContext, ProbeId};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Latency samples kept per hop (the newest).
+pub const SAMPLES: usize = 1_024;
+/// Seconds of per-second completion counts kept.
+pub const SECONDS: usize = 60;
+
+/// Latency samples (ns), the newest `SAMPLES` kept.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Samples(pub VecDeque<u64>);
+
+impl Samples {
+    pub fn push(&mut self, v: u64) {
+        push_capped(&mut self.0, SAMPLES, v);
+    }
+
+    /// The q-quantile (0..=1) of the samples kept, nearest rank.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        let mut v: Vec<u64> = self.0.iter().copied().collect();
+        v.sort_unstable();
+        crate::units::quantile(&v, q)
+    }
+
+    /// Only the newest `SAMPLES` are kept: the quantiles are of a window, not the run.
+    pub fn windowed(&self) -> bool {
+        self.0.len() >= SAMPLES
+    }
+}
+
+/// The CQ a completion handler's event is for: the program's own handle when the kernel
+/// read one, else the kernel's CQ pointer.
+pub fn cq_handle(e: &Event) -> Option<u64> {
+    e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq"))
+}
+
+/// The CQs by handle (`cq_handle`).
+pub type CqRows = BTreeMap<u64, CqStory>;
+
+/// One CQ and its completion path.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CqStory {
+    pub handle: u64,
+    /// Its owner, when known (the process that created it).
+    pub pid: Option<u32>,
+    pub completions: u64,
+    pub by_context: BTreeMap<String, u64>,
+    /// Completions per second of the events' clock, oldest first (the last is the newest
+    /// second seen).
+    pub per_second: VecDeque<u64>,
+    #[serde(skip)]
+    last_second: u64,
+    pub handler_ns: Samples,
+    pub wakeup_ns: Samples,
+    pub library_ns: Samples,
+}
+
+/// What joins a CQ's hops between events (its rows are the story's).
+#[derive(Default)]
+pub(super) struct Cqs {
+    /// The CQ each thread's completion handler is running for.
+    handling: HashMap<u32, u64>,
+    /// Per thread, the channel read that woke it: (its time, the CQ).
+    last_read: HashMap<u32, (u64, u64)>,
+}
+
+impl Cqs {
+    /// A completion handler entered (owner: the CQ's process, if known); returns the CQ.
+    pub(super) fn completion(&mut self, rows: &mut CqRows, e: &Event, owner: Option<u32>) -> u64 {
+        let handle = cq_handle(e).unwrap_or(0);
+        let cq = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
+        cq.pid = owner.or(cq.pid);
+        cq.completions += 1;
+        *cq.by_context.entry(context_name(e.context).into()).or_default() += 1;
+        let second = e.ts_ns / 1_000_000_000;
+        if cq.per_second.is_empty() {
+            cq.last_second = second;
+            cq.per_second.push_back(0);
+        }
+        while cq.last_second < second {
+            cq.last_second += 1;
+            push_capped(&mut cq.per_second, SECONDS, 0);
+        }
+        if let Some(last) = cq.per_second.back_mut() {
+            *last += 1;
+        }
+        self.handling.insert(e.tid, handle);
+        handle
+    }
+
+    /// The handler's return, and ibv_get_cq_event's: their hops.
+    pub(super) fn hops(&mut self, rows: &mut CqRows, e: &Event) {
+        if e.kind != EventKind::Return {
+            return;
+        }
+        let (latency, handle) = match e.probe() {
+            Some(ProbeId::CompHandler) => (e.latency_ns, self.handling.remove(&e.tid)),
+            Some(ProbeId::IbvGetCqEvent) => match self.last_read.remove(&e.tid) {
+                Some((t, h)) => (Some(e.ts_ns.saturating_sub(t)), Some(h)),
+                None => (None, None),
+            },
+            _ => return,
+        };
+        if let (Some(l), Some(cq)) = (latency, handle.and_then(|h| rows.get_mut(&h))) {
+            match e.probe() {
+                Some(ProbeId::CompHandler) => cq.handler_ns.push(l),
+                _ => cq.library_ns.push(l),
+            }
+        }
+    }
+
+    /// A wakeup consumed a completion of `handle` after `latency`; a kernel read (`e`)
+    /// starts the library hop on its thread.
+    pub(super) fn woke(&mut self, rows: &mut CqRows, e: &Event, handle: u64, latency: u64) {
+        if let Some(cq) = rows.get_mut(&handle) {
+            cq.wakeup_ns.push(latency);
+        }
+        if e.is(ProbeId::CompEventRead) {
+            self.last_read.insert(e.tid, (e.ts_ns, handle));
+        }
+    }
+}
+
+/// The context a completion ran in, as counted.
+pub fn context_name(c: Option<ExecContext>) -> &'static str {
+    match c {
+        Some(ExecContext::Softirq) => "softirq",
+        Some(ExecContext::Kworker) => "kworker",
+        Some(ExecContext::Process) => "process",
+        None => "unknown",
+    }
+}
