@@ -200,14 +200,16 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert_eq!(ids, dereg_ids, "the ids `rdma res` listed, deregistered at its exit: {p:?}");
     assert!(p.mrs.iter().all(|m| m.lkey.is_some_and(|k| k != 0)), "the tables' lkeys: {p:?}");
     // The TUI on this stream: the three rows from the tables end; nothing stays pinned.
-    let mut m = rdma_trace::output::tui::model::Model::new("lab".into());
+    let (mut f, _slot) = rdma_trace::output::tui::channel("lab".into(), false);
     for r in &recs {
         match r {
-            Record::State(s) => m.seed(s),
-            Record::Event(e) => m.event(e),
+            Record::State(s) => f.seed(s),
+            Record::Event(e) => rdma_trace::output::Sink::event(&mut f, e).unwrap(),
             _ => {}
         }
     }
+    f.caught_up();
+    let m = &f.model;
     let rows: Vec<_> = m.mrs.iter().filter(|r| r.pid == cpid).collect();
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(rows.iter().all(|r| r.from_tables() && !r.live), "{rows:?}");

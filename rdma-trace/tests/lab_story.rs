@@ -346,11 +346,12 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     let already = pin.field("pinned_vm_pages").expect("pinned_vm read at the pin");
     assert!(already <= 16, "at most the 64 KiB limit was pinned before: {already} pages");
     // The TUI's refusal row has the limit too (its model fed the same capture).
-    let mut tui = rdma_trace::output::tui::model::Model::new("memlock".into());
+    let (mut tui, _slot) = rdma_trace::output::tui::channel("memlock".into(), false);
     for e in &events {
-        tui.event(e);
+        rdma_trace::output::Sink::event(&mut tui, e).unwrap();
     }
-    let refused: Vec<_> = tui.mrs.iter().filter(|r| r.pid == reg.pid && r.refused.is_some()).collect();
+    tui.caught_up();
+    let refused: Vec<_> = tui.model.mrs.iter().filter(|r| r.pid == reg.pid && r.refused.is_some()).collect();
     assert_eq!(refused.len(), 1, "one refused MR row");
     assert_eq!((refused[0].refused, refused[0].memlock_limit), (Some(12), Some(64 * 1024)));
     assert_eq!(ps.failed_pins.len(), 1);

@@ -346,3 +346,42 @@ fn perftest_and_rping_mappings_are_named() {
         assert!(by_handle >= 2, "{k}: the CQs that raised events are named by their handle");
     }
 }
+
+/// The rows every view reads are the story's, and they hold what the companion announced:
+/// each MR with its range, access, pages and keys, released by the end; the send CQ with
+/// its six completions, each hop measured; every mapping named by its queue (a CQ's ring, a
+/// QP's send or receive queue) and unmapped by the end.
+#[test]
+fn the_storys_rows_are_what_the_companion_announced() {
+    for k in ["6.12", "7.3"] {
+        let evs = events(&format!("companion-{k}.jsonl"));
+        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let st = story::build(&evs, &steps);
+        let ps = &st.processes[&steps[0].pid];
+        let announced: Vec<_> =
+            steps.iter().filter(|s| s.name == StepName::RegMr).filter_map(|s| s.mr.as_ref()).collect();
+        assert_eq!(ps.mrs.len(), announced.len(), "{k}");
+        for (row, mr) in ps.mrs.iter().zip(&announced) {
+            let got = (row.addr, row.length, row.pages, row.access, row.lkey, row.rkey);
+            let want = (mr.addr, mr.length, Some(mr.pages_4k), Some(u64::from(mr.access)), Some(mr.lkey.into()), Some(mr.rkey.into()));
+            assert_eq!(got, want, "{k}");
+            assert!(!row.live && row.refused.is_none() && row.latency_ns.is_some_and(|l| l > 0), "{k}: {row:?}");
+        }
+        assert_eq!((ps.mrs_live, ps.pinned_bytes), (0, 0), "{k}");
+        let send = steps.iter().filter_map(|s| s.cq.as_ref()).find(|c| c.role == "send").unwrap();
+        let cq = &st.cqs[&send.handle];
+        assert_eq!((cq.pid, cq.completions), (Some(steps[0].pid), 6), "{k}");
+        assert_eq!(cq.per_second.iter().sum::<u64>(), 6, "{k}");
+        for (hop, s) in [("handler", &cq.handler_ns), ("wakeup", &cq.wakeup_ns), ("library", &cq.library_ns)] {
+            assert_eq!(s.0.len(), 6, "{k}: {hop}");
+            assert!(s.0.iter().all(|&ns| ns > 0), "{k}: {hop} {s:?}");
+        }
+        assert_eq!(st.wakeup_ns.0.len(), 6, "{k}");
+        assert!(!ps.mappings.is_empty(), "{k}");
+        for m in &ps.mappings {
+            assert!(m.queue.is_some() && m.unmapped, "{k}: {m:?}");
+            let what = m.what();
+            assert!(what.contains("CQ") || what.starts_with("QP "), "{k}: {what}");
+        }
+    }
+}

@@ -4,34 +4,37 @@
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
-use rdma_trace::output::tui::model::Model;
+use rdma_trace::output::Sink;
+use rdma_trace::output::tui::{self, model::Model};
 use rdma_trace::output::tui::screens::{self, Ui};
 use rdma_trace::pipeline::correlate::story;
 use rdma_trace::source::capture::{Reader, open};
 use std::path::Path;
 
-/// The model of a lab capture; a companion run's steps (its step file beside it) come in
-/// where its marker would have announced each: after the events up to the step's end.
+/// The screens' model of a lab capture, fed as the TUI feeds it (the story behind it
+/// included); a companion run's steps (its step file beside it) come in where its marker
+/// would have announced each: after the events up to the step's end.
 fn model(capture: &str) -> Model {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
     let steps_file = dir.join(capture.replace(".jsonl", ".steps.jsonl"));
     let steps = if steps_file.is_file() { story::read_steps(&steps_file).unwrap() } else { Vec::new() };
     let mut steps = steps.iter().peekable();
-    let mut m = Model::new(format!("file {capture}"));
+    let (mut f, _slot) = tui::channel(format!("file {capture}"), true);
     for r in Reader::new(open(&dir.join(capture)).unwrap(), true) {
         match r.unwrap() {
             Record::Event(e) => {
                 while let Some(s) = steps.next_if(|s| s.t_end_ns < e.ts_ns) {
-                    m.step(s);
+                    f.step(s).unwrap();
                 }
-                m.event(&e)
+                f.event(&e).unwrap();
             }
-            Record::Header(h) => m.header(&h),
+            Record::Header(h) => f.header(&h),
             _ => {}
         }
     }
-    steps.for_each(|s| m.step(s));
-    m
+    steps.for_each(|s| f.step(s).unwrap());
+    f.caught_up();
+    f.model
 }
 
 fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
@@ -85,46 +88,6 @@ fn a_refused_pin_is_explained_and_help_and_filter_show() {
     assert!(filtered.contains("events (0 kept"), "{filtered}");
 }
 
-#[test]
-fn the_numbers_on_screen_are_the_storys() {
-    // The same capture through `story` and through the TUI's model.
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl");
-    let events = rdma_trace::event::parse_jsonl(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
-    let m = model("companion-7.3.jsonl");
-    for (pid, ps) in story.processes.iter().filter(|(_, p)| p.pins_total > 0) {
-        let row = &m.procs[pid];
-        assert_eq!(row.mrs_total, ps.pins_total, "MRs of {pid}");
-        assert_eq!(row.pinned, ps.pinned_bytes, "pinned now of {pid}");
-    }
-    let story_completions: u64 = story.processes.values().map(|p| p.completions_total).sum();
-    let tui_completions: u64 = m.cqs.values().map(|c| c.completions).sum();
-    assert_eq!(tui_completions, story_completions);
-}
-
-/// Each step's checks on the Steps screen are the story's, judged when the step ended: a
-/// check that needs later events (a CQ's completions) is the story's alone.
-#[test]
-fn the_step_checks_on_screen_are_the_storys() {
-    for k in ["6.12", "7.3"] {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
-        let text = std::fs::read_to_string(dir.join(format!("companion-{k}.jsonl"))).unwrap();
-        let events = rdma_trace::event::parse_jsonl(&text).unwrap();
-        let steps = story::read_steps(&dir.join(format!("companion-{k}.steps.jsonl"))).unwrap();
-        let st = story::build(&events, &steps);
-        let m = model(&format!("companion-{k}.jsonl"));
-        assert_eq!(m.steps.len(), st.steps.len(), "{k}");
-        for (row, join) in m.steps.iter().zip(&st.steps) {
-            let s = &steps[join.step];
-            assert_eq!((row.run, row.step, row.events.len()), (s.run, s.step, join.events.len()), "{k}");
-            let later =
-                |c: &&rdma_trace::pipeline::correlate::checks::Check| c.what.contains("its completions");
-            let story_checks: Vec<_> = join.checks.iter().filter(|c| !later(c)).collect();
-            assert_eq!(row.checks.iter().collect::<Vec<_>>(), story_checks, "{k} step {}", s.step);
-        }
-    }
-}
-
 /// `e` on a selected event: the explanation of its path, anchored on that event — a
 /// completion handler selected explains the completion it raised (its CQ, its wakeup), a
 /// registration the pin it made; the same text as `explain` for that occurrence.
@@ -168,12 +131,12 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
     let json = std::fs::read_to_string(dir.join("session-6.12.rdma-res-mr.json")).unwrap();
     let processes = seed::group(seed::parse_res_mr(&json).unwrap(), |_| Vec::new());
-    let mut m = Model::new("daemon (lab session 6.12)".into());
-    m.seed(&State { processes, ..Default::default() });
+    let (mut f, _slot) = tui::channel("daemon (lab session 6.12)".into(), false);
+    f.seed(&State { processes, ..Default::default() });
     let pinning = screens::SCREENS.iter().position(|s| *s == "Pinning").unwrap();
     let ui = Ui { screen: pinning, ..Default::default() };
-    insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&m, &ui, 80, 24));
-    assert_eq!(m.procs[&236].pinned, 131072);
+    insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&f.model, &ui, 80, 24));
+    assert_eq!(f.model.procs[&236].pinned, 131072);
     let deregs: Vec<_> = Reader::new(open(&dir.join("session-6.12.jsonl")).unwrap(), true)
         .filter_map(|r| match r.unwrap() {
             Record::Event(e) if e.is(rdma_trace::event::ProbeId::MrDereg) => Some(e),
@@ -182,17 +145,20 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
         .collect();
     // Another process's dereg (rping's MR 4) ends none of them.
     let other = deregs.iter().find(|e| e.field("mr_id") == Some(4)).unwrap();
-    m.event(other);
-    assert!(m.mrs.iter().all(|r| r.live), "{:?}", m.mrs);
+    f.event(other).unwrap();
+    f.caught_up();
+    assert!(f.model.mrs.iter().all(|r| r.live), "{:?}", f.model.mrs);
     for e in &deregs {
-        m.event(e);
+        f.event(e).unwrap();
     }
+    f.caught_up();
+    let m = &f.model;
     for pid in [236, 237] {
         let p = &m.procs[&pid];
         assert_eq!((p.pinned, p.mrs_live, p.mrs_total), (0, 0, 1), "{p:?}");
     }
     assert!(m.mrs.iter().all(|r| !r.live && r.from_tables()), "{:?}", m.mrs);
-    let after = render(&m, &ui, 80, 24);
+    let after = render(m, &ui, 80, 24);
     assert_eq!(after.matches("dereg").count(), 2, "{after}");
 }
 

@@ -170,7 +170,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
         let Ok(rec) = rec else { break };
         match rec {
             Record::Header(h) => feeder.header(&h),
-            Record::State(st) => feeder.model.seed(&st),
+            Record::State(st) => feeder.seed(&st),
             Record::Event(e) => {
                 feeder.event(&e).ok();
             }

@@ -2,9 +2,10 @@
 //! from a daemon, or replayed from a capture. The only code that knows ratatui.
 //!
 //! Two threads. The pipeline's thread (whatever feeds events: the tracer, a capture
-//! reader, a daemon connection) owns the `Model` through a `Feeder`, a `Sink`, and puts a
-//! snapshot at most every 33 ms into a slot of one (a newer snapshot replaces an unread
-//! one): the event rate never drives redraws, and a slow terminal never slows the pipeline.
+//! reader, a daemon connection) owns the story (`correlate::live`) and the `Model`, a view
+//! of it, through a `Feeder`, a `Sink`; it makes a snapshot at most every 33 ms and puts it
+//! into a slot of one (a newer snapshot replaces an unread one): the event rate never
+//! drives redraws, and a slow terminal never slows the pipeline.
 //! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
 //! keys that steer a replay back.
 
@@ -17,6 +18,7 @@ pub mod screens;
 use crate::capture::{Header, Stats, Trailer};
 use crate::event::Event;
 use crate::output::Sink;
+use crate::pipeline::correlate::live::{Limits, Live};
 use model::Model;
 use screens::Ui;
 use std::sync::Arc;
@@ -45,6 +47,8 @@ pub struct Control {
 pub type Slot = Arc<Mutex<Option<Model>>>;
 
 pub struct Feeder {
+    /// The story every row on screen comes from.
+    pub live: Live,
     pub model: Model,
     slot: Slot,
     last_sent: Instant,
@@ -66,6 +70,11 @@ impl Feeder {
             return;
         }
         self.last_sent = now;
+        if self.control.paused.load(Ordering::Relaxed) {
+            // A paused replay steps event by event: each one is joined as it comes.
+            self.live.flush();
+        }
+        self.model.rows_from(&self.live);
         let snapshot = self.model.clone();
         if let Ok(mut s) = self.slot.lock() {
             *s = Some(snapshot);
@@ -79,6 +88,7 @@ impl Feeder {
 
     /// The source ended (`why`): shown until the person quits.
     pub fn finished(&mut self, why: String) {
+        self.live.flush();
         self.model.finished = Some(why);
         self.offer(true);
     }
@@ -87,22 +97,26 @@ impl Feeder {
     pub fn reset(&mut self) {
         let source = std::mem::take(&mut self.model.source);
         self.model = Model::new(source);
+        self.live = Live::new(Vec::new(), limits());
         self.window = (Instant::now(), 0);
     }
 }
 
 impl Sink for Feeder {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.live.push(ev.clone());
         self.model.event(ev);
         self.offer(false);
         Ok(())
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
-        self.model.step(s);
+        self.live.add_steps(vec![s.clone()]);
         self.offer(false);
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
+        // The source's clock: what waited in the reorder window long enough is joined.
+        self.live.settle(s.ts_ns);
         self.model.stats(s);
         Ok(())
     }
@@ -133,7 +147,28 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
     control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
     let now = Instant::now();
     let model = Model::new(source);
-    (Feeder { model, slot: slot.clone(), last_sent: now - FRAME, window: (now, 0), control }, slot)
+    let live = Live::new(Vec::new(), limits());
+    (Feeder { live, model, slot: slot.clone(), last_sent: now - FRAME, window: (now, 0), control }, slot)
+}
+
+/// The story's bounds on screen: the daemon's, with a shorter reorder window (records of
+/// one ring are out of order by microseconds, so 100 ms is ample and rows show promptly).
+pub fn limits() -> Limits {
+    Limits { reorder_ns: 100_000_000, ..Limits::default() }
+}
+
+impl Feeder {
+    /// A daemon's state when this viewer joined: what was pinned and mapped before.
+    pub fn seed(&mut self, st: &crate::capture::State) {
+        self.live.seed(st);
+        self.offer(true);
+    }
+
+    /// Everything fed is joined (nothing later is waited for) and shown.
+    pub fn caught_up(&mut self) {
+        self.live.flush();
+        self.offer(true);
+    }
 }
 
 /// Set by SIGTERM: the screen restores the terminal and quits.

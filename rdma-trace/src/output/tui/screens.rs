@@ -305,7 +305,7 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                 t(format!("{} {}", r.pid, render::printable(&r.comm))),
                 t(format!("{:#x}", r.start)),
                 t(bytes(r.end.saturating_sub(r.start))),
-                t(r.kind.clone()),
+                t(r.what()),
                 t(r.cache.clone().unwrap_or("-".into())),
                 t(r.call.as_ref().map_or("-".into(), |c| c.to_string())),
                 t(String::from(if r.unmapped { "unmapped" } else { "mapped" })),

@@ -239,6 +239,15 @@ impl Live {
         }
     }
 
+    /// Joins everything fed so far, and every step that ended by then (a source that ended
+    /// or paused: nothing later is waited for).
+    pub fn flush(&mut self) {
+        while !self.window.is_empty() {
+            self.join_next();
+        }
+        self.through(self.newest_ns.saturating_add(1));
+    }
+
     /// Joins everything fed so far, and every step.
     fn join_all(&mut self) {
         while !self.window.is_empty() {

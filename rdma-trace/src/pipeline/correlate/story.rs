@@ -92,7 +92,7 @@ pub struct ProcessStory {
 
 /// A uverbs mapping: the mmap that made it, the verbs call it was made in, and what it
 /// maps where that is known (see `mmaps`).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct MapStory {
     /// The `uverbs_mmap` entry (none for a mapping made before the story began).
     pub event: Option<usize>,
@@ -108,6 +108,14 @@ pub struct MapStory {
     pub queue: Option<Queue>,
     /// A munmap of its start was seen.
     pub unmapped: bool,
+}
+
+impl MapStory {
+    /// What it maps, as briefly as a table row says it: the queue once named, else what the
+    /// offset selects.
+    pub fn what(&self) -> String {
+        self.queue.as_ref().map_or_else(|| self.kind.clone(), |q| q.brief())
+    }
 }
 
 /// Latencies in fixed buckets (upper bounds in ns), with their count and sum: what a
