@@ -98,7 +98,6 @@ impl serde::Serialize for ProbeId {
     }
 }
 
-
 /// The version events are written with (`capture::VERSION`).
 pub const FORMAT_VERSION: u32 = crate::capture::VERSION;
 

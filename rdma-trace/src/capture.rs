@@ -30,4 +30,3 @@ pub fn split_errors(ev: &mut Event) {
         );
     }
 }
-

@@ -143,9 +143,8 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     }
     let open = st.steps.iter().find(|j| step(j).name == StepName::OpenDevice).unwrap();
     assert!(
-        open.events
-            .iter()
-            .any(|&i| events[i].name.as_str().starts_with("open") && events[i].fd_kind.as_deref() == Some("uverbs")),
+        open.events.iter().any(|&i| events[i].name.as_str().starts_with("open")
+            && events[i].fd_kind.as_deref() == Some("uverbs")),
         "open_device opens /dev/infiniband/uverbsN"
     );
     // Every RDMA kernel event of the workload happened inside one of its steps.

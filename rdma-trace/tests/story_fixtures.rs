@@ -363,16 +363,27 @@ fn the_storys_rows_are_what_the_companion_announced() {
         assert_eq!(ps.mrs.len(), announced.len(), "{k}");
         for (row, mr) in ps.mrs.iter().zip(&announced) {
             let got = (row.addr, row.length, row.pages, row.access, row.lkey, row.rkey);
-            let want = (mr.addr, mr.length, Some(mr.pages_4k), Some(u64::from(mr.access)), Some(mr.lkey.into()), Some(mr.rkey.into()));
+            let want = (
+                mr.addr,
+                mr.length,
+                Some(mr.pages_4k),
+                Some(u64::from(mr.access)),
+                Some(mr.lkey.into()),
+                Some(mr.rkey.into()),
+            );
             assert_eq!(got, want, "{k}");
-            assert!(!row.live && row.refused.is_none() && row.latency_ns.is_some_and(|l| l > 0), "{k}: {row:?}");
+            assert!(
+                !row.live && row.refused.is_none() && row.latency_ns.is_some_and(|l| l > 0),
+                "{k}: {row:?}"
+            );
         }
         assert_eq!((ps.mrs_live, ps.pinned_bytes), (0, 0), "{k}");
         let send = steps.iter().filter_map(|s| s.cq.as_ref()).find(|c| c.role == "send").unwrap();
         let cq = &st.cqs[&send.handle];
         assert_eq!((cq.pid, cq.completions), (Some(steps[0].pid), 6), "{k}");
         assert_eq!(cq.per_second.iter().sum::<u64>(), 6, "{k}");
-        for (hop, s) in [("handler", &cq.handler_ns), ("wakeup", &cq.wakeup_ns), ("library", &cq.library_ns)] {
+        for (hop, s) in [("handler", &cq.handler_ns), ("wakeup", &cq.wakeup_ns), ("library", &cq.library_ns)]
+        {
             assert_eq!(s.0.len(), 6, "{k}: {hop}");
             assert!(s.0.iter().all(|&ns| ns > 0), "{k}: {hop} {s:?}");
         }

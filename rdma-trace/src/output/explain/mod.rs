@@ -112,9 +112,7 @@ fn named(function: &str) -> Named {
 /// `name=value` of the fields, rendered.
 fn fields(e: &Event, keys: &[&str]) -> String {
     keys.iter()
-        .filter_map(|k| {
-            e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v)))
-        })
+        .filter_map(|k| e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v))))
         .collect::<Vec<_>>()
         .join(" ")
 }

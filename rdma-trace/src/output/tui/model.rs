@@ -7,10 +7,10 @@
 
 use crate::capture::{Header, Stats};
 use crate::event::Event;
+use crate::pipeline::correlate::checks::Check;
 use crate::pipeline::correlate::live::Live;
 use crate::pipeline::correlate::pins::MrStory;
 use crate::pipeline::correlate::story::{Joined, MapStory, ProcessStory, push_capped};
-use crate::pipeline::correlate::checks::Check;
 use crate::pipeline::render;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -168,10 +168,13 @@ impl Model {
     pub fn rows_from(&mut self, live: &Live) {
         let story = live.now();
         let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
-        let shown = |p: &&ProcessStory| p.pins_total + p.failed_pins_total + p.mrs_seeded + p.mappings_total > 0;
+        let shown =
+            |p: &&ProcessStory| p.pins_total + p.failed_pins_total + p.mrs_seeded + p.mappings_total > 0;
         self.procs = story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect();
         let mut mrs: Vec<MrRow> = (story.processes.values())
-            .flat_map(|p| p.mrs.iter().rev().take(ROWS).map(|r| MrRow { comm: p.comm.clone(), mr: r.clone() }))
+            .flat_map(|p| {
+                p.mrs.iter().rev().take(ROWS).map(|r| MrRow { comm: p.comm.clone(), mr: r.clone() })
+            })
             .collect();
         mrs.sort_by_key(|r| r.event.map_or(0, |i| i + 1));
         self.mrs = newest(mrs);

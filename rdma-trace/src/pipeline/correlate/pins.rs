@@ -61,7 +61,13 @@ pub(super) struct Pins {
 
 impl Pins {
     /// A pin event of process `ps` (event `i`): returns the pin's latency when one ended.
-    pub(super) fn event(&mut self, ps: &mut ProcessStory, i: usize, e: &Event, per_list: usize) -> Option<u64> {
+    pub(super) fn event(
+        &mut self,
+        ps: &mut ProcessStory,
+        i: usize,
+        e: &Event,
+        per_list: usize,
+    ) -> Option<u64> {
         match (e.probe(), e.kind) {
             (Some(ProbeId::UmemGet), EventKind::Entry) => {
                 let row = MrStory {
@@ -80,7 +86,8 @@ impl Pins {
             (Some(ProbeId::UmemGet), EventKind::Return) => self.returned(ps, i, e, per_list),
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => {
                 // The provider's reg_mr returns right after the pin, on the same thread.
-                let row = ps.mrs.iter_mut().rev().find(|r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none());
+                let row =
+                    ps.mrs.iter_mut().rev().find(|r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none());
                 if let Some(row) = row {
                     row.lkey = e.field("lkey");
                     row.rkey = e.field("rkey");

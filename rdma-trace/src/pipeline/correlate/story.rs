@@ -477,14 +477,21 @@ impl Builder {
     /// mappings made before, so they are shown and their ends are counted.
     pub(super) fn seed(&mut self, st: &State) {
         for p in &st.processes {
-            let ps = self.story.processes.entry(p.pid).or_insert_with(|| ProcessStory { pid: p.pid, ..Default::default() });
+            let ps = self
+                .story
+                .processes
+                .entry(p.pid)
+                .or_insert_with(|| ProcessStory { pid: p.pid, ..Default::default() });
             if ps.comm.is_empty() {
                 ps.comm.clone_from(&p.comm);
             }
             self.pins.seed(ps, p, self.per_list);
             for m in &p.mappings {
                 self.mappings.entry(p.pid).or_default().insert(m.start, m.clone());
-                let kind = m.what.clone().unwrap_or_else(|| format!("offset {:#x} (before this story began)", m.pgoff));
+                let kind = m
+                    .what
+                    .clone()
+                    .unwrap_or_else(|| format!("offset {:#x} (before this story began)", m.pgoff));
                 let row = MapStory {
                     event: None,
                     start: m.start,
@@ -518,7 +525,9 @@ impl Builder {
                     end,
                     pgoff,
                     kind: mapping_kind(e, pgoff),
-                    cache: e.field("vm_page_prot").map(|p| crate::pipeline::render::cache_mode(p).to_string()),
+                    cache: e
+                        .field("vm_page_prot")
+                        .map(|p| crate::pipeline::render::cache_mode(p).to_string()),
                     call,
                     queue: None,
                     unmapped: false,
