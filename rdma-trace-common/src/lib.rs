@@ -7,9 +7,9 @@
 
 /// Kernel probe slots. One kprobe and one kretprobe program serve every kprobe slot: the
 /// function's address (`bpf_get_func_ip`) is looked up in `FUNC_SLOTS` (loading one
-/// program per slot cost ~190 ms of verification each under TCG). Slots 14 and 15 are
+/// program per slot cost ~190 ms of verification each under TCG). Slots 22 and 23 are
 /// the tracepoint slots.
-pub const MAX_SLOTS: usize = 16;
+pub const MAX_SLOTS: usize = 24;
 /// Values one probe event can carry (arguments, fields behind them, the return value).
 pub const MAX_FETCH: usize = 8;
 /// Pointer hops one fetch may take (e.g. `cq->uobject->user_handle` is two).

@@ -6,7 +6,7 @@
 //!   BTF at load time) userspace wrote into `PLANS`.
 //! * `sys_enter` / `sys_exit`: the `raw_syscalls` tracepoints, filtered to the watched
 //!   processes (`TARGETS`, by tgid or tid) and syscalls (`SYSCALLS`).
-//! * `tp_14` / `tp_15`: kernel tracepoints (e.g. `rdma_core:mr_dereg`), fields read from
+//! * `tp_22` / `tp_23`: kernel tracepoints (e.g. `rdma_core:mr_dereg`), fields read from
 //!   the record at offsets taken from its tracefs `format`.
 //!
 //! Every hit and every loss is counted per slot in `STATS` (per CPU, atomic adds):
@@ -481,7 +481,7 @@ pub fn kprobe_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-const _: () = assert!(MAX_SLOTS == 16);
+const _: () = assert!(MAX_SLOTS == 24);
 
 /// All user-space probes share these two programs; the attach cookie is the slot id.
 #[uprobe]
@@ -559,14 +559,14 @@ fn on_tracepoint(ctx: &TracePointContext, slot: usize) {
 
 /// Tracepoint probes use the last two slots.
 #[tracepoint]
-pub fn tp_14(ctx: TracePointContext) -> u32 {
-    on_tracepoint(&ctx, 14);
+pub fn tp_22(ctx: TracePointContext) -> u32 {
+    on_tracepoint(&ctx, 22);
     0
 }
 
 #[tracepoint]
-pub fn tp_15(ctx: TracePointContext) -> u32 {
-    on_tracepoint(&ctx, 15);
+pub fn tp_23(ctx: TracePointContext) -> u32 {
+    on_tracepoint(&ctx, 23);
     0
 }
 

@@ -157,6 +157,9 @@ pub struct Config {
     #[serde(rename = "loop")]
     pub repeat: bool,
     pub hold_ms: u64,
+    /// MRs registered for on-demand paging (IBV_ACCESS_ON_DEMAND).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub odp: bool,
     /// The announce destination as given (`-` is stdout).
     pub announce: String,
 }
@@ -456,6 +459,7 @@ mod tests {
             msg_size: 4096,
             repeat: true,
             hold_ms: 0,
+            odp: false,
             announce: "-".into(),
         };
         let v = serde_json::to_value(&c).unwrap();

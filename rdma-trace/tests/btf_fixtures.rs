@@ -5,7 +5,7 @@
 use rdma_trace::plan::btf::{self, BtfSource};
 use rdma_trace::plan::catalog::{CATALOG, Kind};
 use rdma_trace::plan::select::{self, Plan};
-use rdma_trace_common::{SRC_ARG0, SRC_RET, SRC_TASK};
+use rdma_trace_common::{SRC_ARG0, SRC_NONE, SRC_RET, SRC_TASK};
 
 mod common;
 
@@ -227,4 +227,32 @@ fn a_cast_applies_only_to_a_pointer() {
     let e = btf::resolve(rxe, "rxe_create_mmap_info", &proto, Some("obj"), "(no_such_struct)x", &others)
         .unwrap_err();
     assert!(e.to_string().contains("no struct no_such_struct"), "{e}");
+}
+
+#[test]
+fn every_registration_path_reads_its_own_parameters() {
+    // Positions from the prototypes in drivers/infiniband/core/umem_odp.c, umem_dmabuf.c,
+    // sw/rxe/rxe_verbs.c and hw/mlx5/mr.c, the same on both kernels:
+    // ib_umem_odp_get(device, addr, size, access, ops);
+    // ib_umem_odp_map_dma_and_lock(umem_odp, user_virt, bcnt, access_mask, fault);
+    // ib_umem_dmabuf_get{,_pinned}(device, offset, size, fd, access[, ops]);
+    // {rxe,mlx5_ib}_rereg_user_mr(mr, flags, start, length, iova, access, pd, udata).
+    let srcs = |p: &select::Planned| {
+        p.entry.fetches.iter().filter(|f| f.src != SRC_NONE).map(|f| f.src - SRC_ARG0).collect::<Vec<_>>()
+    };
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        let odp = probe(&p, "umem_odp_get");
+        assert_eq!(srcs(odp), [1, 2, 3], "{k}: odp get");
+        // struct ib_umem_odp starts with its struct ib_umem: address at 32, length at 24.
+        let r = odp.ret.unwrap().fetches;
+        assert_eq!((r[0].src, r[1].offsets[0], r[2].offsets[0]), (SRC_RET, 32, 24), "{k}: odp umem");
+        assert_eq!(srcs(probe(&p, "odp_fault")), [0, 1, 2, 4], "{k}: odp fault");
+        for id in ["umem_dmabuf_get", "umem_dmabuf_pinned"] {
+            assert_eq!(srcs(probe(&p, id)), [1, 2, 3, 4], "{k}: {id}");
+        }
+        for id in ["rxe_rereg_mr", "mlx5_rereg_mr"] {
+            assert_eq!(srcs(probe(&p, id)), [0, 1, 2, 3, 5], "{k}: {id}");
+        }
+    }
 }

@@ -318,3 +318,43 @@ fn records_the_writer_left_out_count_as_lost() {
     assert_eq!(d.failed.len(), 1, "a run that left records out fails --fail-on lost=+0: {:?}", d.failed);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs a program's kernel skipped: the report's first line and its loss section say the
+/// same total. A capture written now names them in a row of its trailer (and a loss
+/// record); one written before said them only in the trailer's total, which the loss
+/// section then says as lost that no row names — never "none".
+#[test]
+fn the_loss_section_says_what_the_first_line_counts() {
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
+    let plain =
+        String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
+    let (body, trailer) = plain.trim_end().rsplit_once('\n').unwrap();
+    // The typed trailer keeps the `{"v":1,"seq":N,"type":` prefix the reader keys on.
+    let mut t: rdma_trace::capture::Trailer = serde_json::from_str(trailer).unwrap();
+    assert_eq!(t.lost, 0, "{trailer}");
+    t.lost = 5;
+    let old = serde_json::to_string(&t).unwrap();
+    t.sites.push(rdma_trace::capture::SiteCount {
+        site: "program kprobe_entry".into(),
+        hits: 5,
+        lost: BTreeMap::from([("skipped by the kernel".to_string(), 5)]),
+        ..Default::default()
+    });
+    let new = serde_json::to_string(&t).unwrap();
+    let dir = std::env::temp_dir().join(format!("rt-skipped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, trailer, said) in [
+        ("old", old, "5 lost that no row of the capture names"),
+        ("new", new, "program kprobe_entry: 5 hits, 0 delivered, lost 5 skipped by the kernel"),
+    ] {
+        let file = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&file, format!("{body}\n{trailer}\n")).unwrap();
+        let r = build(std::slice::from_ref(&file), OPTS).unwrap();
+        assert_eq!(r.captures[0].lost, 5, "{name}");
+        let text = rdma_trace::output::numbers::text(&r);
+        assert!(text.contains(said), "{name}:\n{text}");
+        assert!(!text.contains("every hit delivered"), "{name}:\n{text}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -359,3 +359,100 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     let errno = checks.iter().find(|c| c.what == "pin errno").expect("a pin errno check");
     assert!(errno.ok, "{errno:?}");
 }
+
+/// On-demand paging. Where soft-RoCE has it (Linux 6.15 and later), the companion's MRs
+/// registered with IBV_ACCESS_ON_DEMAND show as ODP: nothing pinned, the device's faults
+/// counted against each MR, with the ranges and keys the companion announced and `rdma res`
+/// lists. Where it has not, the refused registration is the companion's failed step and no
+/// umem was asked for.
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_story_odp_registrations_show_as_odp() {
+    let dir = out_dir("story");
+    let steps_file = dir.join("odp-steps.jsonl");
+    std::fs::remove_file(&steps_file).ok();
+    // `rdma res show mr` while the companion holds its MRs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(60)
+            && !stopped.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let out = Command::new("rdma").args(["-j", "res", "show", "mr"]).output().expect("rdma");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.matches("rdma-trace-work").count() >= 2 {
+                return Some(text);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        None
+    });
+    let (status, stderr, events) = trace_command_status(
+        &dir,
+        "odp",
+        &[
+            workload_bin().to_str().unwrap(),
+            "--announce",
+            steps_file.to_str().unwrap(),
+            "--mr-sizes",
+            "64K,1M",
+            "--iterations",
+            "4",
+            "--odp",
+            "--hold-ms",
+            "3000",
+        ],
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let steps = story::read_steps(&steps_file).unwrap();
+    let st = story::build(&events, &steps);
+    report(&dir, "odp", &st, &events, &steps);
+    let regs: Vec<&StepRecord> = steps.iter().filter(|s| s.name == StepName::RegMr).collect();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let umems = [ProbeId::UmemGet, ProbeId::UmemOdpGet];
+    if rdma_trace::plan::kernel::parse_release(release.trim()).is_some_and(|v| v < (6, 15)) {
+        assert_eq!(status.code(), Some(1), "the workload's ODP registration is refused:\n{stderr}");
+        let r = regs.first().expect("a reg_mr step");
+        assert!(!r.ok && r.errno.is_some(), "{r:?}");
+        assert!(!events.iter().any(|e| e.pid == r.pid && e.is_any(&umems)), "no umem was asked for");
+        let text = std::fs::read_to_string(dir.join("odp.story.txt")).unwrap();
+        assert!(text.contains("reg_mr"), "the refused step is in the story:\n{text}");
+        sampler.join().ok();
+        return;
+    }
+    assert!(status.success(), "rdma-trace -- the companion with --odp: {status}\n{stderr}");
+    let pid = regs[0].pid;
+    let ps = &st.processes[&pid];
+    assert_eq!((ps.odp_total, ps.pins_total, ps.pinned_peak_bytes), (2, 0, 0), "nothing pinned");
+    assert_eq!(ps.mrs.len(), 2);
+    for (row, s) in ps.mrs.iter().zip(&regs) {
+        let mr = s.mr.as_ref().expect("the MR announced");
+        assert_eq!(row.kind, rdma_trace::pipeline::correlate::pins::MrKind::Odp, "{row:?}");
+        assert_eq!((row.addr, row.length), (mr.addr, mr.length), "{row:?}");
+        assert_eq!((row.lkey, row.rkey), (Some(mr.lkey.into()), Some(mr.rkey.into())), "{row:?}");
+        assert!(!row.live, "deregistered by the end: {row:?}");
+    }
+    // The transfers read from the first MR and land in the last: the device faulted pages in.
+    assert!(ps.odp_faults > 0, "no ODP mapping seen");
+    assert!(ps.mrs.iter().any(|r| r.faults > 0 && r.faulted_pages > 0), "{:?}", ps.mrs);
+    let failed: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).filter(|c| !c.ok).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    // The kernel's own table lists the same two MRs, with the same keys and lengths.
+    let res = sampler.join().unwrap().expect("rdma res show mr listed the companion's MRs");
+    let res: serde_json::Value = serde_json::from_str(&res).expect("rdma -j output");
+    let num = |v: &serde_json::Value| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()))
+    };
+    for row in &ps.mrs {
+        let listed = res.as_array().unwrap().iter().any(|m| {
+            num(&m["pid"]) == Some(u64::from(pid))
+                && num(&m["rkey"]) == row.rkey
+                && num(&m["mrlen"]) == Some(row.length)
+        });
+        assert!(listed, "{row:?} not in rdma res:\n{res}");
+    }
+    let text = std::fs::read_to_string(dir.join("odp.story.txt")).unwrap();
+    assert!(text.contains("on-demand paging (ODP) MRs: 2"), "{text}");
+}

@@ -6,7 +6,8 @@ use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
 use rdma_trace::output::Sink;
 use rdma_trace::output::tui::screens::{self, Ui};
-use rdma_trace::output::tui::{self, model::Model};
+use rdma_trace::output::tui::{self, lesson, model::Model};
+
 use rdma_trace::pipeline::correlate::story;
 use rdma_trace::source::capture::{Reader, open};
 use std::path::Path;
@@ -14,7 +15,7 @@ use std::path::Path;
 /// The screens' model of a lab capture, fed as the TUI feeds it (the story behind it
 /// included); a companion run's steps (its step file beside it) come in where its marker
 /// would have announced each: after the events up to the step's end.
-fn model(capture: &str) -> Model {
+fn fed(capture: &str) -> tui::Feeder {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
     let steps_file = dir.join(capture.replace(".jsonl", ".steps.jsonl"));
     let steps = if steps_file.is_file() { story::read_steps(&steps_file).unwrap() } else { Vec::new() };
@@ -34,7 +35,18 @@ fn model(capture: &str) -> Model {
     }
     steps.for_each(|s| f.step(s).unwrap());
     f.caught_up();
-    f.model
+    f
+}
+
+fn model(capture: &str) -> Model {
+    fed(capture).model
+}
+
+/// What `e` shows for the selected row: the screen's choice, answered by the story.
+fn explained(f: &mut tui::Feeder, ui: &Ui) -> String {
+    let (topic, anchor) = lesson::chosen(&f.model, ui).unwrap();
+    let kernel = f.model.kernel.clone();
+    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor }, &kernel)
 }
 
 fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
@@ -94,9 +106,9 @@ fn a_refused_pin_is_explained_and_help_and_filter_show() {
 #[test]
 fn e_on_an_event_explains_its_path_for_that_occurrence() {
     use rdma_trace::event::{EventKind, ProbeId};
-    use rdma_trace::output::tui::lesson;
     for k in ["6.12", "7.3"] {
-        let m = model(&format!("companion-{k}.jsonl"));
+        let mut f = fed(&format!("companion-{k}.jsonl"));
+        let m = f.model.clone();
         let ui = Ui { screen: 4, ..Default::default() };
         let shown = screens::shown_events(&m, &ui);
         // The newest pin entry shown, and the oldest completion handler shown.
@@ -104,7 +116,7 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
         let comp =
             shown.iter().rposition(|e| e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry).unwrap();
         let (pin_ev, comp_ev) = (shown[pin].clone(), shown[comp].clone());
-        let text = lesson::explanation(&m, &Ui { selected: pin, ..ui.clone() });
+        let text = explained(&mut f, &Ui { selected: pin, ..ui.clone() });
         let size = pin_ev.field("size").unwrap();
         assert!(
             text.contains(&format!("size={size}")) || text.contains(&format!("size={size:#x}")),
@@ -112,7 +124,7 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
         );
         assert!(text.contains(&format!("thread {}", pin_ev.tid)), "{k}: {text}");
         let cq = comp_ev.field("cq_user_handle").unwrap();
-        let text = lesson::explanation(&m, &Ui { selected: comp, ..ui.clone() });
+        let text = explained(&mut f, &Ui { selected: comp, ..ui.clone() });
         assert!(text.contains(&format!("CQ {cq:#x}")), "{k}: {text}");
         assert!(text.contains(&format!("[{}] on CPU {}", comp_ev.tid, comp_ev.cpu)), "{k}: {text}");
         let screen = render(&m, &Ui { explain: Some(text), selected: comp, ..ui.clone() }, 100, 30);

@@ -67,6 +67,13 @@ impl Tmux {
     }
 }
 
+/// The explanation `e` opened, once the story has answered (the box says it is asking
+/// until then).
+fn answered(t: &Tmux) -> String {
+    t.wait_for("explain (");
+    t.wait_until("the story's answer", |s| s.contains("explain (") && !s.contains("asking the story"))
+}
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-trace"))
 }
@@ -199,7 +206,7 @@ fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
                 t.keys("j");
             }
             t.keys("e");
-            let x = t.wait_for("explain (");
+            let x = answered(&t);
             assert!(x.contains(&format!("ibv_reg_mr(addr={}", row[2])), "at {w}×{h}, MR {}:\n{x}", row[2]);
             t.keys("Escape");
             t.wait_gone("explain (");
@@ -214,7 +221,7 @@ fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
             assert_eq!(seen, n, "at {w}×{h}, {what:?}:\n{screen}");
         }
         t.keys("e");
-        let x = t.wait_for("explain (");
+        let x = answered(&t);
         assert!(x.contains(&format!("at {},", maps[0][2])), "at {w}×{h}, mapping {}:\n{x}", maps[0][2]);
         let flat = x.replace(['│', '\n'], " ").split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
@@ -232,7 +239,7 @@ fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
             })
             .unwrap_or_else(|| panic!("no CQ row:\n{cqs}"));
         t.keys("e");
-        let x = t.wait_for("explain (");
+        let x = answered(&t);
         assert!(x.contains(&format!("CQ {handle} of rdma-trace-work")), "at {w}×{h}, CQ {handle}:\n{x}");
     }
 }

@@ -171,7 +171,7 @@ pub(super) fn trailer(f: &Finished) -> Trailer {
         exit_code: f.stopped.code,
         delivered: a.delivered(),
         lost: a.lost(),
-        sites: a.sites.iter().map(|s| s.count(false)).collect(),
+        sites: a.counts(),
         ..Default::default()
     }
 }

@@ -159,7 +159,9 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
             if c.restart.load(Ordering::Relaxed) {
                 continue 'again;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            // The screen may still ask the story (`e`).
+            feeder.offer(false);
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -191,6 +193,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
     if feeder.model.finished.is_none() {
         feeder.finished("the daemon's stream ended".into());
     }
+    feeder.serve_until_quit();
 }
 
 /// Tracing here: the tracer starts (its notices printed before the screen opens), runs on
@@ -219,6 +222,8 @@ fn live(a: TuiArgs) -> Result<i32> {
         r
     });
     let finished = tracer.run(&mut |_| {}, &mut feeder)?;
+    // Stopped with the command, the screen stays (and may still ask the story) until `q`.
+    feeder.serve_until_quit();
     let shown = screen.join().map_err(|_| anyhow::anyhow!("the screen thread panicked"))?;
     eprint!("{}", finished.account.summary());
     if !a.command.is_empty() {

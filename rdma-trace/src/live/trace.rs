@@ -238,6 +238,8 @@ impl Tracer {
             }
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        // The loss already said in the stream, per row and reason: what is new is said next.
+        let mut losses = LossWatch::default();
         let (stopped, end) = rt.block_on(async {
             let mut ring = ring.into_async()?;
             let mut child = child.map(|(c, mut release)| {
@@ -245,7 +247,6 @@ impl Tracer {
                 c
             });
             let stopped = {
-                let mut losses = LossWatch::default();
                 let mut periodic = |p: Periodic| match p {
                     Periodic::Tick => {
                         for pid in std::mem::take(&mut users.borrow_mut().1) {
@@ -260,7 +261,8 @@ impl Tracer {
                         let sites =
                             summary::per_site(&planning.plan, &counters, &tally.borrow(), missed.as_deref());
                         let ts_ns = monotonic_ns();
-                        let counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
+                        let mut counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
+                        counts.extend(summary::program_counts(&loaded.program_costs()));
                         let mut out = sink.borrow_mut();
                         for l in losses.new_losses(ts_ns, &counts) {
                             keep(out.loss(&l));
@@ -277,6 +279,12 @@ impl Tracer {
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
         let account = end.account(&planning, &tally.into_inner());
+        // What was lost since the last stats record (at shutdown: runs the kernel skipped,
+        // records held past it) is said before the trailer, so the stream's loss records
+        // add up to the trailer's account.
+        for l in losses.new_losses(monotonic_ns(), &account.counts()) {
+            keep(sink.borrow_mut().loss(&l));
+        }
         Ok(Finished { stopped, ended_ns: monotonic_ns(), account, consumer_error: failed.into_inner() })
     }
 }

@@ -444,8 +444,19 @@ fn text_loss(out: &mut String, r: &Report) -> std::fmt::Result {
             continue;
         }
         let lossy: Vec<&SiteCount> = c.sites.iter().filter(|s| !s.lost.is_empty()).collect();
-        if lossy.is_empty() && c.loss_records.is_empty() {
+        // The total the first line says, less what the rows and the outputs name: a capture
+        // written before every loss had a row (a program's skipped runs) says it only there.
+        let named: u64 = c.sites.iter().flat_map(|s| s.lost.values()).sum();
+        let unnamed = c.lost.saturating_sub(named + c.left_out);
+        if lossy.is_empty() && c.loss_records.is_empty() && unnamed == 0 {
             writeln!(out, "  {}: none ({} sites, every hit delivered)", c.file, c.sites.len())?;
+        }
+        if unnamed > 0 {
+            writeln!(
+                out,
+                "  {}: {unnamed} lost that no row of the capture names (its trailer's total)",
+                c.file
+            )?;
         }
         for s in lossy {
             let why: Vec<String> = s.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();

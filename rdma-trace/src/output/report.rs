@@ -90,6 +90,9 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
             ps.failed_pins_total - ps.failed_pins.len() as u64
         )?;
     }
+    for line in unpinned(ps) {
+        writeln!(out, "  {line}")?;
+    }
     if ps.mappings_total > 0 {
         writeln!(out, "  uverbs mappings: {}", ps.mappings_total)?;
     }
@@ -195,4 +198,25 @@ fn write_text<E: Events + ?Sized>(
         )?;
     }
     Ok(())
+}
+
+/// The MRs that pin nothing here, and re-registrations: one line each kind seen.
+fn unpinned(ps: &crate::pipeline::correlate::story::ProcessStory) -> Vec<String> {
+    let mut out = Vec::new();
+    if ps.odp_total > 0 {
+        out.push(format!(
+            "on-demand paging (ODP) MRs: {} (nothing pinned at registration; {} mappings of their pages for the device)",
+            ps.odp_total, ps.odp_faults
+        ));
+    }
+    if ps.dmabuf_total > 0 {
+        out.push(format!("dma-buf MRs: {} (an exporter's memory, not charged to memlock)", ps.dmabuf_total));
+    }
+    if ps.rereg_total > 0 {
+        out.push(format!(
+            "re-registrations: {} ({} refused by the provider)",
+            ps.rereg_total, ps.rereg_refused
+        ));
+    }
+    out
 }

@@ -245,6 +245,19 @@ pub struct ProgramCost {
     pub recursion_misses: u64,
 }
 
+/// The runs each program's kernel skipped, as account rows (`program kprobe_entry`: lost,
+/// skipped by the kernel), for programs that had any.
+pub fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount> {
+    (programs.iter().filter(|p| p.recursion_misses > 0))
+        .map(|p| crate::capture::SiteCount {
+            site: format!("program {}", p.name),
+            hits: p.recursion_misses,
+            lost: [("skipped by the kernel".to_string(), p.recursion_misses)].into(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The account of a whole run, printed at its end.
 #[derive(Clone, Debug, Default)]
 pub struct RunAccount {
@@ -281,6 +294,23 @@ impl RunAccount {
 
     pub fn delivered(&self) -> u64 {
         self.sites.iter().map(|s| s.delivered).sum()
+    }
+
+    /// The account as a capture records it, row by row: each probe, then what no probe's
+    /// counters saw — a program's runs the kernel skipped, ring records with no header —, so
+    /// that the rows' losses add up to `lost()` wherever they are shown.
+    pub fn counts(&self) -> Vec<crate::capture::SiteCount> {
+        let mut out: Vec<_> = self.sites.iter().map(|s| s.count(false)).collect();
+        out.extend(program_counts(&self.programs));
+        if self.headerless > 0 {
+            out.push(crate::capture::SiteCount {
+                site: "ring records without a header".into(),
+                hits: self.headerless,
+                lost: [("undecodable".to_string(), self.headerless)].into(),
+                ..Default::default()
+            });
+        }
+        out
     }
 
     pub fn lost(&self) -> u64 {
@@ -582,5 +612,28 @@ mod tests {
         assert_eq!(under("nosuch (x)"), said("text", 2), "{text}");
         // Leaving out is not a loss of the tracer's: the totals are unchanged.
         assert!(text.starts_with("rdma-trace: 98 events delivered, 0 lost\n"), "{text}");
+    }
+
+    /// Runs a program's kernel skipped and records with no header are rows of the account
+    /// as a capture records it: its rows' losses add up to the total the first line says.
+    #[test]
+    fn every_loss_has_a_row() {
+        let prog = |name: &str, misses| ProgramCost {
+            name: name.into(),
+            recursion_misses: misses,
+            ..Default::default()
+        };
+        let acct = RunAccount {
+            programs: vec![prog("kprobe_entry", 5), prog("kprobe_return", 0)],
+            headerless: 2,
+            kernel_missed_known: true,
+            ..Default::default()
+        };
+        let rows = acct.counts();
+        let sites: Vec<&str> = rows.iter().map(|r| r.site.as_str()).collect();
+        assert_eq!(sites, ["program kprobe_entry", "ring records without a header"]);
+        assert_eq!(rows[0].lost.get("skipped by the kernel"), Some(&5));
+        let said: u64 = rows.iter().flat_map(|r| r.lost.values()).sum();
+        assert_eq!((said, acct.lost()), (7, 7));
     }
 }

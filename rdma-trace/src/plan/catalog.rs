@@ -148,6 +148,20 @@ const REG_MR_ENTRY: [Field; 7] = [
 const REG_MR_RET: [Field; 3] =
     [f("mr", Ret, "", PtrOrErr), f("lkey", Ret, "lkey", Hex), f("rkey", Ret, "rkey", Hex)];
 
+const DMABUF_ENTRY: [Field; 4] = [
+    f("offset", Param("offset"), "", Hex),
+    f("size", Param("size"), "", Dec),
+    f("fd", Param("fd"), "", Dec),
+    f("access", Param("access"), "", Access),
+];
+const REREG_ENTRY: [Field; 5] = [
+    f("mr", Param("ibmr|ib_mr"), "", Hex),
+    f("flags", Param("flags"), "", Hex),
+    f("start", Param("start"), "", Hex),
+    f("length", Param("length"), "", Dec),
+    f("access", Param("access|new_access_flags"), "", Access),
+];
+
 // 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` on x86-64 (include/uapi/
 // asm-generic/resource.h; MIPS and Alpha number it 9), the architecture the programs read
 // arguments for.
@@ -204,6 +218,86 @@ pub static CATALOG: &[ProbeSpec] = &[
         stack: true,
         hardware_only: true,
         about: "ConnectX registers a user MR (mkey in the NIC's translation tables)",
+    },
+    ProbeSpec {
+        id: ProbeId::UmemOdpGet,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_umem_odp_get", "ib_core")],
+        entry: &[
+            f("addr", Param("addr"), "", Hex),
+            f("size", Param("size"), "", Dec),
+            f("access", Param("access"), "", Access),
+        ],
+        ret: &[
+            f("umem_odp", Ret, "", PtrOrErr),
+            f("umem_address", Ret, "umem.address", Hex),
+            f("umem_length", Ret, "umem.length", Dec),
+        ],
+        stack: true,
+        hardware_only: false,
+        about: "registers an on-demand-paging (ODP) MR: nothing is pinned or charged; pages are mapped as the device faults on them",
+    },
+    ProbeSpec {
+        id: ProbeId::OdpFault,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_umem_odp_map_dma_and_lock", "ib_core")],
+        entry: &[
+            f("umem_odp", Param("umem_odp"), "", Hex),
+            f("user_virt", Param("user_virt"), "", Hex),
+            f("bcnt", Param("bcnt"), "", Dec),
+            f("fault", Param("fault"), "", Dec),
+        ],
+        // The pages it mapped, or -errno.
+        ret: &[f("ret", Ret, "", Errno)],
+        stack: false,
+        hardware_only: false,
+        about: "maps an ODP MR's pages for the device: a page fault it took, or a prefetch",
+    },
+    ProbeSpec {
+        id: ProbeId::UmemDmabufGet,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_umem_dmabuf_get", "ib_core")],
+        entry: &DMABUF_ENTRY,
+        ret: &[f("umem_dmabuf", Ret, "", PtrOrErr)],
+        stack: true,
+        hardware_only: true,
+        about: "registers a dma-buf MR: another device's memory (a GPU's) exported as an fd, moved when the exporter says so",
+    },
+    ProbeSpec {
+        id: ProbeId::UmemDmabufPinned,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_umem_dmabuf_get_pinned", "ib_core")],
+        entry: &DMABUF_ENTRY,
+        ret: &[f("umem_dmabuf", Ret, "", PtrOrErr)],
+        stack: true,
+        hardware_only: true,
+        about: "registers a dma-buf MR whose memory the exporter pins for the MR's life",
+    },
+    ProbeSpec {
+        id: ProbeId::RxeRereg,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("rxe_rereg_user_mr", "rdma_rxe")],
+        entry: &REREG_ENTRY,
+        ret: &[f("mr", Ret, "", PtrOrErr)],
+        stack: true,
+        hardware_only: false,
+        about: "soft-RoCE re-registers an MR (ibv_rereg_mr): its PD or access; a new range it refuses",
+    },
+    ProbeSpec {
+        id: ProbeId::Mlx5Rereg,
+        path: Path::Pin,
+        kind: Kind::Kprobe,
+        symbols: &[sym("mlx5_ib_rereg_user_mr", "mlx5_ib")],
+        entry: &REREG_ENTRY,
+        ret: &[f("mr", Ret, "", PtrOrErr)],
+        stack: true,
+        hardware_only: true,
+        about: "mlx5 re-registers an MR (ibv_rereg_mr): a new range, PD or access, in place or as a new MR",
     },
     ProbeSpec {
         id: ProbeId::UverbsMmap,

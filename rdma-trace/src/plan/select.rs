@@ -11,7 +11,7 @@ use rdma_trace_common::{
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// Slots reserved for tracepoint probes (programs `tp_14`, `tp_15`).
+/// Slots reserved for tracepoint probes (programs `tp_22`, `tp_23`).
 pub const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
 
 #[derive(Clone, Debug)]

@@ -26,6 +26,10 @@ pub struct Args {
     /// Back the MRs with huge pages (MAP_HUGETLB); fails clearly if the pool is empty.
     #[arg(long)]
     pub hugepages: bool,
+    /// Register the MRs for on-demand paging (IBV_ACCESS_ON_DEMAND): nothing is pinned;
+    /// the device faults pages in. Needs a device with ODP (soft-RoCE has it from 6.15).
+    #[arg(long)]
+    pub odp: bool,
     /// How completions are waited for.
     #[arg(long, value_enum, default_value_t = Mode::Events)]
     pub mode: Mode,
@@ -76,6 +80,7 @@ impl Args {
             msg_size: self.msg_size,
             repeat: self.repeat,
             hold_ms: self.hold_ms,
+            odp: self.odp,
             announce: self.announce.clone(),
         }
     }

@@ -100,7 +100,7 @@ fn run_once(cfg: &Config, ann: &mut Announcer, run: u32, timeout_s: u32) -> Resu
     if cfg.hold_ms > 0 {
         hold(ann, cfg.hold_ms)?;
     }
-    teardown::teardown(ann, res)?;
+    teardown::teardown(ann, res, setup::mr_access(cfg))?;
     // SAFETY: as above; 0 disarms.
     unsafe { libc::alarm(0) };
     let steps = ann.names().len();

@@ -138,6 +138,7 @@ mod tests {
             msg_size: 4096,
             repeat: false,
             hold_ms: 0,
+            odp: false,
             announce: "-".into(),
         }
     }

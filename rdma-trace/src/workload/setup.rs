@@ -165,13 +165,19 @@ fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, M
     Ok((ctx, gid, port.active_mtu()))
 }
 
+/// The access the MRs are registered with (`--odp` adds on-demand paging).
+pub fn mr_access(cfg: &Config) -> AccessFlags {
+    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+    if cfg.odp { access | AccessFlags::OnDemand } else { access }
+}
+
 /// Maps and registers one buffer per `--mr-sizes` entry.
 fn register(
     cfg: &Config,
     ann: &mut Announcer,
     pd: &Arc<ProtectionDomain>,
 ) -> Result<(Vec<Buffer>, Vec<Arc<MemoryRegion>>)> {
-    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
+    let access = mr_access(cfg);
     let (mut buffers, mut mrs) = (Vec::new(), Vec::new());
     for (i, &size) in cfg.mr_sizes.iter().enumerate() {
         let len = usize::try_from(size).map_err(|_| anyhow!("MR size {size} does not fit this machine"))?;

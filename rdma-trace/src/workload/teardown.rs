@@ -31,7 +31,7 @@ fn destroy<T>(ann: &mut Announcer, name: StepName, obj: T, fill: impl FnOnce(&mu
     Ok(())
 }
 
-pub fn teardown(ann: &mut Announcer, r: Resources) -> Result<()> {
+pub fn teardown(ann: &mut Announcer, r: Resources, access: AccessFlags) -> Result<()> {
     let Resources { qp_a, qp_b, send_cq, recv_cq, channel, mrs, buffers, pd, ctx } = r;
 
     let info = qp_info("a", &qp_a);
@@ -52,7 +52,6 @@ pub fn teardown(ann: &mut Announcer, r: Resources) -> Result<()> {
         destroy(ann, StepName::DestroyCompChannel, ch, |r| r.channel_fd = Some(fd))?;
     }
 
-    let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
     for (i, mr) in mrs.into_iter().enumerate() {
         let info = mr_info(i, &mr, access);
         let mr = sole(ann, StepName::DeregMr, mr, "an MR")?;

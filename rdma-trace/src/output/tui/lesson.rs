@@ -1,12 +1,13 @@
 //! `e`: the explanation of the selected row's path (the same text as `rdma-trace explain`),
-//! built from the events the model keeps and anchored on the row's own event: an MR's pin
-//! (Pinning), a mapping's mmap (Mmap), a CQ's latest completion (Completions), or the
-//! event itself (Events).
+//! asked of the live story and anchored on the row's own event: an MR's pin (Pinning), a
+//! mapping's mmap (Mmap), a CQ's latest completion (Completions), or the event itself
+//! (Events). The screen chooses the anchor (`chosen`); the pipeline's thread, which owns the
+//! story, answers (`answer`) in its next snapshot.
 
 use super::model::Model;
 use super::screens::{self, SCREENS, Ui};
-use crate::event::{Event, EventKind, ProbeId};
 use crate::output::explain::{self, Input};
+use crate::pipeline::correlate::live::Live;
 use crate::plan::lessons::Topic;
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -15,57 +16,37 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 /// The title of an explanation's box.
 pub const TITLE: &str = "explain (↑↓ scroll, e or esc close)";
 
-/// What `e` explains on the screen shown: a topic and the kept event to anchor it on, or
-/// why there is nothing to explain.
-fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
+/// What the screen asks the story: a topic, anchored on an event (the story's index).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ask {
+    pub id: u64,
+    pub topic: Topic,
+    pub anchor: usize,
+}
+
+/// What `e` explains on the screen shown: a topic and the story's index of the event to
+/// anchor it on, or why there is nothing to explain.
+pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
     let at = |rows: usize| ui.selected.min(rows.saturating_sub(1));
-    let newest = |is: &dyn Fn(&Event) -> bool| m.events.iter().rposition(is);
-    let gone = |what: String| {
-        format!(
-            "The events of {what} are no longer among the {} kept on screen (the newest {}); \
-             `rdma-trace explain` explains it from a capture.",
-            m.events.len(),
-            super::model::EVENTS
-        )
-    };
     match SCREENS[ui.screen] {
         "Pinning" => {
             let rows = screens::shown_mrs(m, ui);
             let r = rows.get(at(rows.len())).ok_or("No MR selected.")?;
-            if r.from_tables() {
-                return Err("This MR was registered before this viewer joined (it is known from the \
-                            kernel's tables): its pin was not seen, so there is nothing to explain."
-                    .into());
-            }
-            let pin = |e: &Event| {
-                e.is(ProbeId::UmemGet)
-                    && e.kind == EventKind::Entry
-                    && e.tid == r.tid
-                    && e.field("addr") == Some(r.addr)
-            };
-            Ok((Topic::Mr, newest(&pin).ok_or_else(|| gone(format!("the MR at {:#x}", r.addr)))?))
+            let why = "This MR was registered before this viewer joined (it is known from the kernel's \
+                       tables): its pin was not seen, so there is nothing to explain.";
+            Ok((Topic::Mr, r.event.ok_or(why)?))
         }
         "Mmap" => {
             let rows = screens::shown_maps(m, ui);
             let r = rows.get(at(rows.len())).ok_or("No mapping selected.")?;
-            let map = |e: &Event| {
-                e.is(ProbeId::UverbsMmap)
-                    && e.kind == EventKind::Entry
-                    && e.pid == r.pid
-                    && e.field("vm_start") == Some(r.start)
-            };
-            Ok((Topic::Mmap, newest(&map).ok_or_else(|| gone(format!("the mapping at {:#x}", r.start)))?))
+            let why = "This mapping was made before this viewer joined: its mmap was not seen, so \
+                       there is nothing to explain.";
+            Ok((Topic::Mmap, r.event.ok_or(why)?))
         }
         "Completions" => {
             let rows = screens::shown_cqs(m, ui);
             let c = rows.get(at(rows.len())).ok_or("No CQ selected.")?;
-            let completion = |e: &Event| {
-                e.is(ProbeId::CompHandler)
-                    && e.kind == EventKind::Entry
-                    && super::model::cq_handle(e) == Some(c.handle)
-            };
-            let i = newest(&completion).ok_or_else(|| gone(format!("CQ {:#x}", c.handle)))?;
-            Ok((Topic::Cq, i))
+            Ok((Topic::Cq, c.latest.ok_or("No completion of this CQ was seen.")?))
         }
         "Events" => {
             let shown = screens::shown_events(m, ui);
@@ -77,8 +58,8 @@ fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
                     sel.name
                 ));
             };
-            let i = m.events.iter().position(|e| std::ptr::eq(e, *sel)).ok_or("No event selected.")?;
-            Ok((topic, i))
+            let pos = m.events.iter().position(|e| std::ptr::eq(e, *sel)).ok_or("No event selected.")?;
+            Ok((topic, *m.indices.get(pos).ok_or("No event selected.")?))
         }
         other => Err(format!(
             "`e` explains the selected row of Pinning, Mmap, Completions or Events (screens 2 \
@@ -87,20 +68,25 @@ fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
     }
 }
 
-/// The explanation text for the selected row (or why there is none).
-pub fn explanation(m: &Model, ui: &Ui) -> String {
-    let (topic, anchor) = match chosen(m, ui) {
-        Ok(c) => c,
-        Err(why) => return why,
+/// The story's explanation of `ask` (on the pipeline's thread, which owns the story).
+pub fn answer(live: &mut Live, ask: &Ask, kernel: &str) -> String {
+    let (events, story, steps, at) = live.for_explain(ask.anchor);
+    let Some(at) = at else {
+        return format!(
+            "{}: the event of this row is no longer among the {} the story keeps (the newest); \
+             `rdma-trace explain` explains it from a capture.",
+            ask.topic.title(),
+            events.len()
+        );
     };
-    let events: Vec<Event> = m.events.iter().cloned().collect();
-    let story = crate::pipeline::correlate::story::build(&events, &[]);
-    let header = crate::capture::Header { kernel_release: m.kernel.clone(), ..Default::default() };
+    let header = crate::capture::Header { kernel_release: kernel.to_string(), ..Default::default() };
     let input =
-        Input { events: &events, story: &story, steps: &[], header: Some(&header), anchor: Some(anchor) };
-    match explain::explain(topic, &input) {
+        Input { events: &events, story: &story, steps: &steps, header: Some(&header), anchor: Some(at) };
+    match explain::explain(ask.topic, &input) {
         Ok(x) => explain::text(&x),
-        Err(why) => format!("{}: {why} (among the {} events kept on screen)", topic.title(), events.len()),
+        Err(why) => {
+            format!("{}: {why} (among the {} events the story keeps)", ask.topic.title(), events.len())
+        }
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Control {
     pub restart: AtomicBool,
     pub to_end: AtomicBool,
     pub quit: AtomicBool,
+    /// `e`: the explanation the screen waits for (the story answers on its own thread).
+    pub ask: Mutex<Option<lesson::Ask>>,
 }
 
 /// The pipeline's side: keeps the model and hands out snapshots.
@@ -60,6 +62,11 @@ pub struct Feeder {
 impl Feeder {
     /// Sends a snapshot if a frame has passed since the last (`force`: now).
     pub fn offer(&mut self, force: bool) {
+        let ask = self.control.ask.lock().ok().and_then(|mut a| a.take());
+        let force = force || ask.is_some();
+        if let Some(ask) = ask {
+            self.model.answer = Some((ask.id, lesson::answer(&mut self.live, &ask, &self.model.kernel)));
+        }
         let now = Instant::now();
         if now.duration_since(self.window.0) >= Duration::from_secs(1) {
             let secs = now.duration_since(self.window.0).as_secs_f64();
@@ -104,8 +111,8 @@ impl Feeder {
 
 impl Sink for Feeder {
     fn event(&mut self, ev: &Event) -> std::io::Result<()> {
-        self.live.push(ev.clone());
-        self.model.event(ev);
+        let index = self.live.push(ev.clone());
+        self.model.event(ev, index);
         self.offer(false);
         Ok(())
     }
@@ -162,6 +169,14 @@ impl Feeder {
     pub fn seed(&mut self, st: &crate::capture::State) {
         self.live.seed(st);
         self.offer(true);
+    }
+
+    /// Answers the screen until it quits (a source that ended: its story stays asked).
+    pub fn serve_until_quit(&mut self) {
+        while !self.control.quit.load(Ordering::Relaxed) {
+            self.offer(false);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Everything fed is joined (nothing later is waited for) and shown.
@@ -238,6 +253,15 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
                     model.counts_from(&m);
                 } else {
                     model = m;
+                }
+                // The story's answer to the `e` still open.
+                if let (Some((id, text)), Some(_)) = (&model.answer, &ui.explain)
+                    && ui.asked == Some(*id)
+                    && ui.explain_title.is_none()
+                    && ui.answered != Some(*id)
+                {
+                    ui.explain = Some(text.clone());
+                    ui.answered = Some(*id);
                 }
             }
             held = ui.paused && !replay;
@@ -327,8 +351,18 @@ fn key(
         KeyCode::Esc => ui.filter.clear(),
         KeyCode::Char('?') => ui.help = !ui.help,
         KeyCode::Char('e') => {
-            (ui.explain, ui.explain_title, ui.explain_scroll) =
-                (Some(lesson::explanation(model, ui)), None, 0);
+            let text = match lesson::chosen(model, ui) {
+                Ok((topic, anchor)) => {
+                    let id = ui.asked.map_or(1, |a| a + 1);
+                    if let Ok(mut a) = control.ask.lock() {
+                        *a = Some(lesson::Ask { id, topic, anchor });
+                    }
+                    ui.asked = Some(id);
+                    format!("{}: asking the story…", topic.title())
+                }
+                Err(why) => why,
+            };
+            (ui.explain, ui.explain_title, ui.explain_scroll) = (Some(text), None, 0);
         }
         KeyCode::Enter if screens::SCREENS[ui.screen] == "Events" => {
             let shown = screens::shown_events(model, ui);

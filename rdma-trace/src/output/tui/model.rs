@@ -115,11 +115,15 @@ pub struct Model {
     pub maps: VecDeque<MapRow>,
     pub cqs: BTreeMap<u64, CqRow>,
     pub events: VecDeque<Event>,
+    /// The story's index of each of `events` (what `e` anchors on).
+    pub indices: VecDeque<usize>,
     pub steps: VecDeque<StepRow>,
     pub pin_ns: Samples,
     pub wakeup_ns: Samples,
     /// The story's step joins already made into rows.
     steps_seen: u64,
+    /// The latest explanation the story gave: the ask it answers, and its text.
+    pub answer: Option<(u64, String)>,
 }
 
 impl Model {
@@ -138,6 +142,7 @@ impl Model {
         self.position = newer.position;
         self.finished.clone_from(&newer.finished);
         (self.attached, self.skipped) = (newer.attached, newer.skipped);
+        self.answer.clone_from(&newer.answer);
     }
 
     pub fn header(&mut self, h: &Header) {
@@ -158,18 +163,18 @@ impl Model {
         self.lost_total = s.sites.iter().flat_map(|c| c.lost.values()).sum();
     }
 
-    /// An event arrived (the story is fed it by the same sink).
-    pub fn event(&mut self, e: &Event) {
+    /// An event arrived, which the story knows as `index`.
+    pub fn event(&mut self, e: &Event, index: usize) {
         self.events_total += 1;
         push_capped(&mut self.events, EVENTS, e.clone());
+        push_capped(&mut self.indices, EVENTS, index);
     }
 
     /// The rows, from the story as it stands.
     pub fn rows_from(&mut self, live: &Live) {
         let story = live.now();
         let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
-        let shown =
-            |p: &&ProcessStory| p.pins_total + p.failed_pins_total + p.mrs_seeded + p.mappings_total > 0;
+        let shown = |p: &&ProcessStory| p.mrs_total() + p.failed_pins_total + p.mappings_total > 0;
         self.procs = story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect();
         let mut mrs: Vec<MrRow> = (story.processes.values())
             .flat_map(|p| {
@@ -213,7 +218,7 @@ fn proc_row(p: &ProcessStory) -> ProcRow {
         pinned: p.pinned_bytes,
         memlock_limit: p.memlock_limit,
         mrs_live: p.mrs_live,
-        mrs_total: p.pins_total + p.mrs_seeded,
+        mrs_total: p.mrs_total(),
         refused: p.failed_pins_total,
         mappings: p.mappings_total,
     }

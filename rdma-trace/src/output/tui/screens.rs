@@ -30,6 +30,9 @@ pub struct Ui {
     pub explain: Option<String>,
     pub explain_title: Option<String>,
     pub explain_scroll: u16,
+    /// The last `e` asked of the story, and the last whose answer was shown.
+    pub asked: Option<u64>,
+    pub answered: Option<u64>,
 }
 
 /// A bordered box whose title fits it (cut with `…` when the box is narrow).
@@ -246,6 +249,22 @@ pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
         .collect()
 }
 
+/// An MR's state as its row says it: live or deregistered, and what it is when it pins
+/// nothing here (ODP with the mappings its faults made, dma-buf with the exporter's fd).
+fn mr_state(r: &MrRow, live: bool) -> String {
+    use crate::pipeline::correlate::pins::MrKind;
+    let state = if live { "live" } else { "dereg" };
+    let mut s = match r.kind {
+        MrKind::Pinned => state.to_string(),
+        MrKind::Odp => format!("{state} ODP, {} faults, {} pages", r.faults, r.faulted_pages),
+        other => format!("{state} {}", other.brief()),
+    };
+    if r.rereg > 0 {
+        s.push_str(&format!(", rereg ×{}", r.rereg));
+    }
+    s
+}
+
 fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let rows: Vec<Vec<Text>> = shown_mrs(m, ui)
         .into_iter()
@@ -263,8 +282,7 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                     };
                     (why, Style::new().fg(Color::Red))
                 }
-                (None, true) => t("live"),
-                (None, false) => t("dereg"),
+                (None, live) => t(mr_state(r, live)),
             };
             vec![
                 t(format!("{} {}", r.pid, render::printable(&r.comm))),

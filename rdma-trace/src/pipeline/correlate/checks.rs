@@ -34,18 +34,40 @@ fn find<'a>(events: &'a dyn Events, mine: &[usize], ids: &[ProbeId], kind: Event
 const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
 const CREATE_CQ: [ProbeId; 2] = [ProbeId::RxeCreateCq, ProbeId::Mlx5CreateCq];
 
+/// The step registered with IBV_ACCESS_ON_DEMAND (its config says `odp`).
+fn mr_on_demand(s: &StepRecord) -> bool {
+    const ON_DEMAND: u32 = 1 << 6;
+    s.mr.as_ref().is_some_and(|m| m.access & ON_DEMAND != 0)
+}
+
 pub fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Check> {
     let mut out = Vec::new();
     match s.name {
         StepName::RegMr if !s.ok => {
-            // A refused registration: the errno libibverbs reported is the pin's error.
+            // A refused registration: the errno libibverbs reported is the umem's error,
+            // where a umem was asked for (an ODP request a device cannot serve is refused
+            // before any: then there is nothing of the kernel's to check it against).
             let Some(errno) = s.errno else { return out };
-            let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Return);
-            let kernel = pin
-                .and_then(|e| e.field("umem"))
+            let Some(umem) = find(events, mine, &[ProbeId::UmemGet, ProbeId::UmemOdpGet], EventKind::Return)
+            else {
+                return out;
+            };
+            let kernel = (umem.field("umem").or(umem.field("umem_odp")))
                 .and_then(crate::pipeline::render::err_ptr)
                 .map(|e| (-e) as u64);
             out.push(check("pin errno", errno as u64, kernel));
+        }
+        StepName::RegMr if mr_on_demand(s) => {
+            // On-demand paging: the ODP umem covers the range; nothing is pinned.
+            let Some(mr) = &s.mr else { return out };
+            let odp = find(events, mine, &[ProbeId::UmemOdpGet], EventKind::Entry);
+            out.push(check("ODP umem addr", mr.addr, odp.and_then(|e| e.field("addr"))));
+            out.push(check("ODP umem size", mr.length, odp.and_then(|e| e.field("size"))));
+            let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Entry);
+            out.push(check("pages pinned", 0, Some(pin.map_or(0, |e| e.field("pages").unwrap_or(0)))));
+            let reg = find(events, mine, &REG_MR, EventKind::Return);
+            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field("lkey"))));
+            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field("rkey"))));
         }
         StepName::RegMr => {
             let Some(mr) = &s.mr else { return out };

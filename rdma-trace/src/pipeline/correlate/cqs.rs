@@ -49,6 +49,8 @@ pub struct CqStory {
     /// Its owner, when known (the process that created it).
     pub pid: Option<u32>,
     pub completions: u64,
+    /// Its latest completion handler's entry (an event index of the story).
+    pub latest: Option<usize>,
     pub by_context: BTreeMap<String, u64>,
     /// Completions per second of the events' clock, oldest first (the last is the newest
     /// second seen).
@@ -71,11 +73,12 @@ pub(super) struct Cqs {
 
 impl Cqs {
     /// A completion handler entered (owner: the CQ's process, if known); returns the CQ.
-    pub(super) fn completion(&mut self, rows: &mut CqRows, e: &Event, owner: Option<u32>) -> u64 {
+    pub(super) fn completion(&mut self, rows: &mut CqRows, i: usize, e: &Event, owner: Option<u32>) -> u64 {
         let handle = cq_handle(e).unwrap_or(0);
         let cq = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
         cq.pid = owner.or(cq.pid);
         cq.completions += 1;
+        cq.latest = Some(i);
         *cq.by_context.entry(context_name(e.context).into()).or_default() += 1;
         let second = e.ts_ns / 1_000_000_000;
         if cq.per_second.is_empty() {

@@ -261,6 +261,18 @@ impl Live {
         self.builder.seed(st);
     }
 
+    /// What `explain` reads, everything fed joined first: the events kept, in the order
+    /// fed, the story with its indexes into them, the steps, and where `anchor` (an index
+    /// `push` gave) is among them (none when it is no longer kept).
+    pub fn for_explain(&mut self, anchor: usize) -> (Vec<Event>, Story, Vec<StepRecord>, Option<usize>) {
+        self.flush();
+        let kept: Vec<usize> = self.store.by_index.keys().copied().collect();
+        let events = self.store.by_index.values().cloned().collect();
+        let at = |i: usize| kept.binary_search(&i).ok();
+        let story = self.story().reindexed(&at);
+        (events, story, self.steps.clone(), at(anchor))
+    }
+
     /// An event still kept, by the index `push` gave it.
     pub fn event(&self, i: usize) -> Option<&Event> {
         self.store.ev(i)

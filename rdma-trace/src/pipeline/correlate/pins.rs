@@ -1,7 +1,10 @@
-//! The pinning path in the story: each MR's pin (its range, pages, access, the limit it
-//! was charged against, how long it took, or why it was refused), its keys from the
-//! provider's reg_mr, and its end (`ib_umem_release`, or the `mr_dereg` tracepoint for an
-//! MR known only from the kernel's tables). Pinned bytes are whole pages of live umems.
+//! The registration path in the story: each MR as what it is — user pages pinned (its
+//! range, pages, access, the limit it was charged against), on-demand paging (nothing
+//! pinned; the pages the device faulted in, counted), or a dma-buf exporter's memory (its
+//! fd) —, how long the umem took or why it was refused, its keys from the provider's
+//! reg_mr, its re-registrations, and its end (`ib_umem_release`, whatever the kind, or the
+//! `mr_dereg` tracepoint for an MR known only from the kernel's tables). Pinned bytes are
+//! whole pages of live pinned umems.
 
 use super::story::{ProcessStory, push_capped};
 use crate::capture::{PinnedRange, ProcessState};
@@ -9,9 +12,39 @@ use crate::event::{Event, EventKind, ProbeId};
 use crate::units::PAGE;
 use std::collections::HashMap;
 
-/// One MR: its pin and what became of it.
+/// What an MR's memory is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MrKind {
+    /// User pages pinned (`ib_umem_get`), charged to RLIMIT_MEMLOCK.
+    #[default]
+    Pinned,
+    /// On-demand paging (`ib_umem_odp_get`): nothing pinned; pages are mapped as the
+    /// device faults on them.
+    Odp,
+    /// A dma-buf exporter's memory (`ib_umem_dmabuf_get`: GPU memory, say), moved when the
+    /// exporter says so.
+    DmaBuf { fd: u64 },
+    /// A dma-buf the exporter pins for the MR's life (`ib_umem_dmabuf_get_pinned`).
+    DmaBufPinned { fd: u64 },
+}
+
+impl MrKind {
+    /// As a table cell says it.
+    pub fn brief(self) -> String {
+        match self {
+            MrKind::Pinned => "pinned".into(),
+            MrKind::Odp => "ODP".into(),
+            MrKind::DmaBuf { fd } => format!("dma-buf fd {fd}"),
+            MrKind::DmaBufPinned { fd } => format!("dma-buf fd {fd}, pinned"),
+        }
+    }
+}
+
+/// One MR: its umem and what became of it.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct MrStory {
+    pub kind: MrKind,
     pub pid: u32,
     /// The thread that registered it.
     pub tid: u32,
@@ -34,6 +67,16 @@ pub struct MrStory {
     pub umem: Option<u64>,
     /// The restrack id of an MR from the tables (`rdma res`): its `mr_dereg` ends it.
     pub mr_id: Option<u32>,
+    /// The kernel's `struct ib_mr *` (from the provider's reg_mr), which a rereg names.
+    #[serde(skip)]
+    pub mr: Option<u64>,
+    /// ODP: the times its pages were mapped for the device (faults or prefetches), and
+    /// the pages those mapped.
+    pub faults: u64,
+    pub faulted_pages: u64,
+    /// Re-registrations asked of it (`ibv_rereg_mr`), and how many the provider refused.
+    pub rereg: u64,
+    pub rereg_refused: u64,
 }
 
 impl MrStory {
@@ -57,10 +100,29 @@ pub(super) struct Pins {
     pub(super) live: HashMap<u32, HashMap<u64, PinnedRange>>,
     /// MRs from the kernel's tables still registered: restrack id → (pid, range).
     tables: HashMap<u32, (u32, PinnedRange)>,
+    /// Live umems that pin nothing here (ODP, dma-buf): umem → pid.
+    unpinned: HashMap<u64, u32>,
+    /// The ODP mapping open on each thread: (the MR's process, its umem).
+    faulting: HashMap<u32, (u32, u64)>,
+    /// The rereg open on each thread: its MR.
+    rereg: HashMap<u32, Option<u64>>,
 }
 
 impl Pins {
-    /// A pin event of process `ps` (event `i`): returns the pin's latency when one ended.
+    /// The process an ODP mapping event belongs to: its MR's (the device's fault work may
+    /// run in any thread).
+    pub(super) fn owner_of(&self, e: &Event) -> Option<u32> {
+        match (e.probe(), e.kind) {
+            (Some(ProbeId::OdpFault), EventKind::Entry) => {
+                e.field("umem_odp").and_then(|u| self.unpinned.get(&u)).copied()
+            }
+            (Some(ProbeId::OdpFault), EventKind::Return) => self.faulting.get(&e.tid).map(|f| f.0),
+            _ => None,
+        }
+    }
+
+    /// A registration event of process `ps` (event `i`): returns the umem's latency when
+    /// a pin ended.
     pub(super) fn event(
         &mut self,
         ps: &mut ProcessStory,
@@ -68,14 +130,22 @@ impl Pins {
         e: &Event,
         per_list: usize,
     ) -> Option<u64> {
-        match (e.probe(), e.kind) {
-            (Some(ProbeId::UmemGet), EventKind::Entry) => {
+        let kind = match e.probe() {
+            Some(ProbeId::UmemGet) => MrKind::Pinned,
+            Some(ProbeId::UmemOdpGet) => MrKind::Odp,
+            Some(ProbeId::UmemDmabufGet) => MrKind::DmaBuf { fd: e.field("fd").unwrap_or(0) },
+            Some(ProbeId::UmemDmabufPinned) => MrKind::DmaBufPinned { fd: e.field("fd").unwrap_or(0) },
+            _ => return self.other(ps, e),
+        };
+        match e.kind {
+            EventKind::Entry => {
                 let row = MrStory {
+                    kind,
                     pid: ps.pid,
                     tid: e.tid,
-                    addr: e.field("addr").unwrap_or(0),
+                    addr: e.field("addr").or(e.field("offset")).unwrap_or(0),
                     length: e.field("size").unwrap_or(0),
-                    pages: e.field("pages"),
+                    pages: e.field("pages").filter(|_| kind == MrKind::Pinned),
                     access: e.field("access"),
                     memlock_limit: e.field("memlock_limit"),
                     ..Default::default()
@@ -83,27 +153,105 @@ impl Pins {
                 self.open.insert(e.tid, row);
                 None
             }
-            (Some(ProbeId::UmemGet), EventKind::Return) => self.returned(ps, i, e, per_list),
+            EventKind::Return if kind == MrKind::Pinned => self.returned(ps, i, e, per_list),
+            EventKind::Return => {
+                self.unpinned_returned(ps, i, e, per_list);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Keys, re-registrations, ODP mappings and releases.
+    fn other(&mut self, ps: &mut ProcessStory, e: &Event) -> Option<u64> {
+        match (e.probe(), e.kind) {
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => {
-                // The provider's reg_mr returns right after the pin, on the same thread.
+                // The provider's reg_mr returns right after the umem, on the same thread.
                 let row =
                     ps.mrs.iter_mut().rev().find(|r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none());
                 if let Some(row) = row {
                     row.lkey = e.field("lkey");
                     row.rkey = e.field("rkey");
+                    row.mr = e.field("mr").filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
                 }
-                None
+            }
+            (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Entry) => {
+                ps.rereg_total += 1;
+                let mr = e.field("mr");
+                if let Some(row) = ps.mrs.iter_mut().rev().find(|r| mr.is_some() && r.mr == mr) {
+                    row.rereg += 1;
+                }
+                self.rereg.insert(e.tid, mr);
+            }
+            (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Return) => {
+                let mr = self.rereg.remove(&e.tid).flatten();
+                if e.field("mr").and_then(crate::pipeline::render::err_ptr).is_some() {
+                    ps.rereg_refused += 1;
+                    if let Some(row) = ps.mrs.iter_mut().rev().find(|r| mr.is_some() && r.mr == mr) {
+                        row.rereg_refused += 1;
+                    }
+                }
+            }
+            (Some(ProbeId::OdpFault), EventKind::Entry) => {
+                let umem = e.field("umem_odp").unwrap_or(0);
+                ps.odp_faults += 1;
+                if let Some(row) = ps.mrs.iter_mut().rev().find(|r| r.umem == Some(umem)) {
+                    row.faults += 1;
+                }
+                self.faulting.insert(e.tid, (ps.pid, umem));
+            }
+            (Some(ProbeId::OdpFault), EventKind::Return) => {
+                let mapped = e.field("ret").map(|r| r as i64).filter(|r| *r > 0);
+                if let (Some((_, umem)), Some(n)) = (self.faulting.remove(&e.tid), mapped)
+                    && let Some(row) = ps.mrs.iter_mut().rev().find(|r| r.umem == Some(umem))
+                {
+                    row.faulted_pages += n as u64;
+                }
             }
             (Some(ProbeId::UmemRelease), EventKind::Entry) => {
                 let umem = e.field("umem");
                 if let Some(r) = umem.and_then(|u| self.live.entry(ps.pid).or_default().remove(&u)) {
                     ps.pinned_bytes = ps.pinned_bytes.saturating_sub(r.charged);
                     ended(ps, |m| m.umem == umem);
+                } else if umem.and_then(|u| self.unpinned.remove(&u)).is_some() {
+                    ended(ps, |m| m.umem == umem);
                 }
-                None
             }
-            _ => None,
+            _ => {}
         }
+        None
+    }
+
+    /// An ODP or dma-buf umem returned: a live MR that charges nothing to the limit.
+    fn unpinned_returned(&mut self, ps: &mut ProcessStory, i: usize, e: &Event, per_list: usize) {
+        let mut row = self.open.remove(&e.tid).unwrap_or_else(|| MrStory {
+            pid: ps.pid,
+            tid: e.tid,
+            ..Default::default()
+        });
+        row.event = Some(i);
+        row.latency_ns = e.latency_ns;
+        let umem = e.field("umem_odp").or(e.field("umem_dmabuf"));
+        match umem.and_then(crate::pipeline::render::err_ptr) {
+            Some(err) => {
+                row.refused = Some(-err);
+                push_capped(&mut ps.failed_pins, per_list, i);
+                ps.failed_pins_total += 1;
+            }
+            None => {
+                match row.kind {
+                    MrKind::Odp => ps.odp_total += 1,
+                    _ => ps.dmabuf_total += 1,
+                }
+                if let Some(u) = umem {
+                    self.unpinned.insert(u, ps.pid);
+                    row.umem = Some(u);
+                    row.live = true;
+                    ps.mrs_live += 1;
+                }
+            }
+        }
+        push_capped(&mut ps.mrs, per_list, row);
     }
 
     fn returned(&mut self, ps: &mut ProcessStory, i: usize, e: &Event, per_list: usize) -> Option<u64> {
@@ -204,6 +352,8 @@ impl Pins {
     /// Forgets a retired process.
     pub(super) fn retire(&mut self, pid: u32) {
         self.live.remove(&pid);
+        self.unpinned.retain(|_, p| *p != pid);
+        self.faulting.retain(|_, f| f.0 != pid);
         self.tables.retain(|_, (p, _)| *p != pid);
         self.open.retain(|_, r| r.pid != pid);
     }

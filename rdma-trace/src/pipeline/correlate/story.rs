@@ -72,6 +72,14 @@ pub struct ProcessStory {
     pub mrs_live: u64,
     /// MRs known from the kernel's tables when the story began (a daemon's state).
     pub mrs_seeded: u64,
+    /// MRs registered without pinning: on-demand paging, and dma-buf (none of it charged
+    /// to the memlock limit); the ODP mappings the device's faults made.
+    pub odp_total: u64,
+    pub dmabuf_total: u64,
+    pub odp_faults: u64,
+    /// Re-registrations asked (`ibv_rereg_mr`), and those the provider refused.
+    pub rereg_total: u64,
+    pub rereg_refused: u64,
     /// Largest sum of pinned bytes (whole pages of live umems) over the run.
     pub pinned_peak_bytes: u64,
     /// Bytes pinned now (live umems).
@@ -195,6 +203,46 @@ pub struct Story {
     pub evicted_steps: u64,
     /// Processes no longer followed (the quietest, past `Limits::processes`).
     pub retired_processes: u64,
+}
+
+impl ProcessStory {
+    /// Every MR it registered (pinned, ODP, dma-buf, or known from the tables).
+    pub fn mrs_total(&self) -> u64 {
+        self.pins_total + self.odp_total + self.dmabuf_total + self.mrs_seeded
+    }
+}
+
+impl Story {
+    /// The story with its event indexes moved by `to` (an index no longer kept: `None`,
+    /// and what names only it is let go): for readers that hold the events as a slice.
+    pub fn reindexed(mut self, to: &dyn Fn(usize) -> Option<usize>) -> Story {
+        let all = |v: &mut VecDeque<usize>| *v = v.iter().filter_map(|&i| to(i)).collect();
+        for ps in self.processes.values_mut() {
+            all(&mut ps.events);
+            all(&mut ps.failed_pins);
+            ps.calls.retain_mut(|c| {
+                let Some(entry) = to(c.entry) else { return false };
+                c.entry = entry;
+                c.ret = c.ret.and_then(to);
+                c.nested = c.nested.iter().filter_map(|&i| to(i)).collect();
+                true
+            });
+            ps.completions.retain_mut(|c| {
+                let Some(event) = to(c.event) else { return false };
+                c.event = event;
+                c.wakeup = c.wakeup.and_then(to);
+                true
+            });
+            ps.mappings.iter_mut().for_each(|m| m.event = m.event.and_then(to));
+            ps.mrs.iter_mut().for_each(|m| m.event = m.event.and_then(to));
+        }
+        self.cqs.values_mut().for_each(|c| c.latest = c.latest.and_then(to));
+        all(&mut self.unjoined);
+        for j in &mut self.steps {
+            j.events = j.events.iter().filter_map(|&i| to(i)).collect();
+        }
+        self
+    }
 }
 
 fn is_user_call(e: &Event) -> bool {
@@ -355,7 +403,7 @@ impl Builder {
 
     /// The process an event belongs to: a completion's is its CQ's owner.
     fn owner(&self, e: &Event) -> Option<u32> {
-        if is_completion(e) { self.owners.owner(e) } else { Some(e.pid) }
+        if is_completion(e) { self.owners.owner(e) } else { self.pins.owner_of(e).or(Some(e.pid)) }
     }
 
     /// Joins event `i` (the next in time order).
@@ -368,7 +416,7 @@ impl Builder {
         self.pins.dereg(e, &mut self.story.processes);
         self.cqs.hops(&mut self.story.cqs, e);
         let owner = self.owner(e);
-        let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, e, owner));
+        let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, i, e, owner));
         let Some(pid) = owner else {
             push_capped(&mut self.story.unjoined, self.per_list, i);
             self.story.unjoined_total += 1;
