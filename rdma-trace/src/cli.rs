@@ -68,6 +68,10 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC.")
         /// Only resolve the plan; don't load or attach anything.
         #[arg(long)]
         no_attach: bool,
+        /// One JSON object a line per probe (id, kind, symbol, module, whether it has a
+        /// return probe, status, reason), for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// Join a capture into the story of each verbs program: calls, kernel work, completions.
     #[command(long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \

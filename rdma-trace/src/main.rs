@@ -7,7 +7,7 @@ fn run() -> anyhow::Result<i32> {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Daemon(a) => cmd::daemon::run(a),
         Cmd::Tui(a) => cmd::tui::run(a),
-        Cmd::Probes { no_attach } => cmd::probes::run(!no_attach),
+        Cmd::Probes { no_attach, json } => cmd::probes::run(!no_attach, json),
         Cmd::Story { capture, steps, json, read } => {
             cmd::story::story(&capture, steps.as_deref(), json, read)
         }

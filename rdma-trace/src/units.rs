@@ -1,5 +1,6 @@
-//! The small kernels every view shares: the one quantile (nearest rank), and sizes as
-//! rdma-trace writes them out in words (the TUI's columns use their own compact form).
+//! The small kernels every view shares: the one quantile (nearest rank), and durations and
+//! sizes as rdma-trace writes them: in words (reports, explanations) or compact (the TUI's
+//! columns). Every view formats through here.
 
 pub use rdma_trace_format::PAGE;
 
@@ -14,6 +15,40 @@ pub fn bytes(b: u64) -> String {
         Some((shift, unit)) => format!("{} {unit}", b >> shift),
         None => format!("{b} bytes"),
     }
+}
+
+/// A size to one decimal in the largest unit it reaches: `1.5 MiB`, `12 B` (the report's tables).
+pub fn bytes_approx(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// A size in a narrow column: `1.5G`, `1.5M`, `4K`, `12B`.
+pub fn bytes_compact(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{}K", b >> 10),
+        b => format!("{b}B"),
+    }
+}
+
+/// A duration in words: `4.5 µs`, `1.23 ms`.
+pub fn duration(ns: u64) -> String {
+    if ns >= 1_000_000 { format!("{:.2} ms", ns as f64 / 1e6) } else { format!("{:.1} µs", ns as f64 / 1e3) }
+}
+
+/// A duration in a narrow column: `45µs`, `1.2ms`.
+pub fn duration_compact(ns: u64) -> String {
+    if ns >= 1_000_000 { format!("{:.1}ms", ns as f64 / 1e6) } else { format!("{:.0}µs", ns as f64 / 1e3) }
+}
+
+/// Milliseconds to the microsecond: `0.123 ms` (step timings).
+pub fn millis(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
 }
 
 /// The q-quantile (0..=1) of `sorted` (ascending), nearest rank: the smallest value with
@@ -37,6 +72,18 @@ mod tests {
         assert_eq!(quantile(&v, 0.0), Some(1));
         assert_eq!(quantile(&[7, 9], 0.5), Some(7), "the median of two is the lower");
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn durations_and_approximate_sizes() {
+        assert_eq!((duration(4_500), duration(1_234_567)), ("4.5 µs".into(), "1.23 ms".into()));
+        assert_eq!((duration_compact(45_400), duration_compact(1_250_000)), ("45µs".into(), "1.2ms".into()));
+        assert_eq!(millis(123_456), "0.123 ms");
+        assert_eq!((bytes_approx(1536), bytes_approx(12)), ("1.5 KiB".into(), "12 B".into()));
+        assert_eq!(
+            (bytes_compact(3 << 29), bytes_compact(4096), bytes_compact(12)),
+            ("1.5G".into(), "4K".into(), "12B".into())
+        );
     }
 
     #[test]

@@ -42,6 +42,10 @@ enum Cmd {
     Soak(lab::VmTestArgs),
     /// The main job: boot the lab and show rdma-trace watching real verbs workloads over rxe0.
     Demo(lab::DemoArgs),
+    /// What watching costs, in the lab (one boot per kernel, not in the gate): each workload
+    /// alone, beside bpftrace three ways and beside rdma-trace three ways, in interleaved
+    /// rounds; prints the tables and writes them into docs/performance.md.
+    Bench(lab::bench::BenchArgs),
     /// Fuzz the capture reader (cargo-fuzz, libFuzzer) for a bounded time.
     Fuzz(fuzz::FuzzArgs),
     /// `rdma-trace story` on a long synthetic stream: its peak memory stays bounded.
@@ -66,6 +70,7 @@ fn main() {
         Cmd::VmTest(a) => setup::for_lab().and_then(|()| lab::vm_test(a)),
         Cmd::Soak(a) => setup::for_lab().and_then(|()| lab::soak(a)),
         Cmd::Demo(a) => setup::for_lab().and_then(|()| lab::demo(a)),
+        Cmd::Bench(a) => setup::for_lab().and_then(|()| lab::bench::bench(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 /// Lists the plan; with `attach`, attaches each probe to prove it loads (which needs the
 /// privileges `trace` needs: refused like `trace` without them).
-pub fn run(attach: bool) -> anyhow::Result<i32> {
+pub fn run(attach: bool, json: bool) -> anyhow::Result<i32> {
     if attach && let Err(msg) = crate::live::privilege::check() {
         eprintln!("{msg}");
         eprintln!("rdma-trace: `rdma-trace probes --no-attach` shows the plan without privileges");
@@ -29,6 +29,10 @@ pub fn run(attach: bool) -> anyhow::Result<i32> {
     } else {
         None
     };
+    if json {
+        print!("{}", json_lines(&planning.plan, outcomes.as_deref()));
+        return Ok(0);
+    }
     writeln!(out, "{:<14} {:<24} {:<10} {:<9} note", "probe", "symbol", "module", "status")?;
     for p in &planning.plan.probes {
         let (status, mut note) = match outcomes.as_ref().and_then(|o| o.iter().find(|o| o.id == p.spec.id)) {
@@ -63,4 +67,38 @@ pub fn run(attach: bool) -> anyhow::Result<i32> {
     )?;
     print!("{out}");
     Ok(0)
+}
+
+/// `--json`: one object a line, planned probes first, then the skipped.
+fn json_lines(plan: &crate::plan::select::Plan, outcomes: Option<&[crate::live::attach::Outcome]>) -> String {
+    use crate::plan::catalog::Kind;
+    let kind = |k: &Kind| match k {
+        Kind::Kprobe => "kprobe",
+        Kind::Tracepoint { .. } => "tracepoint",
+        Kind::Uprobe { .. } => "uprobe",
+    };
+    let mut out = String::new();
+    for p in &plan.probes {
+        let outcome = outcomes.and_then(|o| o.iter().find(|o| o.id == p.spec.id));
+        let (status, reason) = match outcome.map(|o| &o.attached) {
+            Some(Ok(())) => ("attached", None),
+            Some(Err(e)) => ("skipped", Some(format!("attach failed: {e}"))),
+            None => ("planned", None),
+        };
+        let v = serde_json::json!({
+            "id": p.spec.id.as_str(), "kind": kind(&p.spec.kind), "symbol": p.symbol,
+            "module": p.module, "return": p.ret.is_some(), "status": status, "reason": reason,
+            "hardware_only": p.spec.hardware_only,
+            "path": p.target.as_ref().map(|t| t.0.display().to_string()),
+        });
+        out.push_str(&format!("{v}\n"));
+    }
+    for s in &plan.skipped {
+        let v = serde_json::json!({
+            "id": s.spec.id.as_str(), "kind": kind(&s.spec.kind), "status": "skipped",
+            "reason": s.reason, "hardware_only": s.spec.hardware_only,
+        });
+        out.push_str(&format!("{v}\n"));
+    }
+    out
 }

@@ -283,20 +283,10 @@ fn data_phase(story: &Story, steps: &[StepRecord]) -> DataPhase {
 }
 
 fn ns(v: Option<u64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(n) if n >= 1_000_000 => format!("{:.2} ms", n as f64 / 1e6),
-        Some(n) => format!("{:.1} µs", n as f64 / 1e3),
-    }
+    v.map_or_else(|| "-".into(), crate::units::duration)
 }
 
-fn bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
+use crate::units::bytes_approx as bytes;
 
 /// The report as text.
 pub fn text(r: &Report) -> String {

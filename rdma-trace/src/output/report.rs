@@ -11,9 +11,7 @@ use std::fmt::Write;
 /// The fd kinds worth naming in a step (see `fds.rs`).
 const RDMA_FDS: [&str; 3] = ["uverbs", "comp_channel", "rdma_cm"];
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
-}
+use crate::units::millis as ms;
 
 use crate::units::bytes as size;
 

@@ -52,6 +52,10 @@ pub struct Args {
     /// Give up when one run (plus its hold) takes longer than this many seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout_s: u32,
+    /// Instead of a run: open the device and a PD, then register and deregister a buffer
+    /// of each --mr-sizes N times, timing each pair (what `cargo xtask bench` measures).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub reg_loop: u32,
 }
 
 /// `--mr-sizes`, parsed.

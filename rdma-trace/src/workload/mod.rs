@@ -12,6 +12,7 @@ pub mod buffer;
 pub mod cli;
 pub mod marker;
 pub mod plan;
+pub mod regloop;
 pub mod setup;
 pub mod size;
 pub mod step;
@@ -122,6 +123,10 @@ pub fn main_with(args: cli::Args) -> Result<()> {
     start.config = Some(cfg.clone());
     start.announce_fd = Some(ann.fd());
     ann.emit(&start)?;
+    if args.reg_loop > 0 {
+        regloop::run(&cfg, &mut ann, args.reg_loop)?;
+        return ann.flush().context("writing the announce records");
+    }
     let mut run = 1;
     loop {
         run_once(&cfg, &mut ann, run, args.timeout_s)?;

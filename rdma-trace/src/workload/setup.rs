@@ -92,7 +92,7 @@ fn mtu_bytes(m: Mtu) -> u32 {
 pub const NO_RDMA: &str = "rdma-core (libibverbs) not found / no RDMA devices";
 
 /// Lists devices and opens `cfg.device`; queries its port and GID.
-fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, Mtu)> {
+pub(super) fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, Mtu)> {
     let (list, t) = timed(DeviceList::new);
     let list = match list {
         Ok(l) => l,

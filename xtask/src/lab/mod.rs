@@ -7,6 +7,7 @@
 //! test) go through the 9p share `target/lab` → `/mnt/host`, so code changes never rebuild
 //! the image. Outputs stay in `target/lab/out/<series>/`.
 
+pub mod bench;
 mod cache;
 mod demo;
 mod image;

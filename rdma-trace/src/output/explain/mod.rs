@@ -117,9 +117,7 @@ fn fields(e: &Event, keys: &[&str]) -> String {
         .join(" ")
 }
 
-fn us(ns: u64) -> String {
-    if ns >= 1_000_000 { format!("{:.2} ms", ns as f64 / 1e6) } else { format!("{:.1} µs", ns as f64 / 1e3) }
-}
+use crate::units::duration as us;
 
 use crate::units::bytes;
 

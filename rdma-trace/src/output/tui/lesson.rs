@@ -27,30 +27,29 @@ pub struct Ask {
 /// What `e` explains on the screen shown: a topic and the story's index of the event to
 /// anchor it on, or why there is nothing to explain.
 pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
-    let at = |rows: usize| ui.selected.min(rows.saturating_sub(1));
     match SCREENS[ui.screen] {
         "Pinning" => {
             let rows = screens::shown_mrs(m, ui);
-            let r = rows.get(at(rows.len())).ok_or("No MR selected.")?;
+            let r = ui.pick(&rows).ok_or("No MR selected.")?;
             let why = "This MR was registered before this viewer joined (it is known from the kernel's \
                        tables): its pin was not seen, so there is nothing to explain.";
             Ok((Topic::Mr, r.event.ok_or(why)?))
         }
         "Mmap" => {
             let rows = screens::shown_maps(m, ui);
-            let r = rows.get(at(rows.len())).ok_or("No mapping selected.")?;
+            let r = ui.pick(&rows).ok_or("No mapping selected.")?;
             let why = "This mapping was made before this viewer joined: its mmap was not seen, so \
                        there is nothing to explain.";
             Ok((Topic::Mmap, r.event.ok_or(why)?))
         }
         "Completions" => {
             let rows = screens::shown_cqs(m, ui);
-            let c = rows.get(at(rows.len())).ok_or("No CQ selected.")?;
+            let c = ui.pick(&rows).ok_or("No CQ selected.")?;
             Ok((Topic::Cq, c.latest.ok_or("No completion of this CQ was seen.")?))
         }
         "Events" => {
             let shown = screens::shown_events(m, ui);
-            let sel = shown.get(at(shown.len())).ok_or("No event selected.")?;
+            let sel = ui.pick(&shown).ok_or("No event selected.")?;
             let Some(topic) = Topic::of_path(sel.path) else {
                 return Err(format!(
                     "{} is on no explained path: `e` explains pinning, mmap and completion events \

@@ -366,7 +366,7 @@ fn key(
         }
         KeyCode::Enter if screens::SCREENS[ui.screen] == "Events" => {
             let shown = screens::shown_events(model, ui);
-            if let Some(e) = shown.get(ui.selected.min(shown.len().saturating_sub(1))) {
+            if let Some(e) = ui.pick(&shown) {
                 let title = format!("{} whole (↑↓ scroll, enter or esc close)", e.name);
                 ui.explain = Some(screens::event_detail(e).join("\n"));
                 (ui.explain_title, ui.explain_scroll) = (Some(title), 0);

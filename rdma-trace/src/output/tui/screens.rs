@@ -35,6 +35,19 @@ pub struct Ui {
     pub answered: Option<u64>,
 }
 
+impl Ui {
+    /// The selected row of a list of `len` rows: the last when the list has shrunk below
+    /// the selection, `None` when it is empty.
+    pub fn row(&self, len: usize) -> Option<usize> {
+        len.checked_sub(1).map(|last| self.selected.min(last))
+    }
+
+    /// The selected item of `rows`.
+    pub fn pick<'a, T>(&self, rows: &'a [T]) -> Option<&'a T> {
+        rows.get(self.row(rows.len())?)
+    }
+}
+
 /// A bordered box whose title fits it (cut with `…` when the box is narrow).
 pub fn titled(title: &str, area: Rect) -> Block<'static> {
     Block::bordered().title(fit::cut(title, area.width.saturating_sub(2)))
@@ -42,21 +55,10 @@ pub fn titled(title: &str, area: Rect) -> Block<'static> {
 
 /// A duration as the screens write it (`-` when there is none yet).
 pub fn ns(v: Option<u64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(n) if n >= 1_000_000 => format!("{:.1}ms", n as f64 / 1e6),
-        Some(n) => format!("{:.0}µs", n as f64 / 1e3),
-    }
+    v.map_or_else(|| "-".into(), crate::units::duration_compact)
 }
 
-pub(super) fn bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{}K", b >> 10),
-        b => format!("{b}B"),
-    }
-}
+pub(super) use crate::units::bytes_compact as bytes;
 
 fn p50_p99(s: &Samples) -> String {
     let of = if s.windowed() { format!(" of the last {}", s.0.len()) } else { String::new() };
@@ -220,7 +222,7 @@ fn table<'a>(cols: &[Col], rows: Vec<Vec<Text>>, title: String, area: Rect) -> T
 }
 
 fn table_state(ui: &Ui, len: usize) -> TableState {
-    TableState::default().with_selected(if len == 0 { None } else { Some(ui.selected.min(len - 1)) })
+    TableState::default().with_selected(ui.row(len))
 }
 
 /// The MRs the Pinning screen lists, newest first, filtered: its rows, and what `e`
@@ -385,7 +387,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     };
     let t = table(&COLS, rows, title, list);
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
-    let Some(c) = cqs.get(ui.selected.min(n.saturating_sub(1))) else {
+    let Some(c) = ui.pick(&cqs) else {
         f.render_widget(Paragraph::new("no completion events yet").block(Block::bordered()), chain);
         return;
     };
@@ -478,7 +480,7 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
         .block(titled(&format!("events ({n} kept, newest first)"), list));
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
-    let Some(e) = shown.get(ui.selected.min(n.saturating_sub(1))) else { return };
+    let Some(e) = ui.pick(&shown) else { return };
     // A line a field or a frame, each cut with `…`; what does not fit is counted on the
     // last row, and enter shows the event whole (scrolling).
     let block = titled("detail (enter: the whole event)", detail);
@@ -555,7 +557,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     ];
     let t = table(&COLS, rows, format!("companion steps ({n}, newest first)"), list);
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
-    let Some(s) = shown.get(ui.selected.min(n.saturating_sub(1))) else {
+    let Some(s) = ui.pick(&shown) else {
         let hint = "No steps yet: they come from rdma-trace-workload (its rdma_trace_step marker).";
         f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: true }).block(Block::bordered()), detail);
         return;
