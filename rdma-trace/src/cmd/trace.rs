@@ -220,17 +220,24 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
     let mut out = Outputs::open(&a, &tracer)?;
     let mut finished = tracer.run(&mut print_notice, &mut out)?;
+    let t = std::time::Instant::now();
     // After a failed write only the summary is still worth trying for.
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
         Some(_) => Ok(()),
     };
+    finished.stopping.push(("writing the outputs", t.elapsed()));
     // The trailer is written: what the outputs left out joins the account shown.
     for q in &out.sinks {
         finished.account.note_left_out(q.name(), &q.left_out_rows);
     }
     eprint!("{}", finished.account.summary());
     out.say_left_out();
+    // A stop that took over a second says where the time went.
+    if let Some(l) = crate::live::trace::stopping_line(&finished.stopping, std::time::Duration::from_secs(1))
+    {
+        eprintln!("rdma-trace: {l}");
+    }
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {
         bail!("{e}; the run was stopped (what was written before is readable)");

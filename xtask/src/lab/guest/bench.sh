@@ -22,7 +22,7 @@ RUN=${LAB_RUN:-$(dirname "$0")}
 # shellcheck source=/dev/null
 [ -f "$RUN/bench.env" ] && . "$RUN/bench.env"
 ROUNDS=${BENCH_ROUNDS:-3}
-OUT=${LAB_OUT:-/tmp}/bench
+OUT=${RDMA_TRACE_LAB_OUT:-/tmp}/bench
 RT=/mnt/host/bin/rdma-trace
 WL=/mnt/host/bin/rdma-trace-workload
 IP=10.0.0.1
@@ -78,7 +78,7 @@ cat >"$OUT/workloads.sh" <<EOF
 # \$1: where each workload's figure goes.
 set -u
 M=\$1
-for s in 4K:300 1M:100 64M:12; do
+for s in 4K:300 1M:100 64M:8; do
   out=\$($WL --announce /dev/null --mr-sizes \${s%:*} --reg-loop \${s#*:} 2>&1)
   v=\$(sed -n 's/.*reg-loop .* median_ns=\([0-9]*\).*/\1/p' <<<"\$out")
   echo "mr-\${s%:*} \${v:-0} ns" >>"\$M"
@@ -91,11 +91,11 @@ ibv_rc_pingpong -e -d rxe0 -g 1 -n 300 -p \$port $IP >/tmp/pp-c.log 2>&1
 wait \$s
 v=\$(sed -n 's/.*iters in .* = \([0-9.]*\) usec\/iter.*/\1/p' /tmp/pp-c.log | head -1)
 echo "pingpong-e \${v:-0} us" >>"\$M"
-ib_write_bw -F -d rxe0 -x 1 -n 3000 >/tmp/bw-s.log 2>&1 &
+ib_write_bw -F -d rxe0 -x 1 -n 1000 >/tmp/bw-s.log 2>&1 &
 s=\$!
 sleep 1
 t0=\$(date +%s%N)
-ib_write_bw -F -d rxe0 -x 1 -n 3000 $IP >/tmp/bw-c.log 2>&1
+ib_write_bw -F -d rxe0 -x 1 -n 1000 $IP >/tmp/bw-c.log 2>&1
 t1=\$(date +%s%N)
 wait \$s
 grep -q "BW average" /tmp/bw-c.log && echo "write-bw \$((t1 - t0)) ns" >>"\$M" || echo "write-bw 0 ns" >>"\$M"
@@ -137,9 +137,9 @@ one() {
   t0=$(now_ms)
   case $cfg in
     none | rt-cmd) ;;
-    bt-agg) bpftrace -o "$dir/out" "$OUT/agg.bt" 2>"$dir/err" & pid=$! ;;
-    bt-stream) bpftrace -o "$dir/out" "$OUT/stream.bt" 2>"$dir/err" & pid=$! ;;
-    bt-stream-u) bpftrace -o "$dir/out" "$OUT/stream-u.bt" 2>"$dir/err" & pid=$! ;;
+    bt-agg) bpftrace -B line "$OUT/agg.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
+    bt-stream) bpftrace -B line "$OUT/stream.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
+    bt-stream-u) bpftrace -B line "$OUT/stream-u.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
     rt-kernel) "$RT" trace -q -o "$dir/out" "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
     rt-default) "$RT" trace -q -o "$dir/out" 2>"$dir/err" & pid=$! ;;
   esac
@@ -167,9 +167,9 @@ one() {
     bt-agg) events=$(grep -o ']: [0-9]*$' "$dir/out" | awk '{ s += $2 } END { print s + 0 }') ;;
     bt-stream*) events=$(grep -c '^E ' "$dir/out") ;;
     rt-*)
-      events=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":\([0-9]*\).*/\1/p')
+      events=$(tail -1 "$dir/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
       lost=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
-      grep "program .* per run" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
+      grep "program .* per run\|stopping took" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
       ;;
   esac
   while read -r w v unit; do
@@ -183,9 +183,11 @@ one() {
   [ -f "$dir/out" ] && [ "$(stat -c %s "$dir/out")" -gt 4000000 ] && rm -f "$dir/out"
 }
 
-CONFIGS=(none bt-agg bt-stream bt-stream-u rt-kernel rt-default rt-cmd)
+# shellcheck disable=SC2206
+CONFIGS=(${BENCH_CONFIGS:-none bt-agg bt-stream bt-stream-u rt-kernel rt-default rt-cmd})
 # A warm-up run, not counted: the first verbs program of a boot pays for cold caches.
 "$OUT/workloads.sh" /dev/null
+echo "[bench] warmed up; ${ROUNDS} rounds of: ${CONFIGS[*]}"
 n=${#CONFIGS[@]}
 for ((r = 1; r <= ROUNDS; r++)); do
   for ((i = 0; i < n; i++)); do
@@ -196,7 +198,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 # SIGINT to exit while the ring overflows: the traced command is a dd bs=1 (two syscalls a
 # byte), stopped 5 s after the tracer is ready.
-for ((r = 1; r <= ROUNDS; r++)); do
+for ((r = 1; r <= ${BENCH_FLOOD_ROUNDS:-$ROUNDS}; r++)); do
   dir=$OUT/flood.$r
   mkdir -p "$dir"
   "$RT" trace -q -o "$dir/out" -- dd if=/dev/zero of=/dev/null bs=1 count=1000000000 2>"$dir/err" &
@@ -208,10 +210,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   wait "$pid"
   stop=$(($(now_ms) - t0))
   pkill -x dd
-  events=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":\([0-9]*\).*/\1/p')
+  events=$(tail -1 "$dir/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
   lost=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
   printf '{"round":%d,"config":"flood","stop_ms":%d,"events":%d,"lost":%d}\n' "$r" "$stop" "${events:-0}" "${lost:-0}" >>"$RES"
-  echo "[bench] flood round $r: SIGINT to exit ${stop} ms; ${events:-0} events, ${lost:-0} lost"
+  echo "[bench] flood round $r: SIGINT to exit ${stop} ms; ${events:-0} events, ${lost:-0} lost; $(grep 'stopping took' "$dir/err")"
   rm -f "$dir/out"
 done
 echo "[bench] done: $RES"
