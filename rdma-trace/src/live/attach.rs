@@ -40,9 +40,6 @@ pub struct Loaded {
     /// The kernel reports kprobe misses per link (6.7+), checked once.
     missed_reported: bool,
     returns: Vec<(usize, ReturnProbe)>,
-    /// The other links (uprobes, tracepoints), taken from their programs so that detaching
-    /// can close them all at once.
-    held: Vec<Box<dyn Send>>,
     /// Instances per return probe (`r<N>:`).
     pub return_instances: u32,
     ebpf: Ebpf,
@@ -102,18 +99,6 @@ impl Counters {
     }
 }
 
-/// Closes links on threads of their own: the kernel waits out an RCU grace period to
-/// unregister each probe, and those waits overlap (one at a time, 43 links took most of
-/// the ~10 s a stop took in the 7.3 lab guest).
-fn close_together(links: Vec<Box<dyn Send>>) {
-    std::thread::scope(|s| {
-        for l in links {
-            // A thread that cannot start drops its closure, and so closes the link, here.
-            std::thread::Builder::new().spawn_scoped(s, move || drop(l)).ok();
-        }
-    });
-}
-
 fn sum_counters<T: std::borrow::Borrow<MapData>>(m: &PerCpuArray<T, u64>) -> Result<Vec<u64>, AttachError> {
     let mut out = vec![0u64; COUNTER_ENTRIES];
     for (i, slot) in out.iter_mut().enumerate() {
@@ -136,7 +121,6 @@ impl Loaded {
             entry_links: Vec::new(),
             missed_reported: crate::plan::kernel::release_at_least(6, 7),
             returns: Vec::new(),
-            held: Vec::new(),
             return_instances: kprobe_events::DEFAULT_INSTANCES,
             ebpf,
         })
@@ -223,11 +207,9 @@ impl Loaded {
 
     fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
         let p: &mut TracePoint = self.typed_program(prog)?;
-        let err = |source| AttachError::Program { name: prog.into(), source };
-        let id = p.attach(category, name).map_err(err)?;
-        let link = p.take_link(id).map_err(err)?;
-        self.held.push(Box::new(link));
-        Ok(())
+        p.attach(category, name)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     fn attach_uprobe(
@@ -242,11 +224,9 @@ impl Loaded {
             location: UProbeAttachLocation::AbsoluteOffset(offset),
             cookie: Some(slot as u64),
         };
-        let err = |source| AttachError::Program { name: prog.into(), source };
-        let id = p.attach(point, path, UProbeScope::AllProcesses).map_err(err)?;
-        let link = p.take_link(id).map_err(err)?;
-        self.held.push(Box::new(link));
-        Ok(())
+        p.attach(point, path, UProbeScope::AllProcesses)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     /// The companion's step marker (`step_marker` on its `rdma_trace_step`), in every
@@ -258,11 +238,9 @@ impl Loaded {
             location: UProbeAttachLocation::Symbol(crate::steps::MARKER_SYMBOL),
             cookie: None,
         };
-        let err = |source| AttachError::Program { name: prog.into(), source };
-        let id = p.attach(point, binary, UProbeScope::AllProcesses).map_err(err)?;
-        let link = p.take_link(id).map_err(err)?;
-        self.held.push(Box::new(link));
-        Ok(())
+        p.attach(point, binary, UProbeScope::AllProcesses)
+            .map(|_| ())
+            .map_err(|source| AttachError::Program { name: prog.into(), source })
     }
 
     /// Tells the shared kprobe programs which slot this function is: its kallsyms address,
@@ -437,11 +415,16 @@ impl Loaded {
 
     /// Detaches every program and closes the object, keeping only the counters: after this
     /// nothing new is produced, so the ring can be drained to the last committed record.
+    ///
+    /// Closing the links is most of a stop: 3–6 s for ~40 links in the TCG lab guest. The
+    /// kernel unregisters each perf probe under `event_mutex`, waiting out a tracepoint
+    /// grace period there, so closing them on threads of their own does not help (tried:
+    /// detaching still took 3.0–3.2 s on 6.12). Fewer links would: one kprobe_multi link
+    /// per direction, which needs programs loaded for `BPF_TRACE_KPROBE_MULTI` (aya 0.14
+    /// cannot).
     pub fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
-        let mut links: Vec<Box<dyn Send>> = std::mem::take(&mut self.held);
-        links.extend(self.returns.drain(..).map(|(_, r)| Box::new(r) as Box<dyn Send>));
-        links.extend(self.entry_links.drain(..).map(|l| Box::new(l) as Box<dyn Send>));
-        close_together(links);
+        self.returns.clear();
+        self.entry_links.clear();
         let m =
             self.ebpf.take_map("STATS").ok_or_else(|| AttachError::Map("STATS", "already taken".into()))?;
         drop(self.ebpf);

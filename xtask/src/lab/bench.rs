@@ -33,6 +33,9 @@ pub struct BenchArgs {
     /// Timeout of each boot, in seconds.
     #[arg(long, default_value_t = 3600)]
     pub timeout: u64,
+    /// Make the tables again from the last run's results (no boot).
+    #[arg(long)]
+    pub last_run: bool,
 }
 
 /// One workload's figure under one configuration, every round.
@@ -149,7 +152,7 @@ impl Results {
                     (Some(c), Some(m)) => {
                         let (lo, hi) = spread(&c.values);
                         let ratio = self.ratio(w, cfg).map(|r| format!("{r:.2}× ")).unwrap_or_default();
-                        row.push_str(&format!(" {ratio}({} {}, {}–{}) |", num(m), c.unit, num(lo), num(hi)));
+                        row.push_str(&format!(" {ratio}({}) |", span(&c.unit, m, lo, hi)));
                     }
                     _ => row.push_str(" – |"),
                 }
@@ -178,12 +181,14 @@ impl Results {
             let events: Vec<String> = o.events.iter().map(u64::to_string).collect();
             let per_run = (o.bpf_runs > 0).then(|| o.bpf_ns as f64 / o.bpf_runs as f64);
             let ms = |v: &[f64]| median(v).map(|m| format!("{m:.0} ms")).unwrap_or("–".into());
+            // `rt-cmd` runs the workloads itself: its start and stop are not timed apart.
+            let own = *cfg != "rt-cmd";
+            let stop = format!("{}, {:.0} ms", ms(&o.stop_ms), spread(&o.stop_ms).1);
             s.push_str(&format!(
-                "| {cfg} | {} | {}, {:.0} ms | {} | {} | {} | {} |\n",
-                if *cfg == "rt-cmd" { "–".to_string() } else { ms(&o.attach_ms) },
-                ms(&o.stop_ms),
-                spread(&o.stop_ms).1,
-                ms(&o.cpu_ms),
+                "| {cfg} | {} | {} | {} | {} | {} | {} |\n",
+                if own { ms(&o.attach_ms) } else { "–".into() },
+                if own { stop } else { "–".into() },
+                if own { ms(&o.cpu_ms) } else { "–".into() },
                 events.join(", "),
                 o.lost,
                 per_run.map(|p| format!("{p:.0} ({} runs)", o.bpf_runs)).unwrap_or("–".into()),
@@ -225,9 +230,26 @@ impl Results {
     }
 }
 
-/// A figure with the precision its size needs.
-fn num(v: f64) -> String {
-    if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+/// A median and the spread of the rounds, in the unit that suits the median:
+/// `278 µs, 245–294`.
+fn span(unit: &str, median: f64, lo: f64, hi: f64) -> String {
+    let to_ns = match unit {
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => 1.0,
+    };
+    let m = median * to_ns;
+    let (div, name) = match m {
+        m if m >= 1e9 => (1e9, "s"),
+        m if m >= 1e6 => (1e6, "ms"),
+        _ => (1e3, "µs"),
+    };
+    let f = |v: f64| {
+        let v = v * to_ns / div;
+        if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+    };
+    format!("{} {name}, {}–{}", f(median), f(lo), f(hi))
 }
 
 /// Replaces (or appends) the part of `doc` between `<!-- bench:NAME -->` and
@@ -243,11 +265,17 @@ pub fn splice(doc: &str, name: &str, body: &str) -> String {
 
 pub fn bench(a: BenchArgs) -> Result<()> {
     let series = if a.kernel.is_empty() { Series::ALL.to_vec() } else { a.kernel.clone() };
+    if a.last_run {
+        for s in series {
+            let kver = fs::read_to_string(super::out_dir(s).join("bench/kernel")).unwrap_or_default();
+            write_tables(s, kver.trim())?;
+        }
+        return Ok(());
+    }
     let bin = super::vmtest::build()?;
     super::share_binary(&bin, "rdma-trace")?;
     super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&series)?;
-    let doc_path = util::workspace_root().join("docs/performance.md");
     for g in &guests {
         let env = format!("BENCH_ROUNDS={}\n", a.rounds);
         let files = [("bench.env", env)];
@@ -261,18 +289,29 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         if rc != Some(0) {
             bail!("the bench failed in the {} guest (exit {rc:?}); see its console log", g.series.name());
         }
-        let dir = super::out_dir(g.series).join("bench");
-        let text = fs::read_to_string(dir.join("results.jsonl")).context("the guest wrote no results")?;
-        let r = Results::parse(&text)?;
-        let date = util::output(std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d"))?;
-        let title = format!("{} ({}), {}, {} rounds, TCG", g.series.name(), g.kver, date.trim(), r.rounds);
-        let md = r.markdown(&title);
-        println!("{md}");
-        fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&r.json())?)?;
-        let doc = fs::read_to_string(&doc_path).unwrap_or_default();
-        fs::write(&doc_path, splice(&doc, g.series.name(), &md))?;
-        step(&format!("bench: {} written to docs/performance.md and {}", g.series.name(), dir.display()));
+        fs::write(super::out_dir(g.series).join("bench/kernel"), &g.kver)?;
+        write_tables(g.series, &g.kver)?;
     }
+    Ok(())
+}
+
+/// Prints a kernel's tables and writes them into docs/performance.md and summary.json.
+fn write_tables(series: Series, kver: &str) -> Result<()> {
+    let dir = super::out_dir(series).join("bench");
+    let results = dir.join("results.jsonl");
+    let text = fs::read_to_string(&results)
+        .with_context(|| format!("reading {} (run `cargo xtask bench` first)", results.display()))?;
+    let r = Results::parse(&text)?;
+    let date =
+        util::output(std::process::Command::new("date").args(["-u", "+%Y-%m-%d", "-r"]).arg(&results))?;
+    let title = format!("{} ({kver}), {}, {} rounds, TCG", series.name(), date.trim(), r.rounds);
+    let md = r.markdown(&title);
+    println!("{md}");
+    fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&r.json())?)?;
+    let doc_path = util::workspace_root().join("docs/performance.md");
+    let doc = fs::read_to_string(&doc_path).unwrap_or_default();
+    fs::write(&doc_path, splice(&doc, series.name(), &md))?;
+    step(&format!("bench: {} written to docs/performance.md and {}", series.name(), dir.display()));
     Ok(())
 }
 
@@ -299,7 +338,10 @@ mod tests {
         assert_eq!(r.extra("mr-4K", "rt-kernel", "bt-stream"), Some(0.5));
         assert_eq!(r.extra("mr-4K", "rt-default", "bt-stream-u"), None);
         let md = r.markdown("t");
-        assert!(md.contains("| mr-4K | 1.00× (100 ns, 100–120) |"), "{md}");
+        assert!(md.contains("| mr-4K | 1.00× (0.1 µs, 0.1–0.1) |"), "{md}");
+        assert_eq!(span("ns", 278_111.0, 244_739.0, 294_342.0), "278 µs, 245–294");
+        assert_eq!(span("us", 1587.0, 1498.0, 1782.0), "1.6 ms, 1.5–1.8");
+        assert_eq!(span("ns", 6.13e9, 5.23e9, 7.52e9), "6.1 s, 5.2–7.5");
         assert!(
             md.contains("| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) |"),
             "{md}"

@@ -323,6 +323,9 @@ fn key(
             KeyCode::PageUp => ui.explain_scroll = ui.explain_scroll.saturating_sub(10),
             _ => {}
         }
+        // Scrolling stops with the last line still on screen.
+        let last = ui.explain.as_deref().map_or(0, |t| t.lines().count().saturating_sub(1));
+        ui.explain_scroll = ui.explain_scroll.min(u16::try_from(last).unwrap_or(u16::MAX));
         return false;
     }
     if ui.editing_filter {
@@ -389,4 +392,24 @@ fn key(
         _ => {}
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::crossterm::event::KeyCode;
+
+    #[test]
+    fn scrolling_an_open_text_stops_at_its_last_line() {
+        let mut ui = Ui { explain: Some("a\nb\nc".into()), ..Default::default() };
+        let (m, c) = (Model::default(), Control::default());
+        for _ in 0..10 {
+            key(KeyCode::Down, &mut ui, &m, &c, false);
+        }
+        assert_eq!(ui.explain_scroll, 2, "the last line stays on screen");
+        key(KeyCode::Up, &mut ui, &m, &c, false);
+        assert_eq!(ui.explain_scroll, 1, "one key back up, not ten");
+        key(KeyCode::PageDown, &mut ui, &m, &c, false);
+        assert_eq!(ui.explain_scroll, 2);
+    }
 }

@@ -416,11 +416,15 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let tallest = h.counts.iter().max().copied().unwrap_or(0);
     let forms = [
         format!(
-            "wakeup latency of the last {} completions: a bar per {} range, the tallest {tallest}",
+            "wakeup latency of the last {} completions: a bar per {} range, the tallest holds {tallest}",
             c.wakeup_ns.0.len(),
             ns(Some(h.step))
         ),
-        format!("wakeup, last {}: bar = {} range, tallest {tallest}", c.wakeup_ns.0.len(), ns(Some(h.step))),
+        format!(
+            "wakeup, last {}: a bar per {} range, tallest holds {tallest}",
+            c.wakeup_ns.0.len(),
+            ns(Some(h.step))
+        ),
     ];
     let line = forms.iter().find(|l| fit::width(l) <= caption.width).unwrap_or(&forms[1]);
     f.render_widget(Paragraph::new(fit::cut(line, caption.width)), caption);

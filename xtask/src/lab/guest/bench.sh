@@ -131,27 +131,29 @@ wait_ready() { # $1 pid, $2 file to grep, $3 pattern
 
 one() {
   local r=$1 cfg=$2 dir=$OUT/$2.$1 pid= t0 ready=0 stop=0 cpu=0 bpf="0 0" events=0 lost=0
-  mkdir -p "$dir"
+  # Outputs go to the guest's own memory, as to a local disk (the 9p share is far slower).
+  local work=/tmp/bench-out/$cfg.$r
+  mkdir -p "$dir" "$work"
   local M=$dir/metrics.txt
   : >"$M"
   t0=$(now_ms)
   case $cfg in
     none | rt-cmd) ;;
-    bt-agg) bpftrace -B line "$OUT/agg.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
-    bt-stream) bpftrace -B line "$OUT/stream.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
-    bt-stream-u) bpftrace -B line "$OUT/stream-u.bt" >"$dir/out" 2>"$dir/err" & pid=$! ;;
-    rt-kernel) "$RT" trace -q -o "$dir/out" "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
-    rt-default) "$RT" trace -q -o "$dir/out" 2>"$dir/err" & pid=$! ;;
+    bt-agg) bpftrace -B line "$OUT/agg.bt" >"$work/out" 2>"$dir/err" & pid=$! ;;
+    bt-stream) bpftrace -B line "$OUT/stream.bt" >"$work/out" 2>"$dir/err" & pid=$! ;;
+    bt-stream-u) bpftrace -B line "$OUT/stream-u.bt" >"$work/out" 2>"$dir/err" & pid=$! ;;
+    rt-kernel) "$RT" trace -q -o "$work/out" "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
+    rt-default) "$RT" trace -q -o "$work/out" 2>"$dir/err" & pid=$! ;;
   esac
   if [ -n "$pid" ]; then
     case $cfg in
-      bt-*) wait_ready "$pid" "$dir/out" '^ready' ;;
+      bt-*) wait_ready "$pid" "$work/out" '^ready' ;;
       rt-*) wait_ready "$pid" "$dir/err" 'rdma-trace: tracing' ;;
     esac || echo "[bench] $cfg round $r: the tracer did not start: $(tail -3 "$dir/err")"
     ready=$(($(now_ms) - t0))
   fi
   if [ "$cfg" = rt-cmd ]; then
-    "$RT" trace -q -o "$dir/out" -- "$OUT/workloads.sh" "$M" 2>"$dir/err"
+    "$RT" trace -q -o "$work/out" -- "$OUT/workloads.sh" "$M" 2>"$dir/err"
   else
     "$OUT/workloads.sh" "$M"
   fi
@@ -164,11 +166,15 @@ one() {
     stop=$(($(now_ms) - t0))
   fi
   case $cfg in
-    bt-agg) events=$(grep -o ']: [0-9]*$' "$dir/out" | awk '{ s += $2 } END { print s + 0 }') ;;
-    bt-stream*) events=$(grep -c '^E ' "$dir/out") ;;
+    bt-agg) events=$(grep -o ']: [0-9]*$' "$work/out" | awk '{ s += $2 } END { print s + 0 }') ;;
+    bt-stream*)
+      events=$(grep -c '^E ' "$work/out")
+      # bpftrace says what its output buffer dropped as "Lost N events".
+      lost=$(sed -n 's/^Lost \([0-9]*\) events.*/\1/p' "$work/out" | awk '{ s += $1 } END { print s + 0 }')
+      ;;
     rt-*)
-      events=$(tail -1 "$dir/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
-      lost=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
+      events=$(tail -1 "$work/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
+      lost=$(tail -1 "$work/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
       grep "program .* per run\|stopping took" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
       ;;
   esac
@@ -180,7 +186,8 @@ one() {
     "$r" "$cfg" "$ready" "$stop" "$cpu" "${events:-0}" "${lost:-0}" "$1" "$2" >>"$RES"
   echo "[bench] round $r $cfg: attach ${ready} ms, stop ${stop} ms, cpu ${cpu} ms, events ${events:-0} (lost ${lost:-0}), bpf $1 runs $2 ns; $(tr '\n' ' ' <"$M")"
   # Keep what proves the counts, not the bulk.
-  [ -f "$dir/out" ] && [ "$(stat -c %s "$dir/out")" -gt 4000000 ] && rm -f "$dir/out"
+  [ -f "$work/out" ] && [ "$(stat -c %s "$work/out")" -le 4000000 ] && cp "$work/out" "$dir/out"
+  rm -rf "$work"
 }
 
 # shellcheck disable=SC2206
@@ -201,7 +208,7 @@ done
 for ((r = 1; r <= ${BENCH_FLOOD_ROUNDS:-$ROUNDS}; r++)); do
   dir=$OUT/flood.$r
   mkdir -p "$dir"
-  "$RT" trace -q -o "$dir/out" -- dd if=/dev/zero of=/dev/null bs=1 count=1000000000 2>"$dir/err" &
+  "$RT" trace -q -o /tmp/flood.out -- dd if=/dev/zero of=/dev/null bs=1 count=1000000000 2>"$dir/err" &
   pid=$!
   wait_ready "$pid" "$dir/err" 'rdma-trace: tracing' || echo "[bench] flood round $r: the tracer did not start"
   sleep 5
@@ -210,11 +217,11 @@ for ((r = 1; r <= ${BENCH_FLOOD_ROUNDS:-$ROUNDS}; r++)); do
   wait "$pid"
   stop=$(($(now_ms) - t0))
   pkill -x dd
-  events=$(tail -1 "$dir/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
-  lost=$(tail -1 "$dir/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
+  events=$(tail -1 /tmp/flood.out | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
+  lost=$(tail -1 /tmp/flood.out | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
   printf '{"round":%d,"config":"flood","stop_ms":%d,"events":%d,"lost":%d}\n' "$r" "$stop" "${events:-0}" "${lost:-0}" >>"$RES"
   echo "[bench] flood round $r: SIGINT to exit ${stop} ms; ${events:-0} events, ${lost:-0} lost; $(grep 'stopping took' "$dir/err")"
-  rm -f "$dir/out"
+  rm -f /tmp/flood.out
 done
 echo "[bench] done: $RES"
 exit 0
