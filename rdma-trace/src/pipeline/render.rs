@@ -189,6 +189,7 @@ pub fn text(render: Render, v: Value) -> String {
         Render::VmFlags => bits(u, VM_FLAGS),
         Render::PgProt => format!("{u:#x} {}", cache_mode(u)),
         Render::Mlx5Pgoff => mlx5_pgoff(u),
+        Render::Fd => (u as u32 as i32).to_string(),
     }
 }
 
@@ -215,6 +216,14 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_descriptor_is_a_c_int() {
+        // An anonymous mmap passes fd -1; the raw record holds its 32 bits zero-extended.
+        assert_eq!(text(Render::Fd, Value::U(0xffff_ffff)), "-1");
+        assert_eq!(text(Render::Fd, Value::U(4)), "4");
+        assert_eq!(crate::plan::syscalls::render_of("fd"), Render::Fd);
+    }
 
     #[test]
     fn pgprot_cache_modes_from_kernel_constants() {

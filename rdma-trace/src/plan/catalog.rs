@@ -62,6 +62,8 @@ pub enum Render {
     PgProt,
     /// mlx5's `vm_pgoff` encoding: mmap command + index (UAR, BlueFlame, clock, device memory).
     Mlx5Pgoff,
+    /// A file descriptor: a C `int`, so -1 (an anonymous mmap's) reads as -1.
+    Fd,
 }
 
 /// One value a probe reads: `from`, then the field path behind it.

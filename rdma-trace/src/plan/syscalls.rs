@@ -64,6 +64,7 @@ pub fn render_of(name: &str) -> crate::plan::catalog::Render {
     match name {
         "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" => Render::Hex,
         "ret" => Render::Errno,
+        "fd" | "newfd" => Render::Fd,
         _ => Render::Dec,
     }
 }
