@@ -153,11 +153,7 @@ impl Pins {
                 self.open.insert(e.tid, row);
                 None
             }
-            EventKind::Return if kind == MrKind::Pinned => self.returned(ps, i, e, per_list),
-            EventKind::Return => {
-                self.unpinned_returned(ps, i, e, per_list);
-                None
-            }
+            EventKind::Return => self.returned(ps, i, e, per_list, kind),
             _ => None,
         }
     }
@@ -167,9 +163,7 @@ impl Pins {
         match (e.probe(), e.kind) {
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => {
                 // The provider's reg_mr returns right after the umem, on the same thread.
-                let row =
-                    ps.mrs.iter_mut().rev().find(|r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none());
-                if let Some(row) = row {
+                if let Some(row) = newest(ps, |r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none()) {
                     row.lkey = e.field("lkey");
                     row.rkey = e.field("rkey");
                     row.mr = e.field("mr").filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
@@ -178,7 +172,7 @@ impl Pins {
             (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Entry) => {
                 ps.rereg_total += 1;
                 let mr = e.field("mr");
-                if let Some(row) = ps.mrs.iter_mut().rev().find(|r| mr.is_some() && r.mr == mr) {
+                if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
                     row.rereg += 1;
                 }
                 self.rereg.insert(e.tid, mr);
@@ -187,7 +181,7 @@ impl Pins {
                 let mr = self.rereg.remove(&e.tid).flatten();
                 if e.field("mr").and_then(crate::pipeline::render::err_ptr).is_some() {
                     ps.rereg_refused += 1;
-                    if let Some(row) = ps.mrs.iter_mut().rev().find(|r| mr.is_some() && r.mr == mr) {
+                    if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
                         row.rereg_refused += 1;
                     }
                 }
@@ -195,7 +189,7 @@ impl Pins {
             (Some(ProbeId::OdpFault), EventKind::Entry) => {
                 let umem = e.field("umem_odp").unwrap_or(0);
                 ps.odp_faults += 1;
-                if let Some(row) = ps.mrs.iter_mut().rev().find(|r| r.umem == Some(umem)) {
+                if let Some(row) = newest(ps, |r| r.umem == Some(umem)) {
                     row.faults += 1;
                 }
                 self.faulting.insert(e.tid, (ps.pid, umem));
@@ -203,7 +197,7 @@ impl Pins {
             (Some(ProbeId::OdpFault), EventKind::Return) => {
                 let mapped = e.field("ret").map(|r| r as i64).filter(|r| *r > 0);
                 if let (Some((_, umem)), Some(n)) = (self.faulting.remove(&e.tid), mapped)
-                    && let Some(row) = ps.mrs.iter_mut().rev().find(|r| r.umem == Some(umem))
+                    && let Some(row) = newest(ps, |r| r.umem == Some(umem))
                 {
                     row.faulted_pages += n as u64;
                 }
@@ -222,40 +216,19 @@ impl Pins {
         None
     }
 
-    /// An ODP or dma-buf umem returned: a live MR that charges nothing to the limit.
-    fn unpinned_returned(&mut self, ps: &mut ProcessStory, i: usize, e: &Event, per_list: usize) {
+    /// A umem returned (`kind` says which call made it): the MR refused, or live. Returns
+    /// the latency of a pin.
+    fn returned(
+        &mut self,
+        ps: &mut ProcessStory,
+        i: usize,
+        e: &Event,
+        per_list: usize,
+        kind: MrKind,
+    ) -> Option<u64> {
+        // An entry not seen (the story began during the call): what the return says.
         let mut row = self.open.remove(&e.tid).unwrap_or_else(|| MrStory {
-            pid: ps.pid,
-            tid: e.tid,
-            ..Default::default()
-        });
-        row.event = Some(i);
-        row.latency_ns = e.latency_ns;
-        let umem = e.field("umem_odp").or(e.field("umem_dmabuf"));
-        match umem.and_then(crate::pipeline::render::err_ptr) {
-            Some(err) => {
-                row.refused = Some(-err);
-                push_capped(&mut ps.failed_pins, per_list, i);
-                ps.failed_pins_total += 1;
-            }
-            None => {
-                match row.kind {
-                    MrKind::Odp => ps.odp_total += 1,
-                    _ => ps.dmabuf_total += 1,
-                }
-                if let Some(u) = umem {
-                    self.unpinned.insert(u, ps.pid);
-                    row.umem = Some(u);
-                    row.live = true;
-                    ps.mrs_live += 1;
-                }
-            }
-        }
-        push_capped(&mut ps.mrs, per_list, row);
-    }
-
-    fn returned(&mut self, ps: &mut ProcessStory, i: usize, e: &Event, per_list: usize) -> Option<u64> {
-        let mut row = self.open.remove(&e.tid).unwrap_or_else(|| MrStory {
+            kind,
             pid: ps.pid,
             tid: e.tid,
             addr: e.field("umem_address").unwrap_or(0),
@@ -264,37 +237,51 @@ impl Pins {
         });
         row.event = Some(i);
         row.latency_ns = e.latency_ns;
-        let umem = e.field("umem");
+        let umem = e.field("umem").or(e.field("umem_odp")).or(e.field("umem_dmabuf"));
         if let Some(err) = umem.and_then(crate::pipeline::render::err_ptr) {
             row.refused = Some(-err);
             push_capped(&mut ps.failed_pins, per_list, i);
             ps.failed_pins_total += 1;
+        } else if row.kind == MrKind::Pinned {
+            self.pinned(ps, &mut row, e, umem);
         } else {
-            ps.pins_total += 1;
-            if let Some(l) = e.latency_ns {
-                ps.pin_latency.observe(l);
+            // ODP or dma-buf: live, charging nothing to the limit.
+            match row.kind {
+                MrKind::Odp => ps.odp_total += 1,
+                _ => ps.dmabuf_total += 1,
             }
-            row.pages = row.pages.or(e.field("pages"));
-            // What the pin charges: whole pages (VmPin), not the byte length.
-            let charged = e.field("pages").map(|p| p * PAGE).or(e.field("umem_length"));
-            if let (Some(u), Some(charged)) = (umem, charged) {
-                let range = PinnedRange {
-                    addr: e.field("umem_address").unwrap_or(0),
-                    length: e.field("umem_length").unwrap_or(0),
-                    charged,
-                    umem: Some(u),
-                    ..Default::default()
-                };
-                self.live.entry(ps.pid).or_default().insert(u, range);
-                ps.pinned_bytes += charged;
-                ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(ps.pinned_bytes);
-                row.umem = Some(u);
-                row.live = true;
-                ps.mrs_live += 1;
+            if let Some(u) = umem {
+                self.unpinned.insert(u, ps.pid);
+                live(ps, &mut row, u);
             }
         }
+        let pin = (row.kind == MrKind::Pinned).then_some(e.latency_ns).flatten();
         push_capped(&mut ps.mrs, per_list, row);
-        e.latency_ns
+        pin
+    }
+
+    /// A pin that succeeded: its pages charged to the process.
+    fn pinned(&mut self, ps: &mut ProcessStory, row: &mut MrStory, e: &Event, umem: Option<u64>) {
+        ps.pins_total += 1;
+        if let Some(l) = e.latency_ns {
+            ps.pin_latency.observe(l);
+        }
+        row.pages = row.pages.or(e.field("pages"));
+        // What the pin charges: whole pages (VmPin), not the byte length.
+        let charged = e.field("pages").map(|p| p * PAGE).or(e.field("umem_length"));
+        if let (Some(u), Some(charged)) = (umem, charged) {
+            let range = PinnedRange {
+                addr: e.field("umem_address").unwrap_or(0),
+                length: e.field("umem_length").unwrap_or(0),
+                charged,
+                umem: Some(u),
+                ..Default::default()
+            };
+            self.live.entry(ps.pid).or_default().insert(u, range);
+            ps.pinned_bytes += charged;
+            ps.pinned_peak_bytes = ps.pinned_peak_bytes.max(ps.pinned_bytes);
+            live(ps, row, u);
+        }
     }
 
     /// An `mr_dereg` (in any process: restrack ids are the kernel's): the MR from the
@@ -360,9 +347,50 @@ impl Pins {
 }
 
 /// The newest live MR row `is` names is no longer pinned.
+/// The MR row of `umem` is live.
+fn live(ps: &mut ProcessStory, row: &mut MrStory, umem: u64) {
+    row.umem = Some(umem);
+    row.live = true;
+    ps.mrs_live += 1;
+}
+
+/// The newest MR row that `is` picks.
+fn newest(ps: &mut ProcessStory, is: impl Fn(&MrStory) -> bool) -> Option<&mut MrStory> {
+    ps.mrs.iter_mut().rev().find(|r| is(r))
+}
+
 fn ended(ps: &mut ProcessStory, is: impl Fn(&MrStory) -> bool) {
     ps.mrs_live = ps.mrs_live.saturating_sub(1);
-    if let Some(row) = ps.mrs.iter_mut().rev().find(|r| r.live && is(r)) {
+    if let Some(row) = newest(ps, |r| r.live && is(r)) {
         row.live = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ret(name: &str, fields: &str) -> Event {
+        let line = format!(
+            r#"{{"v":1,"ts_ns":1,"kind":"return","name":"{name}","path":"pin","pid":7,"tid":7,"comm":"w","cpu":0,"fields":{{{fields}}},"latency_ns":50}}"#
+        );
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// A umem whose entry was not seen (the story began during the call) is still what
+    /// its probe says: an ODP return counts an ODP MR, live and charging nothing; a pin's
+    /// return charges its pages and gives its latency.
+    #[test]
+    fn a_return_without_its_entry_keeps_its_kind() {
+        let (mut pins, mut ps) = (Pins::default(), ProcessStory { pid: 7, ..Default::default() });
+        let odp = ret("umem_odp_get", r#""umem_odp":4096,"umem_address":8192,"umem_length":65536"#);
+        assert_eq!(pins.event(&mut ps, 0, &odp, 10), None);
+        assert_eq!((ps.odp_total, ps.dmabuf_total, ps.pins_total, ps.pinned_bytes), (1, 0, 0, 0));
+        let row = &ps.mrs[0];
+        assert_eq!((row.kind, row.addr, row.length, row.live), (MrKind::Odp, 8192, 65536, true));
+        let pin = ret("umem_get", r#""pages":2,"umem":12288,"umem_address":16384,"umem_length":8000"#);
+        assert_eq!(pins.event(&mut ps, 1, &pin, 10), Some(50));
+        assert_eq!((ps.pins_total, ps.pinned_bytes, ps.mrs_live), (1, 2 * PAGE, 2));
+        assert_eq!(ps.mrs[1].kind, MrKind::Pinned);
     }
 }
