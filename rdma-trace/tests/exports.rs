@@ -281,14 +281,18 @@ fn the_committed_perfetto_example_is_this_builds_export() {
     assert!(check_trace_events(&committed).is_empty());
 }
 
+/// The 6.12 companion capture the guides are written from, unpacked.
+fn guide_capture() -> String {
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
+    String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap()
+}
+
 /// Records the capture's own writer left out (its `output capture` loss records) are lost
 /// for the report and for `diff --fail-on lost`, beside the trailer's account.
 #[test]
 fn records_the_writer_left_out_count_as_lost() {
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
-    let plain =
-        String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
+    let plain = guide_capture();
     let (body, trailer) = plain.trim_end().rsplit_once('\n').unwrap();
     assert!(trailer.contains(r#""type":"trailer""#), "{trailer}");
     let t: Value = serde_json::from_str(trailer).unwrap();
@@ -325,10 +329,7 @@ fn records_the_writer_left_out_count_as_lost() {
 /// section then says as lost that no row names — never "none".
 #[test]
 fn the_loss_section_says_what_the_first_line_counts() {
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guides/captures/trixie-companion.jsonl.zst");
-    let plain =
-        String::from_utf8(zstd::stream::decode_all(std::fs::File::open(&src).unwrap()).unwrap()).unwrap();
+    let plain = guide_capture();
     let (body, trailer) = plain.trim_end().rsplit_once('\n').unwrap();
     // The typed trailer keeps the `{"v":1,"seq":N,"type":` prefix the reader keys on.
     let mut t: rdma_trace::capture::Trailer = serde_json::from_str(trailer).unwrap();

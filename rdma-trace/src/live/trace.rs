@@ -294,13 +294,12 @@ impl Tracer {
         for l in losses.new_losses(monotonic_ns(), &account.counts()) {
             keep(sink.borrow_mut().loss(&l));
         }
-        let stopping = end.stopping.clone();
         Ok(Finished {
             stopped,
             ended_ns: monotonic_ns(),
             account,
             consumer_error: failed.into_inner(),
-            stopping,
+            stopping: end.stopping,
         })
     }
 }
