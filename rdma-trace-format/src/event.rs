@@ -1,6 +1,7 @@
 //! The event record: what the pipeline after decode consumes and emits, and what capture
 //! files hold (JSON Lines, version 0; see docs/event-format.md).
 
+pub use crate::fields::Fields;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -104,6 +105,14 @@ impl serde::Serialize for ProbeId {
     }
 }
 
+/// A name the catalog knows (a field, a kernel symbol) is borrowed from it when an event
+/// is made; one read from a file is owned.
+pub type Key = std::borrow::Cow<'static, str>;
+
+/// One frame of a symbolized kernel stack, `function+0xoff [module]`: shared, since the
+/// same return addresses recur in every stack of a path.
+pub type Frame = std::sync::Arc<str>;
+
 /// The version events are written with (`capture::VERSION`).
 pub const FORMAT_VERSION: u32 = crate::capture::VERSION;
 
@@ -150,7 +159,7 @@ impl Value {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Name {
     Probe(ProbeId),
-    Other(String),
+    Other(Key),
 }
 
 impl Name {
@@ -170,13 +179,13 @@ impl Name {
 
     /// A name read from text: the probe it names, if this build knows it.
     pub fn parse(s: &str) -> Self {
-        ProbeId::parse(s).map_or_else(|| Name::Other(s.to_string()), Name::Probe)
+        ProbeId::parse(s).map_or_else(|| Name::Other(s.to_string().into()), Name::Probe)
     }
 }
 
 impl Default for Name {
     fn default() -> Self {
-        Name::Other(String::new())
+        Name::Other(Key::Borrowed(""))
     }
 }
 
@@ -245,7 +254,7 @@ pub struct Event {
     pub name: Name,
     /// The kernel function or tracepoint (probe events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub symbol: Option<String>,
+    pub symbol: Option<Key>,
     /// pin / mmap / completion / teardown / verbs / syscall.
     pub path: Path,
     pub pid: u32,
@@ -253,7 +262,7 @@ pub struct Event {
     pub comm: String,
     pub cpu: u32,
     #[serde(default)]
-    pub fields: BTreeMap<String, Value>,
+    pub fields: Fields,
     /// Fields whose kernel read failed (value absent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
@@ -262,12 +271,12 @@ pub struct Event {
     pub not_followed: Vec<String>,
     /// Symbolized kernel stack, innermost first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stack: Vec<String>,
+    pub stack: Vec<Frame>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ExecContext>,
     /// What the syscall's fd is (`uverbs`, `comp_channel`, or its /proc path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fd_kind: Option<String>,
+    pub fd_kind: Option<Key>,
     /// Return events: time since the matching entry on the same thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
@@ -275,6 +284,67 @@ pub struct Event {
     /// `fields`; `capture::join_errors`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, crate::capture::KernelError>,
+}
+
+/// An event as a v1 record writes it, borrowed: the writer's version and place in the
+/// stream, the rest the event's own. Serializes to the same bytes as an `Event` with `v`
+/// and `seq` set (its fields in `Event`'s order; a test in the writer checks it on every
+/// lab capture), without copying the event.
+#[derive(Serialize)]
+pub struct Numbered<'a> {
+    v: u32,
+    seq: u64,
+    ts_ns: u64,
+    kind: EventKind,
+    name: &'a Name,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    symbol: &'a Option<Key>,
+    path: Path,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    cpu: u32,
+    fields: &'a Fields,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    unreadable: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    not_followed: &'a [String],
+    #[serde(skip_serializing_if = "<[Frame]>::is_empty")]
+    stack: &'a [Frame],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<ExecContext>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fd_kind: &'a Option<Key>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_ns: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    errors: &'a BTreeMap<String, crate::capture::KernelError>,
+}
+
+impl<'a> Numbered<'a> {
+    pub fn new(ev: &'a Event, v: u32, seq: u64) -> Self {
+        Numbered {
+            v,
+            seq,
+            ts_ns: ev.ts_ns,
+            kind: ev.kind,
+            name: &ev.name,
+            symbol: &ev.symbol,
+            path: ev.path,
+            pid: ev.pid,
+            tid: ev.tid,
+            comm: &ev.comm,
+            cpu: ev.cpu,
+            fields: &ev.fields,
+            unreadable: &ev.unreadable,
+            not_followed: &ev.not_followed,
+            stack: &ev.stack,
+            context: ev.context,
+            fd_kind: &ev.fd_kind,
+            latency_ns: ev.latency_ns,
+            errors: &ev.errors,
+        }
+    }
 }
 
 impl Event {

@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod event;
+pub mod fields;
 pub mod reader;
 pub mod steps;
 

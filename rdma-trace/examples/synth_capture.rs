@@ -73,7 +73,7 @@ fn main() {
                 if written == n {
                     break 'copies;
                 }
-                w.event(&copy(e, k, span))?;
+                w.event(&std::sync::Arc::new(copy(e, k, span)))?;
                 written += 1;
             }
         }

@@ -17,6 +17,11 @@ fn pointer_fields(ev: &Event) -> impl Iterator<Item = &'static str> {
     fields.iter().filter(|f| f.render == Render::PtrOrErr).map(|f| f.name)
 }
 
+/// Whether writing `ev` moves anything to `errors` (`split_errors`).
+pub fn has_errors(ev: &Event) -> bool {
+    pointer_fields(ev).any(|n| ev.field(n).and_then(crate::pipeline::render::err_ptr).is_some())
+}
+
 /// For writing: ERR_PTR values of pointer fields move to `errors`, by name.
 pub fn split_errors(ev: &mut Event) {
     let names: Vec<&'static str> = pointer_fields(ev).collect();

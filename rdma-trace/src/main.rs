@@ -30,3 +30,9 @@ fn main() {
         }
     }
 }
+
+/// A capture stream is millions of short-lived events, each a few small allocations that
+/// die in the order they were made; glibc's allocator slows as its heap fragments under
+/// that (`cargo xtask bench --host` shows it), mimalloc does not.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -84,7 +84,7 @@ fn zstd_captures_read_back_whatever_their_name() {
     let mut w = Jsonl::create(&path, None).unwrap();
     w.header(&header()).unwrap();
     for e in &events {
-        w.event(e).unwrap();
+        w.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     w.trailer(&trailer(events.len() as u64)).unwrap();
     drop(w);
@@ -108,11 +108,11 @@ fn a_killed_zstd_capture_reads_up_to_its_last_flush() {
     w.header(&header()).unwrap();
     let half = events.len() / 2;
     for e in &events[..half] {
-        w.event(e).unwrap();
+        w.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     w.tick().unwrap(); // the 100 ms flush
     for e in &events[half..] {
-        w.event(e).unwrap();
+        w.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     // SIGKILL: nothing after the flush reaches the file, and no frame end is written.
     std::mem::forget(w);
@@ -132,7 +132,7 @@ fn rotated_files_are_each_whole_and_only_the_newest_are_kept() {
     let mut n = 0u64;
     for round in 0..6 {
         for e in &events {
-            w.event(e).unwrap();
+            w.event(&std::sync::Arc::new(e.clone())).unwrap();
             n += 1;
         }
         w.stats(&stats(round, n)).unwrap();
@@ -187,7 +187,7 @@ fn follow_reads_a_growing_capture_until_its_trailer() {
         })
     };
     for (i, e) in events.iter().enumerate() {
-        w.event(e).unwrap();
+        w.event(&std::sync::Arc::new(e.clone())).unwrap();
         if i % 100 == 0 {
             w.flush().unwrap();
             std::thread::sleep(std::time::Duration::from_millis(150));

@@ -56,7 +56,7 @@ fn stream(events: &[Event]) -> Vec<u8> {
     let mut w = Jsonl::new(Vec::new());
     w.header(&header()).unwrap();
     for (i, e) in events.iter().enumerate() {
-        w.event(e).unwrap();
+        w.event(&std::sync::Arc::new(e.clone())).unwrap();
         if i == 3 {
             w.stats(&Stats { ts_ns: e.ts_ns, sites: vec![site(0)], ..Default::default() }).unwrap();
             w.loss(&Loss {

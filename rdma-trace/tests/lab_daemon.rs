@@ -204,7 +204,11 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     for r in &recs {
         match r {
             Record::State(s) => f.seed(s),
-            Record::Event(e) => rdma_trace::output::Sink::event(&mut f, e).unwrap(),
+            Record::Event(e) => rdma_trace::output::Sink::event(
+                &mut f,
+                &std::sync::Arc::new(rdma_trace::event::Event::clone(e)),
+            )
+            .unwrap(),
             _ => {}
         }
     }

@@ -347,7 +347,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     // The TUI's refusal row has the limit too (its model fed the same capture).
     let (mut tui, _slot) = rdma_trace::output::tui::channel("memlock".into(), false);
     for e in &events {
-        rdma_trace::output::Sink::event(&mut tui, e).unwrap();
+        rdma_trace::output::Sink::event(&mut tui, &std::sync::Arc::new(e.clone())).unwrap();
     }
     tui.caught_up();
     let refused: Vec<_> = tui.model.mrs.iter().filter(|r| r.pid == reg.pid && r.refused.is_some()).collect();

@@ -74,12 +74,12 @@ fn a_late_subscriber_gets_the_state_then_the_same_records() {
     // Joins in the data phase: MRs are pinned and the queues mapped by then.
     let half = events.iter().position(|e| e.name == "comp_handler").expect("a completion");
     for e in &events[..half] {
-        b.event(e).unwrap();
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     let late = subscribe(&tx, "late");
     b.tick().unwrap();
     for e in &events[half..] {
-        b.event(e).unwrap();
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     b.trailer(&trailer()).unwrap();
     b.close();
@@ -117,7 +117,7 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
     let t0 = std::time::Instant::now();
     for _ in 0..rounds {
         for e in &events {
-            b.event(e).unwrap();
+            b.event(&std::sync::Arc::new(e.clone())).unwrap();
         }
     }
     let took = t0.elapsed();
@@ -128,7 +128,7 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
         buf
     });
     for e in &events {
-        b.event(e).unwrap();
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
     b.trailer(&trailer()).unwrap();
     b.close();

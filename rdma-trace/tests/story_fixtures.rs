@@ -241,7 +241,7 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
                 while let Some(s) = pending.next_if(|s| s.t_end_ns < e.ts_ns) {
                     sink.step(s).unwrap();
                 }
-                sink.event(e).unwrap();
+                sink.event(&std::sync::Arc::new(e.clone())).unwrap();
             }
             pending.for_each(|s| sink.step(s).unwrap());
             sink.0.add_steps(steps.clone());

@@ -57,7 +57,7 @@ impl Outputs {
 }
 
 impl Sink for Outputs {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         self.each(|s| s.event(ev))
     }
     fn step(&mut self, st: &crate::steps::StepRecord) -> std::io::Result<()> {

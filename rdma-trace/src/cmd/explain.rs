@@ -22,8 +22,8 @@ struct Run {
 struct Collect(Vec<Event>, Vec<StepRecord>);
 
 impl Sink for Collect {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
-        self.0.push(ev.clone());
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
+        self.0.push(Event::clone(ev));
         Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> std::io::Result<()> {

@@ -70,7 +70,7 @@ struct Replay<'a> {
 }
 
 impl Sink for Replay<'_> {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         self.text.event(ev)
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {

@@ -106,13 +106,13 @@ impl Outputs {
 }
 
 impl Sink for Outputs {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         let redacted;
         let ev = match &mut self.redact {
             Some(r) => {
-                let mut e = ev.clone();
+                let mut e = Event::clone(ev);
                 r.event(&mut e);
-                redacted = e;
+                redacted = std::sync::Arc::new(e);
                 &redacted
             }
             None => ev,
@@ -337,6 +337,7 @@ fn show(
             }
         }
         Record::Event(e) => {
+            let e = std::sync::Arc::from(e);
             if let Some(t) = text {
                 t.event(&e)?;
             }

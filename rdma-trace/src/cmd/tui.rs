@@ -141,7 +141,7 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                     }
                     n += 1;
                     feeder.model.position = Some((n, 0));
-                    feeder.event(&e)?;
+                    feeder.event(&std::sync::Arc::from(e))?;
                 }
                 Record::Step(s) => feeder.step(&s.step)?,
                 Record::Stats(s) => feeder.stats(&s)?,
@@ -174,7 +174,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
             Record::Header(h) => feeder.header(&h),
             Record::State(st) => feeder.seed(&st),
             Record::Event(e) => {
-                feeder.event(&e).ok();
+                feeder.event(&std::sync::Arc::from(e)).ok();
             }
             Record::Step(s) => {
                 feeder.step(&s.step).ok();

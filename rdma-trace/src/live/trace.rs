@@ -212,6 +212,7 @@ impl Tracer {
             ksyms: &ksyms,
             fds: FdCache::default(),
             memlock: Default::default(),
+            frames: Default::default(),
         };
         let mut correlator = Correlator::default();
         let tally = RefCell::new(Tally::default());
@@ -243,7 +244,7 @@ impl Tracer {
                 }
             }
             if failed.borrow().is_none() {
-                keep(sink.borrow_mut().event(&ev));
+                keep(sink.borrow_mut().event(&std::sync::Arc::new(ev)));
             }
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -356,7 +357,7 @@ fn probe_statuses(planning: &Planning, outcomes: &[Outcome]) -> Vec<ProbeStatus>
         .iter()
         .map(|o| ProbeStatus {
             id: o.id.to_string(),
-            symbol: Some(o.symbol.to_string()),
+            symbol: Some(o.symbol.into()),
             module: Some(o.module.clone()),
             attached: o.attached.is_ok(),
             reason: o.attached.as_ref().err().cloned().or_else(|| o.note.clone()),

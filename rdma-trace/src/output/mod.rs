@@ -19,11 +19,13 @@ use crate::capture::{Loss, Stats, Trailer};
 use crate::event::Event;
 use crate::steps::StepRecord;
 use std::io;
+use std::sync::Arc;
 
 /// A destination of the event stream. Only `event` and `flush` are required: the other
 /// records matter to a capture, not to every output.
 pub trait Sink {
-    fn event(&mut self, ev: &Event) -> io::Result<()>;
+    /// An event, shared: a sink that keeps it keeps the `Arc`, not a copy.
+    fn event(&mut self, ev: &Arc<Event>) -> io::Result<()>;
     /// A companion step, announced by its marker when the step ended (after its events).
     fn step(&mut self, _s: &StepRecord) -> io::Result<()> {
         Ok(())
@@ -50,7 +52,7 @@ pub trait Sink {
 
 /// Several sinks as one; the first error of any of them is returned.
 impl Sink for Vec<Box<dyn Sink>> {
-    fn event(&mut self, ev: &Event) -> io::Result<()> {
+    fn event(&mut self, ev: &Arc<Event>) -> io::Result<()> {
         self.iter_mut().try_for_each(|s| s.event(ev))
     }
     fn step(&mut self, st: &StepRecord) -> io::Result<()> {

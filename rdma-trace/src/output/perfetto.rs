@@ -37,7 +37,7 @@ struct Slice {
 fn args_of(e: &Event) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
     for (k, v) in &e.fields {
-        m.insert(k.clone(), json!(crate::pipeline::render::field(e, k, *v)));
+        m.insert(k.to_string(), json!(crate::pipeline::render::field(e, k, *v)));
     }
     if let Some(fd) = &e.fd_kind {
         m.insert("fd".into(), json!(fd));

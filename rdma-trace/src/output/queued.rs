@@ -22,7 +22,7 @@ pub const QUEUE_FULL: &str = "queue full";
 pub const QUEUE_FULL_OTHER: &str = "queue full (other records)";
 
 enum Msg {
-    Event(Box<Event>),
+    Event(std::sync::Arc<Event>),
     Step(Box<StepRecord>),
     Stats(Stats),
     Loss(Loss),
@@ -181,9 +181,9 @@ impl Queued {
 }
 
 impl Sink for Queued {
-    fn event(&mut self, ev: &Event) -> io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
-        let taken = self.offer(Msg::Event(Box::new(ev.clone())))?;
+        let taken = self.offer(Msg::Event(std::sync::Arc::clone(ev)))?;
         self.count_row(taken, || crate::output::summary::row_of(ev));
         Ok(())
     }
@@ -245,7 +245,7 @@ mod tests {
     }
 
     impl Sink for Slow {
-        fn event(&mut self, ev: &Event) -> io::Result<()> {
+        fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
             if let Some(g) = self.gate.take() {
                 g.wait();
             }
@@ -265,11 +265,11 @@ mod tests {
         }
     }
 
-    fn event(ts_ns: u64) -> Event {
+    fn event(ts_ns: u64) -> Arc<Event> {
         let line = format!(
             r#"{{"v":0,"ts_ns":{ts_ns},"kind":"entry","name":"umem_get","path":"pin","pid":1,"tid":1,"comm":"x","cpu":0,"fields":{{}}}}"#
         );
-        serde_json::from_str(&line).unwrap()
+        Arc::new(serde_json::from_str(&line).unwrap())
     }
 
     #[test]
@@ -347,7 +347,7 @@ mod tests {
     fn an_output_error_comes_back_to_the_caller() {
         struct Full;
         impl Sink for Full {
-            fn event(&mut self, _: &Event) -> io::Result<()> {
+            fn event(&mut self, _: &std::sync::Arc<Event>) -> io::Result<()> {
                 Err(io::Error::new(io::ErrorKind::StorageFull, "out.jsonl: no space left"))
             }
             fn flush(&mut self) -> io::Result<()> {

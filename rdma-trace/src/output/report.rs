@@ -154,7 +154,7 @@ fn write_text<E: Events + ?Sized>(
                 .iter()
                 .filter_map(|&i| events.ev(i))
                 .filter(|e| e.kind == EventKind::SyscallEnter)
-                .filter_map(|e| e.fd_kind.as_ref().filter(|k| RDMA_FDS.contains(&k.as_str())).map(|k| (e, k)))
+                .filter_map(|e| e.fd_kind.as_ref().filter(|k| RDMA_FDS.contains(&k.as_ref())).map(|k| (e, k)))
                 .map(|(e, k)| format!("{}[{k}]", e.name))
                 .collect();
             let sys = if sys.is_empty() { String::new() } else { format!("  syscalls: {}", sys.join(" ")) };

@@ -89,7 +89,7 @@ impl<W: Write> Sink for Text<W> {
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
         writeln!(self.out, "{}", step_line(s))
     }
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         let is_sys = matches!(ev.kind, EventKind::SyscallEnter | EventKind::SyscallExit);
         if is_sys && !self.syscalls {
             return Ok(());

@@ -16,6 +16,7 @@ pub struct Enricher<'a> {
     pub ksyms: &'a Ksyms,
     pub fds: FdCache,
     pub memlock: crate::pipeline::limits::MemlockCache,
+    pub frames: crate::pipeline::ksyms::FrameCache,
 }
 
 fn comm(c: &[u8; 16]) -> String {
@@ -24,9 +25,9 @@ fn comm(c: &[u8; 16]) -> String {
 }
 
 /// softirq when the stack shows softirq processing, kworker by thread name, else process.
-pub fn classify(comm: &str, stack: &[String]) -> ExecContext {
+pub fn classify<S: AsRef<str>>(comm: &str, stack: &[S]) -> ExecContext {
     let softirq = ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
-    if stack.iter().any(|f| softirq.iter().any(|s| f.starts_with(s))) {
+    if stack.iter().any(|f| softirq.iter().any(|s| f.as_ref().starts_with(s))) {
         ExecContext::Softirq
     } else if comm.starts_with("kworker") {
         ExecContext::Kworker
@@ -54,7 +55,7 @@ impl Enricher<'_> {
             tid: h.tid,
             comm: comm(&h.comm),
             cpu: h.cpu,
-            fields: BTreeMap::new(),
+            fields: Default::default(),
             unreadable: Vec::new(),
             not_followed: Vec::new(),
             stack: Vec::new(),
@@ -91,8 +92,10 @@ impl Enricher<'_> {
             if is_return { (p.spec.ret, p.ret.as_ref()?) } else { (p.spec.entry, &p.entry) };
         ev.kind = if is_return { EventKind::Return } else { EventKind::Entry };
         ev.name = Name::Probe(p.spec.id);
-        ev.symbol = Some(p.symbol.to_string());
+        ev.symbol = Some(p.symbol.into());
         ev.path = p.spec.path;
+        // One more for what the correlator derives (a pin's pages).
+        ev.fields = crate::event::Fields::with_capacity(fields.len() + 1);
         for (i, f) in fields.iter().enumerate() {
             if hdr.fail_mask & (1 << i) != 0 {
                 ev.unreadable.push(f.name.to_string());
@@ -103,7 +106,7 @@ impl Enricher<'_> {
                 continue;
             }
             let v = render::store(f.render, vals[i], plan.fetches[i].size);
-            ev.fields.insert(f.name.to_string(), v);
+            ev.fields.insert(f.name.into(), v);
         }
         // The completion channel is made by an ioctl, not an open: its fd is what
         // libibverbs returns.
@@ -113,7 +116,7 @@ impl Enricher<'_> {
         {
             self.fds.bind(hdr.tgid, *fd, "comp_channel");
         }
-        ev.stack = stack.iter().map(|a| self.ksyms.symbolize(*a)).collect();
+        ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, *a)).collect();
         // What the pin is charged against: the probe reads it from the task at the pin;
         // /proc (while the process lives) only where that read did not happen.
         if p.spec.id == ProbeId::UmemGet
@@ -142,7 +145,8 @@ impl Enricher<'_> {
         let (tgid, tid) = (ev.pid, ev.tid);
         let spec = syscalls::by_nr(nr)?;
         ev.kind = if is_exit { EventKind::SyscallExit } else { EventKind::SyscallEnter };
-        ev.name = Name::Other(spec.name.to_string());
+        ev.name = Name::Other(spec.name.into());
+        ev.fields = crate::event::Fields::with_capacity(spec.args.len());
         ev.path = Path::Syscall;
         let opens = spec.name == "open" || spec.name == "openat";
         let may_return_fd = opens || matches!(spec.name, "dup" | "dup2" | "dup3" | "fcntl");
@@ -162,7 +166,7 @@ impl Enricher<'_> {
                 _ => {}
             }
             for (i, a) in spec.args.iter().enumerate() {
-                ev.fields.insert((*a).to_string(), crate::event::Value::U(args[i]));
+                ev.fields.insert((*a).into(), crate::event::Value::U(args[i]));
             }
             if let Some(i) = spec.fd_arg {
                 ev.fd_kind = self.fds.kind(tgid, args[i]);

@@ -4,9 +4,11 @@
 //! channel is an anonymous inode named `[infinibandevent]` (ib_uverbs creates it with
 //! anon_inode_getfile). Both are looked up once per (pid, fd) and cached.
 
+use crate::event::Key;
 use std::collections::HashMap;
 
-pub fn classify_target(target: &str) -> String {
+/// What an fd's target is: the RDMA kinds by name, any other file by its path.
+pub fn classify_target(target: &str) -> Key {
     if target.starts_with("/dev/infiniband/uverbs") {
         "uverbs".into()
     } else if target == "anon_inode:[infinibandevent]" {
@@ -14,7 +16,7 @@ pub fn classify_target(target: &str) -> String {
     } else if target.starts_with("/dev/infiniband/rdma_cm") {
         "rdma_cm".into()
     } else {
-        target.into()
+        target.to_string().into()
     }
 }
 
@@ -27,27 +29,38 @@ pub fn classify_target(target: &str) -> String {
 /// from an unreadable path, is never looked up there: by then it may be another file.
 #[derive(Default)]
 pub struct FdCache {
-    known: HashMap<(u32, u64), String>,
+    known: HashMap<(u32, u64), Key>,
     /// Fds seen closed, or opened by a syscall whose path could not be read: what /proc
     /// shows for that number later is some other file, so it is not asked.
     gone: std::collections::HashSet<(u32, u64)>,
     /// A syscall in flight per thread that will return a new fd: what that fd will be
     /// (`None`: not known, so whatever the number meant before is forgotten).
-    pending: HashMap<u32, Option<String>>,
+    pending: HashMap<u32, Option<Key>>,
+    /// Lookups that failed (the process or the fd gone): not asked again. Bounded: past
+    /// `FAILED_KEPT` it starts over.
+    failed: std::collections::HashSet<(u32, u64)>,
 }
 
+const FAILED_KEPT: usize = 1 << 16;
+
 impl FdCache {
-    pub fn kind(&mut self, pid: u32, fd: u64) -> Option<String> {
+    pub fn kind(&mut self, pid: u32, fd: u64) -> Option<Key> {
         if fd > i32::MAX as u64 {
             return None;
         }
         if let Some(k) = self.known.get(&(pid, fd)) {
             return Some(k.clone());
         }
-        if self.gone.contains(&(pid, fd)) {
+        if self.gone.contains(&(pid, fd)) || self.failed.contains(&(pid, fd)) {
             return None;
         }
-        let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+        let Ok(target) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+            if self.failed.len() >= FAILED_KEPT {
+                self.failed.clear();
+            }
+            self.failed.insert((pid, fd));
+            return None;
+        };
         let k = classify_target(&target.to_string_lossy());
         self.known.insert((pid, fd), k.clone());
         Some(k)
@@ -86,9 +99,9 @@ impl FdCache {
     }
 
     /// Something else told us what this fd is (e.g. ibv_create_comp_channel's result).
-    pub fn bind(&mut self, pid: u32, fd: u64, kind: &str) {
+    pub fn bind(&mut self, pid: u32, fd: u64, kind: &'static str) {
         self.gone.remove(&(pid, fd));
-        self.known.insert((pid, fd), kind.to_string());
+        self.known.insert((pid, fd), kind.into());
     }
 
     /// An fd was closed: forget what it was (and do not ask /proc: the number may be

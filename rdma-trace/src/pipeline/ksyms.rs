@@ -1,5 +1,7 @@
 //! Kernel address → `function+0xoff [module]`, from /proc/kallsyms (loaded once).
 
+use crate::event::Frame;
+
 pub struct Ksyms {
     /// (address, name, module) sorted by address.
     syms: Vec<(u64, String, Option<String>)>,
@@ -27,6 +29,29 @@ impl Ksyms {
             Some(m) => format!("{name}+{:#x} [{m}]", addr - base),
             None => format!("{name}+{:#x}", addr - base),
         }
+    }
+}
+
+/// Frames already symbolized, by address: a stack's return addresses recur, so each is
+/// named once and shared. Bounded: past `FRAMES_KEPT` addresses it starts over.
+#[derive(Default)]
+pub struct FrameCache {
+    by_address: std::collections::HashMap<u64, Frame>,
+}
+
+const FRAMES_KEPT: usize = 1 << 16;
+
+impl FrameCache {
+    pub fn frame(&mut self, ksyms: &Ksyms, addr: u64) -> Frame {
+        if let Some(f) = self.by_address.get(&addr) {
+            return Frame::clone(f);
+        }
+        if self.by_address.len() >= FRAMES_KEPT {
+            self.by_address.clear();
+        }
+        let f: Frame = ksyms.symbolize(addr).into();
+        self.by_address.insert(addr, Frame::clone(&f));
+        f
     }
 }
 

@@ -24,7 +24,7 @@ pub fn feed<R: std::io::BufRead>(
     use crate::capture::Record;
     for r in reader.by_ref() {
         match r? {
-            Record::Event(e) => sink.event(&e)?,
+            Record::Event(e) => sink.event(&std::sync::Arc::from(e))?,
             Record::Step(s) => sink.step(&s.step)?,
             Record::Stats(s) => sink.stats(&s)?,
             Record::Loss(l) => sink.loss(&l)?,

@@ -279,7 +279,7 @@ fn serve_one(out: Box<dyn Write + Send>, rx: Receiver<Arc<[u8]>>) {
 }
 
 impl Sink for Broadcaster {
-    fn event(&mut self, ev: &Event) -> io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         self.story.push(ev.clone());
         self.format.event(ev)?;
         self.offer();

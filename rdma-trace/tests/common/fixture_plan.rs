@@ -2,9 +2,9 @@
 //! from /sys/kernel/btf in the guest; `fixtures/btf/`).
 
 use rdma_trace::plan::btf::{self, BtfSource};
-use rdma_trace::plan::catalog::CATALOG;
+use rdma_trace::plan::catalog::{CATALOG, Kind};
 use rdma_trace::plan::kernel::{Symbols, TpField};
-use rdma_trace::plan::select::{self, KernelView, Plan};
+use rdma_trace::plan::select::{self, KernelView, Library, Plan};
 use std::path::{Path, PathBuf};
 
 pub const K612: &str = "btf-6.12.118+deb13-amd64";
@@ -60,6 +60,34 @@ pub fn plan_for(name: &str) -> Plan {
 
 /// The plan with vmlinux BTF read through `backend`.
 pub fn plan_with(name: &str, backend: btf::Backend) -> Plan {
+    plan_of(name, backend, &Default::default())
+}
+
+/// The plan with the libibverbs probes too, planned on a made-up library that exports every
+/// function the catalog names (the probes' slots and fields are what matters here).
+pub fn plan_with_verbs(name: &str) -> Plan {
+    let mut functions = std::collections::HashMap::new();
+    for spec in CATALOG.iter().filter(|s| matches!(s.kind, Kind::Uprobe { .. })) {
+        for s in spec.symbols {
+            let next = 0x1_0000 + 0x100 * functions.len() as u64;
+            functions.entry(s.name.to_string()).or_insert(next);
+        }
+    }
+    let mut libraries = std::collections::HashMap::new();
+    for spec in CATALOG {
+        if let Kind::Uprobe { library } = spec.kind {
+            let lib = Library { path: format!("/usr/lib/{library}").into(), functions: functions.clone() };
+            libraries.insert(library.to_string(), Ok(lib));
+        }
+    }
+    plan_of(name, btf::Backend::default(), &libraries)
+}
+
+fn plan_of(
+    name: &str,
+    backend: btf::Backend,
+    libraries: &std::collections::HashMap<String, Result<Library, String>>,
+) -> Plan {
     let dir = fixture(name);
     let mut src = BtfSource::open_with(&dir, backend).unwrap();
     let symbols = symbols_from_btf(&dir, &mut src);
@@ -71,8 +99,8 @@ pub fn plan_with(name: &str, backend: btf::Backend) -> Plan {
             symbols: &symbols,
             btf: &mut src,
             tracepoint: &tp,
-            // User-space probes are planned from libibverbs, not BTF: none here.
-            libraries: &Default::default(),
+            // User-space probes are planned from libibverbs, not BTF.
+            libraries,
         },
         &[],
     )

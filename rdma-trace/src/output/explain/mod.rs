@@ -92,11 +92,11 @@ impl Input<'_> {
 }
 
 /// The path's frames of a stack, outermost first, as the table names them.
-fn named_frames(stack: &[String]) -> Vec<Named> {
+fn named_frames<S: AsRef<str>>(stack: &[S]) -> Vec<Named> {
     stack
         .iter()
         .rev()
-        .filter_map(|f| frames::lookup(f))
+        .filter_map(|f| frames::lookup(f.as_ref()))
         .map(|f| Named { function: f.function.into(), file: f.file.into(), what: f.what.into() })
         .collect()
 }
@@ -112,7 +112,7 @@ fn named(function: &str) -> Named {
 /// `name=value` of the fields, rendered.
 fn fields(e: &Event, keys: &[&str]) -> String {
     keys.iter()
-        .filter_map(|k| e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v))))
+        .filter_map(|k| e.fields.get(k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v))))
         .collect::<Vec<_>>()
         .join(" ")
 }

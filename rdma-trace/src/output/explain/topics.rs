@@ -125,7 +125,7 @@ the NIC; on soft-RoCE its own page map. First it has the core pin the pages."
 /// The core's pinning: what was asked, what was pinned, how long, against which limit.
 fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<String, u64>) -> Stage {
     let p = &input.events[pin];
-    let umem_fn = p.symbol.clone().unwrap_or_else(|| p.name.to_string());
+    let umem_fn = p.symbol.as_deref().unwrap_or(p.name.as_str()).to_string();
     let mut core = Stage { title: "The core work — pinning the pages".into(), ..Default::default() };
     core.functions.push(named(&umem_fn));
     core.seen.push(format!("{umem_fn}({})", fields(p, &["addr", "size", "access"])));

@@ -110,7 +110,7 @@ impl Feeder {
 }
 
 impl Sink for Feeder {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
+    fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         let index = self.live.push(ev.clone());
         self.model.event(ev, index);
         self.offer(false);

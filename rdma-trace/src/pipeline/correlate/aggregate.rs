@@ -101,8 +101,8 @@ pub struct Aggregates {
 
 /// A stack by function: `ib_umem_get+0x1a/0x3c0` counts as `ib_umem_get` (one call site
 /// more or less is the same path).
-pub fn functions(stack: &[String]) -> Vec<String> {
-    stack.iter().map(|f| f.split('+').next().unwrap_or(f).to_string()).collect()
+pub fn functions<S: AsRef<str>>(stack: &[S]) -> Vec<String> {
+    stack.iter().map(|f| f.as_ref().split('+').next().unwrap_or(f.as_ref()).to_string()).collect()
 }
 
 /// The function whose time is a path's latency.

@@ -12,6 +12,7 @@ use crate::event::Event;
 use crate::steps::StepRecord;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::Arc;
 
 /// Events a story can look up by the index it gives them (the order they were fed in).
 pub trait Events {
@@ -82,7 +83,7 @@ impl Limits {
 /// The events kept, by index; the oldest joined are let go first.
 #[derive(Default)]
 pub struct Store {
-    by_index: BTreeMap<usize, Event>,
+    by_index: BTreeMap<usize, Arc<Event>>,
     joined: VecDeque<usize>,
     cap: usize,
     /// Events let go.
@@ -90,7 +91,7 @@ pub struct Store {
 }
 
 impl Store {
-    fn keep(&mut self, i: usize, ev: Event) {
+    fn keep(&mut self, i: usize, ev: Arc<Event>) {
         self.by_index.insert(i, ev);
         self.joined.push_back(i);
         while self.joined.len() > self.cap {
@@ -106,8 +107,8 @@ impl Store {
 pub struct StorySink(pub Live);
 
 impl crate::output::Sink for StorySink {
-    fn event(&mut self, ev: &Event) -> std::io::Result<()> {
-        self.0.push(ev.clone());
+    fn event(&mut self, ev: &Arc<Event>) -> std::io::Result<()> {
+        self.0.push(Arc::clone(ev));
         Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> std::io::Result<()> {
@@ -121,10 +122,10 @@ impl crate::output::Sink for StorySink {
 
 impl Events for Store {
     fn ev(&self, i: usize) -> Option<&Event> {
-        self.by_index.get(&i)
+        self.by_index.get(&i).map(|e| &**e)
     }
     fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
-        Box::new(self.by_index.iter().map(|(&i, e)| (i, e)))
+        Box::new(self.by_index.iter().map(|(&i, e)| (i, &**e)))
     }
 }
 
@@ -132,7 +133,7 @@ impl Events for Store {
 struct Waiting {
     ts_ns: u64,
     index: usize,
-    ev: Event,
+    ev: Arc<Event>,
 }
 
 impl PartialEq for Waiting {
@@ -198,7 +199,8 @@ impl Live {
     }
 
     /// Feeds one event; returns the index the story knows it by.
-    pub fn push(&mut self, ev: Event) -> usize {
+    pub fn push(&mut self, ev: impl Into<Arc<Event>>) -> usize {
+        let ev = ev.into();
         let index = self.next_index;
         self.next_index += 1;
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
@@ -267,7 +269,7 @@ impl Live {
     pub fn for_explain(&mut self, anchor: usize) -> (Vec<Event>, Story, Vec<StepRecord>, Option<usize>) {
         self.flush();
         let kept: Vec<usize> = self.store.by_index.keys().copied().collect();
-        let events = self.store.by_index.values().cloned().collect();
+        let events = self.store.by_index.values().map(|e| Event::clone(e)).collect();
         let at = |i: usize| kept.binary_search(&i).ok();
         let story = self.story().reindexed(&at);
         (events, story, self.steps.clone(), at(anchor))

@@ -58,9 +58,9 @@ impl QueueKind {
 
     /// The function above `do_mmap_info` on the stack says which queue (the QP's two are
     /// told apart by their order: see `Namer::entry`).
-    fn from_stack(stack: &[String]) -> Option<(Self, u64)> {
+    fn from_stack<S: AsRef<str>>(stack: &[S]) -> Option<(Self, u64)> {
         stack.iter().find_map(|f| {
-            let (func, rest) = f.split_once('+')?;
+            let (func, rest) = f.as_ref().split_once('+')?;
             let off = rest
                 .split(['/', ' '])
                 .next()
