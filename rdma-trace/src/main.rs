@@ -33,6 +33,7 @@ fn main() {
 
 /// A capture stream is millions of short-lived events, each a few small allocations that
 /// die in the order they were made; glibc's allocator slows as its heap fragments under
-/// that (`cargo xtask bench --host` shows it), mimalloc does not.
+/// that (`cargo xtask bench --host` shows it), mimalloc does not. Built without transparent
+/// huge pages: with them a 10 M-event `story` peaked at 89 MiB, without at 75 MiB, as fast.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -42,7 +42,8 @@ pub fn run(a: &MemoryArgs) -> Result<()> {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut out, &mut s).map(|_| s)
     });
-    let (status, maxrss_kib) = wait_rusage(pid)?;
+    let (status, ru) = wait_rusage(pid)?;
+    let maxrss_kib = ru.ru_maxrss as u64;
     let took = t0.elapsed();
     let synth_status = synth.wait()?;
     let report = reader.join().map_err(|_| anyhow::anyhow!("reader thread"))??;
@@ -66,8 +67,8 @@ pub fn run(a: &MemoryArgs) -> Result<()> {
     Ok(())
 }
 
-/// Waits for `pid`; its exit code and peak RSS (KiB).
-fn wait_rusage(pid: i32) -> Result<(i32, u64)> {
+/// Waits for `pid`; its exit code and resource use (peak RSS in KiB, CPU time).
+pub fn wait_rusage(pid: i32) -> Result<(i32, libc::rusage)> {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value to be overwritten.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -77,5 +78,5 @@ fn wait_rusage(pid: i32) -> Result<(i32, u64)> {
         bail!("wait4: {}", std::io::Error::last_os_error());
     }
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
-    Ok((code, ru.ru_maxrss as u64))
+    Ok((code, ru))
 }

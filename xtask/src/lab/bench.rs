@@ -36,6 +36,13 @@ pub struct BenchArgs {
     /// Make the tables again from the last run's results (no boot).
     #[arg(long)]
     pub last_run: bool,
+    /// The userspace pipeline alone, on this machine (no boot): stage by stage, and
+    /// `replay`, `story`, `report` at each of `--sizes` events.
+    #[arg(long)]
+    pub host: bool,
+    /// Event counts for `--host`.
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000u64, 1_000_000, 10_000_000])]
+    pub sizes: Vec<u64>,
 }
 
 /// One workload's figure under one configuration, every round.
