@@ -104,7 +104,8 @@ fn pin(cmd: &mut Command, cpu: usize) {
 
 /// The `JSON {...}` line a bench prints.
 fn json_line(out: &str) -> Result<serde_json::Value> {
-    let line = out.lines().find_map(|l| l.strip_prefix("JSON ")).context("no JSON line in the bench's output")?;
+    let line =
+        out.lines().find_map(|l| l.strip_prefix("JSON ")).context("no JSON line in the bench's output")?;
     serde_json::from_str(line).with_context(|| format!("the bench's JSON line: {line}"))
 }
 

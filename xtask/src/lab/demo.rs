@@ -36,8 +36,12 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     let socket = super::share_dir().join("demo.sock");
     std::fs::remove_file(&socket).ok();
     let stop = Arc::new(AtomicBool::new(false));
-    let extras =
-        Extras { virtio_socket: Some(socket.clone()), console_off_terminal: true, stop: Some(stop.clone()) };
+    let extras = Extras {
+        virtio_socket: Some(socket.clone()),
+        console_off_terminal: true,
+        stop: Some(stop.clone()),
+        ..Default::default()
+    };
     let log = super::out_dir(series).join("demo.console.log");
     step(&format!("demo: the guest's console goes to {}", log.display()));
     let guest = guests.into_iter().next().context("a guest")?;

@@ -66,6 +66,11 @@ pub struct LabArgs {
     /// Timeout of a `--run` boot, in seconds [default: 1200].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Guests: 2 boots a pair joined by a virtual Ethernet wire, each with its own kernel
+    /// and soft-RoCE device (10.0.0.1 and 10.0.0.2, one vCPU each); needs `--run`, which
+    /// both run (`LAB_HOST` is 1 or 2, `LAB_PEER` the other's address).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub hosts: u8,
 }
 
 #[derive(clap::Args, Default)]
@@ -130,6 +135,11 @@ pub fn out_dir(series: Series) -> PathBuf {
     share_dir().join("out").join(series.name())
 }
 
+/// Host directory of the outputs of guest `host` of a pair (its `LAB_OUT`).
+pub fn pair_out_dir(series: Series, host: u8) -> PathBuf {
+    out_dir(series).join("pair").join(format!("host{host}"))
+}
+
 /// Copies a host-built binary into the share's `bin/` (never into the image).
 pub fn share_binary(src: &Path, name: &str) -> Result<PathBuf> {
     let dst = share_dir().join("bin").join(name);
@@ -156,13 +166,21 @@ pub fn run_guest(g: &Guest, mode: Mode) -> Result<Option<i32>> {
 /// (a guest stopped by the host reports exit 0).
 pub fn run_guest_with(g: &Guest, mode: Mode, extras: &qemu::Extras) -> Result<Option<i32>> {
     let share = share_dir();
-    let id = format!("{}-{}", g.series.name(), std::process::id());
+    let host = extras.wire.map(|w| format!("-host{}", w.host)).unwrap_or_default();
+    let id = format!("{}-{}{host}", g.series.name(), std::process::id());
     let run = share.join("run").join(&id);
     cache::remove(&run)?;
     fs::create_dir_all(&run)?;
     fs::create_dir_all(out_dir(g.series))?;
     let guest_run = format!("/mnt/host/run/{id}");
     let mut env = format!("LAB_SERIES='{}'\nLAB_OUT='/mnt/host/out/{}'\n", g.series.name(), g.series.name());
+    if let Some(w) = extras.wire {
+        let peer = 3 - w.host;
+        fs::create_dir_all(pair_out_dir(g.series, w.host))?;
+        env.push_str(&format!("LAB_OUT='/mnt/host/out/{}/pair/host{}'\n", g.series.name(), w.host));
+        env.push_str(&format!("LAB_HOST={}\nLAB_PEER=10.0.0.{peer}\nLAB_MAC={}\n", w.host, w.mac()));
+        env.push_str(&format!("LAB_SYNC=/mnt/host/run/{}\n", pair_dir_name(g)));
+    }
     fs::write(run.join("entry.sh"), ENTRY_SH)?;
     let (interactive, timeout, log) = match &mode {
         Mode::Shell => {
@@ -257,10 +275,21 @@ pub fn lab(a: LabArgs) -> Result<()> {
         share_binary(&workload, "rdma-trace-workload")?;
     }
     let Some(script) = script else {
+        if a.hosts == 2 {
+            bail!("--hosts 2 needs --run SCRIPT: the console is one terminal");
+        }
         run_guest(g, Mode::Shell)?;
         return Ok(());
     };
     let timeout = Duration::from_secs(a.timeout.unwrap_or(1200));
+    if a.hosts == 2 {
+        let [a1, a2] = run_pair(g, &script, &[], timeout, "lab-run")?;
+        step(&format!("lab: the script exited with {a1} on host 1 and {a2} on host 2"));
+        if a1 != 0 || a2 != 0 {
+            std::process::exit(if a1 != 0 { a1 } else { a2 });
+        }
+        return Ok(());
+    }
     let rc = run_guest(g, Mode::Script { script: &script, files: &[], timeout, log: "lab-run.console.log" })?
         .unwrap_or(0);
     step(&format!("lab: the script exited with {rc}"));
@@ -268,4 +297,55 @@ pub fn lab(a: LabArgs) -> Result<()> {
         std::process::exit(rc);
     }
     Ok(())
+}
+
+/// The run directory both guests of a pair share (`LAB_SYNC`): files one writes, the other
+/// sees (`lab_wait` in the guest scripts).
+fn pair_dir_name(g: &Guest) -> String {
+    format!("{}-{}-pair", g.series.name(), std::process::id())
+}
+
+/// Boots two guests of `g`'s kernel joined by a wire, both running `script` (with
+/// `LAB_HOST` 1 or 2); returns each one's exit code, host 1's first. The guests meet through
+/// the network or through files in the share (`/mnt/host/out/…`).
+pub fn run_pair(
+    g: &Guest,
+    script: &str,
+    files: &[(&str, String)],
+    timeout: Duration,
+    log: &str,
+) -> Result<[i32; 2]> {
+    // Two UDP ports on the loopback, per run (a second lab on this machine picks others).
+    let base = 20_000 + (std::process::id() % 20_000) as u16 * 2;
+    let wire = |host: u8| qemu::Wire {
+        host,
+        port: base + u16::from(host) - 1,
+        peer_port: base + 2 - u16::from(host),
+    };
+    let logs = [format!("{log}.host1.console.log"), format!("{log}.host2.console.log")];
+    let sync = share_dir().join("run").join(pair_dir_name(g));
+    cache::remove(&sync)?;
+    fs::create_dir_all(&sync)?;
+    let rcs = std::thread::scope(|s| {
+        let runs: Vec<_> = [1u8, 2]
+            .into_iter()
+            .map(|host| {
+                let extras = qemu::Extras {
+                    wire: Some(wire(host)),
+                    console_off_terminal: host == 2,
+                    ..Default::default()
+                };
+                let log = &logs[usize::from(host) - 1];
+                s.spawn(move || {
+                    let mode = Mode::Script { script, files, timeout, log };
+                    run_guest_with(g, mode, &extras)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a guest's thread panicked"))?)
+            .collect::<Result<Vec<_>>>()
+    })?;
+    cache::remove(&sync)?;
+    Ok([rcs[0].unwrap_or(0), rcs[1].unwrap_or(0)])
 }

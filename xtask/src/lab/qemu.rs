@@ -42,6 +42,27 @@ pub struct Extras {
     pub console_off_terminal: bool,
     /// Set by the host to power the guest off (the boot then counts as a success).
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// One of a pair of guests joined by a virtual Ethernet wire (`cargo xtask lab --hosts 2`).
+    pub wire: Option<Wire>,
+}
+
+/// A guest's end of the wire between two guests: a virtio NIC whose frames go to the other
+/// guest's over UDP on the host's loopback (QEMU's socket netdev), so soft-RoCE traffic
+/// really leaves one kernel and arrives in the other. Each guest gets one vCPU, so the pair
+/// fits the host's two cores.
+#[derive(Clone, Copy)]
+pub struct Wire {
+    /// 1 or 2: the guest's address is 10.0.0.<host>.
+    pub host: u8,
+    /// This guest's UDP port and its peer's.
+    pub port: u16,
+    pub peer_port: u16,
+}
+
+impl Wire {
+    pub fn mac(self) -> String {
+        format!("52:54:00:0a:00:{:02x}", self.host)
+    }
 }
 
 pub struct Outcome {
@@ -94,12 +115,19 @@ fn accel() -> (&'static str, Vec<&'static str>) {
 fn command(b: &Boot) -> (Command, &'static str) {
     let (name, accel) = accel();
     let mut c = Command::new("qemu-system-x86_64");
-    c.args(["-machine", "q35"]).args(accel).args(["-smp", "2", "-m", "4G"]);
+    let (cpus, mem) = if b.extras.wire.is_some() { ("1", "3G") } else { ("2", "4G") };
+    c.args(["-machine", "q35"]).args(accel).args(["-smp", cpus, "-m", mem]);
     c.args(["-nographic", "-no-reboot", "-display", "none", "-serial", "mon:stdio", "-nic", "none"]);
     c.arg("-kernel").arg(b.vmlinuz).arg("-initrd").arg(b.initrd);
     c.arg("-append").arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
     c.arg("-virtfs")
         .arg(format!("local,path={},mount_tag=host0,security_model=none,id=host0", b.share.display()));
+    if let Some(w) = b.extras.wire {
+        c.arg("-netdev")
+            .arg(format!("socket,id=wire,udp=127.0.0.1:{},localaddr=127.0.0.1:{}", w.peer_port, w.port))
+            .arg("-device")
+            .arg(format!("virtio-net-pci,netdev=wire,mac={}", w.mac()));
+    }
     if let Some(sock) = &b.extras.virtio_socket {
         c.args(["-device", "virtio-serial-pci", "-chardev"])
             .arg(format!("socket,id=rt0,path={},server=on,wait=off", sock.display()))
@@ -120,7 +148,11 @@ fn is_oops(l: &str) -> bool {
 /// guest after an oops, or a QEMU error.
 pub fn boot(b: &Boot) -> Result<Outcome> {
     let (mut cmd, accel) = command(b);
-    step(&format!("lab: booting {} ({accel}, 2 vCPUs, 4 GiB)", b.vmlinuz.display()));
+    let shape = match b.extras.wire {
+        Some(w) => format!("host {} of 2, 1 vCPU, 3 GiB", w.host),
+        None => "2 vCPUs, 4 GiB".into(),
+    };
+    step(&format!("lab: booting {} ({accel}, {shape})", b.vmlinuz.display()));
     let start = Instant::now();
     if b.interactive {
         let st = cmd.status().context("could not start qemu-system-x86_64")?;

@@ -42,6 +42,9 @@ pub fn build() -> Result<PathBuf> {
 /// The lab tests the gate runs, and the soaks (`cargo xtask soak`), by name prefix.
 pub const LAB: &str = "lab_";
 pub const SOAK: &str = "soak_";
+/// Lab tests that need two guests on a wire: run by the gate in a second boot of each
+/// kernel, a pair of guests (`super::run_pair`), each guest running every one of them.
+pub const PAIR: &str = "pair_";
 
 fn build_tests(group: &str, only: Option<&str>) -> Result<Vec<TestExe>> {
     step("lab: cargo test --release -p rdma-trace --no-run");
@@ -138,16 +141,8 @@ fn parse(log: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn run_series(
-    g: &super::Guest,
-    exes: &[TestExe],
-    group: &str,
-    filter: &str,
-    timeout: Duration,
-) -> Result<Tally> {
-    let out = super::out_dir(g.series);
-    let logs = out.join("tests");
-    super::cache::remove(&logs)?;
+/// The guest's list of test executables to run (`tests.txt`), each with its libtest filter.
+fn test_list(exes: &[TestExe], group: &str, filter: &str) -> String {
     let mut list = String::new();
     for e in exes.iter().filter(|e| !e.tests.is_empty()) {
         let skips: Vec<String> = HARDWARE_ONLY.iter().map(|(n, _)| format!("--skip {n}")).collect();
@@ -156,14 +151,67 @@ fn run_series(
         let filter = if parts.len() == 1 { parts[0] } else { group };
         list.push_str(&format!("{}\t{filter}\t{}\n", e.name, skips.join(" ")));
     }
-    let files = [("tests.txt", list)];
+    list
+}
+
+fn run_series(
+    g: &super::Guest,
+    exes: &[TestExe],
+    group: &str,
+    filter: &str,
+    timeout: Duration,
+) -> Result<Tally> {
+    let logs = super::out_dir(g.series).join("tests");
+    super::cache::remove(&logs)?;
+    let files = [("tests.txt", test_list(exes, group, filter))];
     let mode = Mode::Script { script: VMTEST_SH, files: &files, timeout, log: "vm-test.console.log" };
     super::run_guest(g, mode)?;
+    Ok(tally(g, exes, &[logs]))
+}
+
+/// The pair tests of `g`'s kernel: two guests on a wire, each running them all; a test
+/// passes when it passes on both.
+fn run_pair_series(g: &super::Guest, exes: &[TestExe], filter: &str, timeout: Duration) -> Result<Tally> {
+    let logs: Vec<PathBuf> = (1..=2).map(|h| super::pair_out_dir(g.series, h).join("tests")).collect();
+    for l in &logs {
+        super::cache::remove(l)?;
+    }
+    let files = [("tests.txt", test_list(exes, PAIR, filter))];
+    let rcs = super::run_pair(g, VMTEST_SH, &files, timeout, "vm-test-pair")?;
+    if rcs != [0, 0] {
+        bail!("the pair's test runner exited {rcs:?}");
+    }
+    Ok(tally(g, exes, &logs))
+}
+
+/// Counts the results of `exes`' lab tests from the libtest logs in each of `logs` (one
+/// directory per guest: a test passes only if it passed in every guest).
+fn tally(g: &super::Guest, exes: &[TestExe], logs: &[PathBuf]) -> Tally {
     let mut t = Tally::default();
     let (mut expected, mut ran) = (0, 0);
     for e in exes.iter().filter(|e| !e.tests.is_empty()) {
-        let log = fs::read_to_string(logs.join(format!("{}.log", e.name))).unwrap_or_default();
-        let results = parse(&log);
+        let per_guest: Vec<BTreeMap<String, String>> = logs
+            .iter()
+            .map(|l| parse(&fs::read_to_string(l.join(format!("{}.log", e.name))).unwrap_or_default()))
+            .collect();
+        // The worst result any guest gave (a pair test that failed on one side failed).
+        let mut results: BTreeMap<String, String> = BTreeMap::new();
+        for name in &e.tests {
+            let worst = per_guest
+                .iter()
+                .map(|r| r.get(name).cloned())
+                .min_by_key(|r| match r.as_deref() {
+                    None => 0,
+                    Some("") => 1,
+                    Some("FAILED") => 2,
+                    Some("ok") => 4,
+                    Some(_) => 3,
+                })
+                .flatten();
+            if let Some(w) = worst {
+                results.insert(name.clone(), w);
+            }
+        }
         for name in &e.tests {
             if let Some(why) = hardware_only(name) {
                 step(&format!("lab: {}: skipped {name}: hardware only: {why}", g.series.name()));
@@ -184,7 +232,7 @@ fn run_series(
     if ran < expected {
         t.note = Some(format!("only {ran} of {expected} lab tests ran"));
     }
-    Ok(t)
+    t
 }
 
 pub fn vm_test(a: VmTestArgs) -> Result<()> {
@@ -205,10 +253,16 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     // Everything the guest runs is built here, before the first boot.
     let bin = build()?;
     let exes = build_tests(group, a.only.as_deref())?;
-    let total: usize = exes.iter().map(|e| e.tests.len()).sum();
-    step(&format!("lab: {total} lab tests in {} test executables", exes.len()));
+    // The gate's lab tests bring the pair tests with them (a second boot per kernel).
+    let pairs = if group == LAB { build_tests(PAIR, a.only.as_deref())? } else { Vec::new() };
+    let pair_total: usize = pairs.iter().map(|e| e.tests.len()).sum();
+    let total: usize = exes.iter().map(|e| e.tests.len()).sum::<usize>() + pair_total;
+    step(&format!(
+        "lab: {total} lab tests ({pair_total} on a pair of guests) in {} test executables",
+        exes.len()
+    ));
     super::cache::remove(&super::share_dir().join("bin/tests"))?;
-    for e in &exes {
+    for e in exes.iter().chain(&pairs) {
         if !e.tests.is_empty() {
             super::share_binary(&e.path, &format!("tests/{}", e.name))?;
         }
@@ -223,8 +277,26 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
         let boot_start = Instant::now();
         let res = if left.is_zero() {
             Err(anyhow::anyhow!("the overall timeout of {} s is spent", overall.as_secs()))
+        } else if total == pair_total {
+            Ok(Tally::default()) // only pair tests asked for: no single-guest boot
         } else {
             run_series(g, &exes, group, a.only.as_deref().unwrap_or(group), per_boot.min(left))
+        };
+        let res = match res {
+            Ok(mut t) if pair_total > 0 => {
+                let left = overall.saturating_sub(start.elapsed()).min(per_boot);
+                match run_pair_series(g, &pairs, a.only.as_deref().unwrap_or(PAIR), left) {
+                    Ok(p) => {
+                        t.passed += p.passed;
+                        t.failed.extend(p.failed);
+                        t.skipped += p.skipped;
+                        t.note = t.note.or(p.note.map(|n| format!("pair: {n}")));
+                        Ok(t)
+                    }
+                    Err(e) => Err(e.context("the pair of guests")),
+                }
+            }
+            other => other,
         };
         let secs = boot_start.elapsed().as_secs();
         let line = match res {

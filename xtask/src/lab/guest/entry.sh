@@ -1,7 +1,9 @@
 #!/bin/bash
 # Per-run entry of the lab guest, started by /init from the host share (so changing it never
-# rebuilds the image). Loads the RDMA stack, creates rxe0 on dummy0, then gives a shell on
-# the console or runs the script the host asked for and records its exit code in the share.
+# rebuilds the image). Loads the RDMA stack, creates rxe0 on dummy0 (one guest) or on the
+# virtio NIC wired to the other guest (a pair: LAB_HOST 1 or 2, 10.0.0.LAB_HOST), then gives
+# a shell on the console or runs the script the host asked for and records its exit code in
+# the share.
 RUN=${0%/*}
 # shellcheck source=/dev/null
 . "$RUN/env"
@@ -10,14 +12,44 @@ export RDMA_TRACE_BIN=/mnt/host/bin/rdma-trace
 export RDMA_TRACE_LAB=1
 export RDMA_TRACE_LAB_SERIES=$LAB_SERIES
 export RDMA_TRACE_LAB_OUT=$LAB_OUT
+export LAB_HOST LAB_PEER LAB_SYNC
 mkdir -p "$LAB_OUT"
+
+# The netdev soft-RoCE runs on: dummy0 alone, or the NIC with the wire's MAC in a pair.
+lab_netdev() {
+  if [ -z "$LAB_HOST" ]; then
+    ip link add dummy0 type dummy || return 1
+    ip addr add 10.0.0.1/24 dev dummy0 || return 1
+    ip link set dummy0 up || return 1
+    NETDEV=dummy0
+    return 0
+  fi
+  modprobe virtio_net || return 1
+  local i
+  for ((i = 0; i < 50; i++)); do
+    NETDEV=$(ip -o link | awk -v mac="$LAB_MAC" '$0 ~ mac { sub(":", "", $2); print $2; exit }')
+    [ -n "$NETDEV" ] && break
+    sleep 0.1
+  done
+  [ -n "$NETDEV" ] || { echo "[lab] no NIC with the wire's MAC $LAB_MAC"; return 1; }
+  hostname "rdma-lab-$LAB_HOST"
+  ip addr add "10.0.0.$LAB_HOST/24" dev "$NETDEV" || return 1
+  ip link set "$NETDEV" up || return 1
+  # The wire is up when the peer answers ARP (it boots at the same time: give it a while).
+  # A datagram to the discard port makes the kernel ask; no ping in the image.
+  for ((i = 0; i < 300; i++)); do
+    echo >"/dev/udp/$LAB_PEER/9" 2>/dev/null
+    sleep 1
+    ip neigh show "$LAB_PEER" dev "$NETDEV" | grep -q lladdr && return 0
+  done
+  echo "[lab] the peer $LAB_PEER does not answer ARP over $NETDEV"
+  return 1
+}
 
 rdma_setup() {
   modprobe -a ib_core ib_uverbs rdma_ucm rdma_rxe mlx5_ib dummy || return 1
-  ip link add dummy0 type dummy || return 1
-  ip addr add 10.0.0.1/24 dev dummy0 || return 1
-  ip link set dummy0 up || return 1
-  rdma link add rxe0 type rxe netdev dummy0 || return 1
+  lab_netdev || return 1
+  rdma link add rxe0 type rxe netdev "$NETDEV" || return 1
   local st= i
   for ((i = 0; i < 100; i++)); do
     read -r st </sys/class/infiniband/rxe0/ports/1/state
@@ -30,7 +62,7 @@ rdma_setup() {
   local gid
   read -r gid </sys/class/infiniband/rxe0/ports/1/gids/1
   read -r up _ </proc/uptime
-  echo "[lab] ${LAB_SERIES} $(uname -r): rxe0 on dummy0 10.0.0.1/24, port ${st}, gid[1]=${gid} (t=${up}s)"
+  echo "[lab] ${LAB_SERIES} $(uname -r) $(hostname): rxe0 on $NETDEV $(ip -o -4 addr show dev "$NETDEV" | awk '{print $4}'), port ${st}, gid[1]=${gid} (t=${up}s)"
 }
 
 setup_ok=1
