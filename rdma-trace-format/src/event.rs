@@ -81,6 +81,7 @@ probe_ids! {
     RxeCreateCq = "rxe_create_cq",
     Mlx5CreateCq = "mlx5_create_cq",
     CompEventRead = "comp_event_read",
+    ModifyQp = "modify_qp",
     UmemRelease = "umem_release",
     MrDereg = "mr_dereg",
     IbvOpenDevice = "ibv_open_device",

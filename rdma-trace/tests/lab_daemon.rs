@@ -220,39 +220,6 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert_eq!((m.procs[&cpid].pinned, m.procs[&cpid].mrs_live), (0, 0), "{:?}", m.procs[&cpid]);
 }
 
-/// GET `path` from `addr` (HTTP/1.0): the status code and the body.
-fn http_get(addr: &str, path: &str) -> Option<(u32, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
-
-/// A PromQL instant query's single value.
-fn prom_query(q: &str) -> Option<f64> {
-    let enc: String = q
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"_-.".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    let (code, body) = http_get("127.0.0.1:9090", &format!("/api/v1/query?query={enc}"))?;
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    if code != 200 {
-        return None;
-    }
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-}
-
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
@@ -268,19 +235,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rdma-trace\n    static_configs:\n      - targets: ['127.0.0.1:9464']\n",
     )
     .unwrap();
-    std::fs::remove_dir_all("/tmp/prom-data").ok();
-    let mut prom = Command::new("prometheus")
-        .arg(format!("--config.file={}", cfg.display()))
-        .args(["--storage.tsdb.path=/tmp/prom-data", "--web.listen-address=127.0.0.1:9090"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-        .spawn()
-        .expect("prometheus (a guest package)");
-    let t0 = std::time::Instant::now();
-    while http_get("127.0.0.1:9090", "/-/ready").map(|r| r.0) != Some(200) {
-        assert!(t0.elapsed() < Duration::from_secs(180), "prometheus never became ready");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let mut prom = prom::start(&cfg, &dir.join("prometheus.log"));
     let steps = dir.join("metrics-steps.jsonl");
     let mut companion = Command::new(workload_bin())
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "6", "--announce"])
@@ -294,7 +249,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let cpid = companion.id();
     // A stats record (every 800 ms) renews the metrics; then two scrapes.
     std::thread::sleep(Duration::from_secs(4));
-    let (code, text) = http_get("127.0.0.1:9464", "/metrics").expect("the daemon's metrics");
+    let (code, text) = prom::http_get("127.0.0.1:9464", "/metrics").expect("the daemon's metrics");
     assert_eq!(code, 200);
     std::fs::write(dir.join("metrics.txt"), &text).unwrap();
     let mut check = Command::new("promtool")
@@ -317,7 +272,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let query = |q: String| {
         let t0 = std::time::Instant::now();
         loop {
-            match prom_query(&q) {
+            match prom::query_one(&q) {
                 Some(v) => return Some(v),
                 None if t0.elapsed() > Duration::from_secs(60) => return None,
                 None => std::thread::sleep(Duration::from_millis(500)),
@@ -528,7 +483,7 @@ fn lab_daemon_other_users_cannot_exhaust_it() {
     while t0.elapsed() < Duration::from_secs(6) {
         rss_max = rss_max.max(status_field(dpid, "VmRSS:"));
         threads_max = threads_max.max(status_field(dpid, "Threads:"));
-        scraped.push(http_get("127.0.0.1:9465", "/metrics").map(|r| r.0));
+        scraped.push(prom::http_get("127.0.0.1:9465", "/metrics").map(|r| r.0));
         std::thread::sleep(Duration::from_millis(200));
     }
     let mut refused = 0;

@@ -8,9 +8,14 @@
 //! - each capture is its own kernel's: its header names its host and its own boot;
 //! - each end's kernel pinned its send_bw buffer and made the QP the workload printed as its
 //!   own (`ibv_create_qp` returning that QPN);
+//! - at the move to RTR (`modify_qp`, `ib_modify_qp_with_udata`), each end's kernel was told
+//!   its peer: the remote QPN its perftest printed, and a GID naming the other guest's
+//!   address;
 //! - the peers agree on the pairing, and each capture has the QP the *other* end connected
 //!   to: what host 2's perftest printed as the remote QPN is the QP host 1's tracer saw made;
 //! - `report` of the two captures names both hosts and keeps their processes apart.
+//!
+//! And the fleet view: both guests' daemons scraped by one Prometheus (`pair_fleet_…`).
 
 mod common;
 
@@ -94,6 +99,13 @@ fn read(path: &Path) -> Capture {
     c
 }
 
+/// The IPv4 address in the interface id of an IPv4-mapped GID (`::ffff:a.b.c.d`), as the
+/// probe read it: 8 bytes as they lie in memory, as a little-endian u64.
+fn ipv4_of_gid_iid(iid: u64) -> Option<std::net::Ipv4Addr> {
+    let b = iid.to_le_bytes();
+    (b[..4] == [0, 0, 0xff, 0xff]).then(|| std::net::Ipv4Addr::new(b[4], b[5], b[6], b[7]))
+}
+
 /// The QP numbers `ibv_create_qp` returned in the capture.
 fn qps_made(c: &Capture) -> Vec<u64> {
     c.events
@@ -146,6 +158,44 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
     let completions = mine.events.iter().filter(|e| e.is(ProbeId::CompHandler)).count();
     assert!(completions > 0, "host {me}: no completion handled in this kernel");
 
+    // The kernel was told the peer when the QP went to RTR: the QPN perftest printed as
+    // remote, and the other guest's address in the GID.
+    let rtr: Vec<&Event> = mine
+        .events
+        .iter()
+        .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Entry && e.field("qp_state") == Some(2))
+        .collect();
+    assert_eq!(rtr.len(), 1, "host {me}: one move to RTR: {rtr:?}");
+    assert_eq!(rtr[0].field("qp_num"), Some(local), "host {me}: the QP moved to RTR is its own");
+    assert_eq!(
+        rtr[0].field("dest_qp_num"),
+        Some(remote),
+        "host {me}: RTR names the remote QPN perftest printed"
+    );
+    let peer_ip = std::net::Ipv4Addr::new(10, 0, 0, peer);
+    assert_eq!(
+        rtr[0].field("dgid_iid").and_then(ipv4_of_gid_iid),
+        Some(peer_ip),
+        "host {me}: the destination GID is the peer's address: {:?}",
+        rtr[0]
+    );
+    // INIT before RTR (the receiving server stops there; the sender goes on to RTS), and
+    // every move returned 0.
+    let states: Vec<u64> = mine
+        .events
+        .iter()
+        .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Entry)
+        .filter_map(|e| e.field("qp_state"))
+        .collect();
+    assert!(states.starts_with(&[1, 2]), "host {me}: INIT then RTR: {states:?}");
+    let returns: Vec<u64> = mine
+        .events
+        .iter()
+        .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Return)
+        .filter_map(|e| e.field("ret"))
+        .collect();
+    assert_eq!(returns, vec![0; states.len()], "host {me}: every move returned, and returned 0");
+
     // Each end publishes what it knows; each checks the other's.
     std::fs::copy(&capture, sync.join(format!("send-bw.host{me}.jsonl"))).unwrap();
     publish(&file(me), &format!("{local} {remote}\n"));
@@ -183,4 +233,94 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
             );
         }
     }
+}
+
+/// The fleet view: a daemon in each guest serving metrics on the wire, one Prometheus (in
+/// host 1) scraping both with docs/examples/prometheus-fleet.yml. Each guest runs the
+/// companion with MRs of its own size (64 KiB on host 1, 1 MiB on host 2): per host, the
+/// peak pinned bytes are that size and completions were counted; the series keep their
+/// `host` and `instance` apart.
+#[test]
+#[ignore = "lab: needs two soft-RoCE guests on a wire (cargo xtask vm-test)"]
+fn pair_fleet_metrics_in_one_prometheus() {
+    let (me, sync) = (host(), sync_dir());
+    let peer = 3 - me;
+    let file = |h: u8| sync.join(format!("fleet.host{h}"));
+    let _failing = Failing(file(me));
+    let dir = out_dir("pair-fleet");
+    let derr = dir.join("daemon.stderr");
+    let socket = Path::new("/tmp/rdma-trace-fleet.sock");
+    let ready = "metrics on http://0.0.0.0:9464/metrics";
+    let mut daemon = start_daemon(&["--metrics", "0.0.0.0:9464"], socket, None, &derr, ready);
+    let size = if me == 1 { "64K" } else { "1M" };
+    let mut companion = Command::new(workload_bin())
+        .args(["--mr-sizes", size, "--iterations", "1", "--announce", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    let st = wait_timeout(&mut companion, 120);
+    assert!(st.success(), "host {me}: companion {st}");
+    let pid = companion.id();
+    // A stats record (every 800 ms) renews the metrics.
+    std::thread::sleep(Duration::from_secs(2));
+    publish(&file(me), &format!("{pid}\n"));
+    wait_for_peer(&file(peer), 300);
+    let done = sync.join("fleet.done");
+    if me == 1 {
+        let peer_pid: u32 = std::fs::read_to_string(file(peer)).unwrap().trim().parse().unwrap();
+        let config = include_str!("../../docs/examples/prometheus-fleet.yml")
+            .replace("scrape_interval: 5s", "scrape_interval: 1s");
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut prometheus = prom::start(&cfg, &dir.join("prometheus.log"));
+        // Both targets scraped (Prometheus's own `up`), at most a minute after it is ready.
+        let t0 = Instant::now();
+        let up = loop {
+            let up = prom::query("up{job=\"rdma-trace\"} == 1").unwrap_or_default();
+            if up.len() == 2 || t0.elapsed() > Duration::from_secs(60) {
+                break up;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        let peaks =
+            prom::query("max by (host, instance, pid) (rdma_trace_pinned_peak_bytes)").unwrap_or_default();
+        let completions = prom::query("sum by (host) (rdma_trace_completions_total)").unwrap_or_default();
+        prometheus.kill().ok();
+        prometheus.wait().ok();
+        publish(&done, "");
+        std::fs::write(
+            dir.join("fleet.txt"),
+            format!("up {up:?}\npeaks {peaks:?}\ncompletions {completions:?}\n"),
+        )
+        .ok();
+        assert_eq!(up.len(), 2, "both daemons scraped: {up:?}");
+        let peak = |host: &str, pid: u32| {
+            peaks
+                .iter()
+                .find(|(l, _)| l["host"] == host && l["pid"] == pid.to_string())
+                .map(|(l, v)| (l["instance"].clone(), *v))
+        };
+        assert_eq!(
+            peak("rdma-lab-1", pid),
+            Some(("10.0.0.1:9464".into(), 65_536.0)),
+            "host 1's peak: {peaks:?}"
+        );
+        assert_eq!(
+            peak("rdma-lab-2", peer_pid),
+            Some(("10.0.0.2:9464".into(), 1_048_576.0)),
+            "host 2's peak: {peaks:?}"
+        );
+        for h in ["rdma-lab-1", "rdma-lab-2"] {
+            let n = completions.iter().find(|(l, _)| l["host"] == h).map(|(_, v)| *v);
+            assert!(n.is_some_and(|n| n > 0.0), "completions on {h}: {completions:?}");
+        }
+    } else {
+        // Served until host 1's Prometheus has read it.
+        wait_for_peer(&done, 400);
+    }
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let dst = wait_timeout(&mut daemon, 60);
+    assert!(dst.success(), "host {me}: daemon {dst}: {}", std::fs::read_to_string(&derr).unwrap_or_default());
 }

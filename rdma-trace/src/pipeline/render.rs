@@ -190,7 +190,20 @@ pub fn text(render: Render, v: Value) -> String {
         Render::PgProt => format!("{u:#x} {}", cache_mode(u)),
         Render::Mlx5Pgoff => mlx5_pgoff(u),
         Render::Fd => (u as u32 as i32).to_string(),
+        Render::QpState => qp_state(u).map_or_else(|| u.to_string(), str::to_string),
+        Render::GidHalf => {
+            let b = u.to_le_bytes();
+            format!(
+                "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
+            )
+        }
     }
+}
+
+/// `enum ib_qp_state` by value.
+pub fn qp_state(v: u64) -> Option<&'static str> {
+    ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"].get(usize::try_from(v).ok()?).copied()
 }
 
 /// A string from outside (a process name, a path) made safe for a terminal: control
@@ -222,6 +235,10 @@ mod tests {
         // An anonymous mmap passes fd -1; the raw record holds its 32 bits zero-extended.
         assert_eq!(text(Render::Fd, Value::U(0xffff_ffff)), "-1");
         assert_eq!(text(Render::Fd, Value::U(4)), "4");
+        assert_eq!(text(Render::QpState, Value::U(2)), "RTR");
+        assert_eq!(text(Render::QpState, Value::U(9)), "9");
+        // The interface id of ::ffff:10.0.0.2 as it lies in memory, read as a u64.
+        assert_eq!(text(Render::GidHalf, Value::U(0x0200_000a_ffff_0000)), "0000:ffff:0a00:0002");
         assert_eq!(crate::plan::syscalls::render_of("fd"), Render::Fd);
     }
 

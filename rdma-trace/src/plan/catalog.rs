@@ -64,6 +64,11 @@ pub enum Render {
     Mlx5Pgoff,
     /// A file descriptor: a C `int`, so -1 (an anonymous mmap's) reads as -1.
     Fd,
+    /// `enum ib_qp_state`: RESET, INIT, RTR, RTS, SQD, SQE, ERR.
+    QpState,
+    /// Half of a GID (8 bytes as they lie in memory), written as sysfs writes GIDs:
+    /// 16-bit groups in network order (`0000:ffff:0a00:0002`).
+    GidHalf,
 }
 
 /// One value a probe reads: `from`, then the field path behind it.
@@ -421,6 +426,24 @@ pub static CATALOG: &[ProbeSpec] = &[
         stack: false,
         hardware_only: false,
         about: "the workload reads its completion channel (ibv_get_cq_event): the wakeup side of a completion event",
+    },
+    ProbeSpec {
+        id: ProbeId::ModifyQp,
+        path: Path::Completion,
+        kind: Kind::Kprobe,
+        symbols: &[sym("ib_modify_qp_with_udata", "ib_core")],
+        entry: &[
+            f("qp_num", Param("ib_qp"), "qp_num", Hex),
+            f("qp_state", Param("attr"), "qp_state", QpState),
+            f("attr_mask", Param("attr_mask"), "", Hex),
+            f("dest_qp_num", Param("attr"), "dest_qp_num", Hex),
+            f("dgid_prefix", Param("attr"), "ah_attr.grh.dgid.global.subnet_prefix", GidHalf),
+            f("dgid_iid", Param("attr"), "ah_attr.grh.dgid.global.interface_id", GidHalf),
+        ],
+        ret: &[f("ret", Ret, "", Errno)],
+        stack: false,
+        hardware_only: false,
+        about: "the application moves a QP to its next state (ibv_modify_qp); at RTR it names its peer: the remote QP number and GID, what joins both ends of a connection",
     },
     ProbeSpec {
         id: ProbeId::UmemRelease,

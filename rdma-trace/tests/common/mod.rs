@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fixture_plan;
+pub mod prom;
 pub mod raw_records;
 
 use std::path::{Path, PathBuf};
