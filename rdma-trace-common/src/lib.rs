@@ -100,8 +100,12 @@ pub struct EventHeader {
     pub fail_mask: u8,
     /// Bit i: fetch i was not dereferenced because its base was NULL or an ERR_PTR.
     pub skip_mask: u8,
+    /// bpf_get_current_cgroup_id: the cgroup v2 of the task the event ran in (the inode
+    /// number of its directory under /sys/fs/cgroup), which names a container.
+    pub cgroup_id: u64,
 }
-const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
+pub const HEADER_LEN: usize = 48;
+const _: () = assert!(core::mem::size_of::<EventHeader>() == HEADER_LEN);
 
 /// A kprobe/kretprobe hit: the values its fetch plan read, and (entry) the kernel stack.
 #[repr(C)]
@@ -114,10 +118,10 @@ pub struct ProbeEvent {
     pub _pad: u32,
     pub stack: [u64; MAX_STACK],
 }
-const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 40 + 64 + 8 + 256);
+const _: () = assert!(core::mem::size_of::<ProbeEvent>() == HEADER_LEN + 64 + 8 + 256);
 /// A probe record is written without the unused part of its stack: this fixed part plus
 /// `stack_len` bytes.
-pub const PROBE_FIXED_LEN: usize = 40 + 64 + 8;
+pub const PROBE_FIXED_LEN: usize = HEADER_LEN + 64 + 8;
 
 /// The fixed part of a `ProbeEvent` (same layout as its first `PROBE_FIXED_LEN` bytes):
 /// a record without a stack. Uprobe programs build it on their own BPF stack.
@@ -145,7 +149,7 @@ pub struct SyscallEvent {
     pub path: [u8; PATH_LEN],
 }
 pub const PATH_LEN: usize = 64;
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 40 + 8 + 48 + PATH_LEN);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == HEADER_LEN + 8 + 48 + PATH_LEN);
 
 /// A companion step, announced through its `rdma_trace_step(rec, len)` marker: the JSON
 /// step record (docs/workload.md) read from the workload's memory at that moment.
@@ -163,7 +167,7 @@ pub struct StepEvent {
 /// record, which names the announce file).
 pub const STEP_JSON_MAX: usize = 1024;
 /// A step record is written without the unused part of `json`.
-pub const STEP_FIXED_LEN: usize = 48;
+pub const STEP_FIXED_LEN: usize = HEADER_LEN + 8;
 const _: () = assert!(core::mem::size_of::<StepEvent>() == STEP_FIXED_LEN + STEP_JSON_MAX);
 const _: () = assert!(core::mem::offset_of!(StepEvent, json) == STEP_FIXED_LEN);
 

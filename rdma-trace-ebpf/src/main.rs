@@ -33,7 +33,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
-        generated::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_get_stack},
+        generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
@@ -169,6 +169,9 @@ fn header(kind: u8, slot: u8) -> EventHeader {
         slot,
         fail_mask: 0,
         skip_mask: 0,
+        // SAFETY: a helper without arguments, callable from kprobe, tracepoint and uprobe
+        // programs.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
     }
 }
 

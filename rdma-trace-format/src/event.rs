@@ -281,6 +281,13 @@ pub struct Event {
     /// Return events: time since the matching entry on the same thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
+    /// The cgroup (v2) the task ran in: its id (the inode of its directory)…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// …and its path under /sys/fs/cgroup, when the tracer could find it (a container's
+    /// names its id: `container_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Frame>,
     /// v1 files: pointer fields that held an ERR_PTR, as errors (in memory they stay in
     /// `fields`; `capture::join_errors`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -318,6 +325,10 @@ pub struct Numbered<'a> {
     fd_kind: &'a Option<Key>,
     #[serde(skip_serializing_if = "Option::is_none")]
     latency_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: &'a Option<Frame>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     errors: &'a BTreeMap<String, crate::capture::KernelError>,
 }
@@ -343,12 +354,35 @@ impl<'a> Numbered<'a> {
             context: ev.context,
             fd_kind: &ev.fd_kind,
             latency_ns: ev.latency_ns,
+            cgroup_id: ev.cgroup_id,
+            cgroup: &ev.cgroup,
             errors: &ev.errors,
         }
     }
 }
 
+/// The container a cgroup path names: the 64-hex-digit id in its last component that has
+/// one (`docker-<id>.scope`, `/docker/<id>`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
+/// `libpod-<id>.scope`, a kubepods pod's container), as the runtimes write it.
+pub fn container_of(cgroup: &str) -> Option<&str> {
+    cgroup.rsplit('/').find_map(|part| {
+        let b = part.as_bytes();
+        (0..b.len().saturating_sub(63)).find_map(|i| {
+            let run = &b[i..i + 64];
+            let hex = run.iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+            let starts = i == 0 || !b[i - 1].is_ascii_hexdigit();
+            let ends = i + 64 == b.len() || !b[i + 64].is_ascii_hexdigit();
+            (hex && starts && ends).then(|| &part[i..i + 64])
+        })
+    })
+}
+
 impl Event {
+    /// The container the event's cgroup names, if any.
+    pub fn container(&self) -> Option<&str> {
+        self.cgroup.as_deref().and_then(container_of)
+    }
+
     pub fn field(&self, name: &str) -> Option<u64> {
         self.fields.get(name).map(|v| v.as_u64())
     }

@@ -156,6 +156,7 @@ fn run(base: &Base, upto: Stage, n: u64) -> (Duration, u64) {
         fds: Default::default(),
         memlock: Default::default(),
         frames: Default::default(),
+        cgroups: Default::default(),
     };
     let mut correlator = Correlator::default();
     let mut story = StorySink(Live::new(Vec::new(), Limits::default()));

@@ -63,6 +63,7 @@ fn replay_through_the_pipeline(
         fds: Default::default(),
         memlock: Default::default(),
         frames: Default::default(),
+        cgroups: Default::default(),
     };
     let mut correlator = Correlator::default();
     let mut checked = 0;

@@ -213,6 +213,7 @@ impl Tracer {
             fds: FdCache::default(),
             memlock: Default::default(),
             frames: Default::default(),
+            cgroups: Default::default(),
         };
         let mut correlator = Correlator::default();
         let tally = RefCell::new(Tally::default());

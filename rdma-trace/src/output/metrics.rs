@@ -19,7 +19,11 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 fn proc_labels(p: &ProcessStory) -> String {
-    format!("pid=\"{}\",comm=\"{}\"", p.pid, label(&p.comm))
+    let mut l = format!("pid=\"{}\",comm=\"{}\"", p.pid, label(&p.comm));
+    if let Some(c) = p.cgroup.as_deref().and_then(crate::event::container_of) {
+        l.push_str(&format!(",container=\"{c}\""));
+    }
+    l
 }
 
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {

@@ -101,6 +101,9 @@ pub struct ProcessReport {
     pub pid: u32,
     pub hostname: String,
     pub comm: String,
+    /// The cgroup its events ran in (absent in captures without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub pins: u64,
     pub refused_pins: u64,
     pub pinned_peak_bytes: u64,
@@ -231,6 +234,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
                 pid: ps.pid & ((1 << PID_SHIFT) - 1),
                 hostname: host(ps.pid),
                 comm: ps.comm.clone(),
+                cgroup: ps.cgroup.as_deref().map(str::to_string),
                 pins: ps.pins_total,
                 refused_pins: ps.failed_pins_total,
                 pinned_peak_bytes: ps.pinned_peak_bytes,
@@ -396,6 +400,10 @@ fn text_processes(out: &mut String, r: &Report) -> std::fmt::Result {
         };
         let who = format!("{} {}", p.pid, crate::pipeline::render::printable(&p.comm));
         let who = if r.captures.len() > 1 { format!("{who} @{}", p.hostname) } else { who };
+        let who = match p.cgroup.as_deref().and_then(crate::event::container_of) {
+            Some(c) => format!("{who} [container {}]", &c[..12]),
+            None => who,
+        };
         writeln!(
             out,
             "  {who:<24} {:>5} {:>7} {:>12} {memlock:>12} {:>6} {:>10}",

@@ -465,6 +465,7 @@ mod tests {
             slot,
             fail_mask: 0,
             skip_mask: 0,
+            cgroup_id: 0,
         }
     }
 

@@ -44,6 +44,9 @@ pub fn line(ev: &Event) -> String {
     let arrow = arrow(ev.kind);
     let comm = render::printable(&ev.comm);
     let mut s = format!("{secs:>14.6} {:<10} {arrow} {:<14} {comm}[{}/{}]", ev.path, ev.name, ev.pid, ev.tid);
+    if let Some(c) = ev.container() {
+        s.push_str(&format!(" @container:{}", &c[..12]));
+    }
     if let Some(c) = ev.context
         && ev.path == Path::Completion
     {

@@ -56,7 +56,7 @@ fn step(b: &[u8], hdr: EventHeader) -> Result<Raw, DecodeError> {
         return Err(size(KIND_STEP, STEP_FIXED_LEN));
     }
     let word = |at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
-    let (len, asked) = (word(40), word(44));
+    let (len, asked) = (word(rdma_trace_common::HEADER_LEN), word(rdma_trace_common::HEADER_LEN + 4));
     if len > STEP_JSON_MAX || b.len() < STEP_FIXED_LEN + len {
         return Err(size(KIND_STEP, STEP_FIXED_LEN + len));
     }
@@ -127,6 +127,7 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_trace_common::HEADER_LEN;
 
     fn hdr(kind: u8) -> EventHeader {
         EventHeader {
@@ -139,6 +140,7 @@ mod tests {
             slot: 3,
             fail_mask: 0,
             skip_mask: 0,
+            cgroup_id: 0,
         }
     }
 
@@ -185,7 +187,7 @@ mod tests {
             matches!(decode(&bytes(&e)[..PROBE_FIXED_LEN]), Ok(Raw::Probe { ref stack, .. }) if stack.is_empty())
         );
         assert_eq!(header(&b).map(|h| h.slot), Some(3));
-        assert_eq!(header(&b[..39]), None);
+        assert_eq!(header(&b[..HEADER_LEN - 1]), None);
     }
 
     #[test]
@@ -194,7 +196,7 @@ mod tests {
         let h = bytes(&hdr(KIND_SYS_ENTER));
         assert_eq!(
             decode(&h),
-            Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: size_of::<SyscallEvent>(), got: 40 })
+            Err(DecodeError::Size { kind: KIND_SYS_ENTER, need: size_of::<SyscallEvent>(), got: HEADER_LEN })
         );
         assert_eq!(decode(&bytes(&hdr(99))), Err(DecodeError::Kind(99)));
     }
@@ -212,7 +214,7 @@ mod tests {
             decode(&b[..b.len() - 1]),
             Err(DecodeError::Size { kind: KIND_STEP, need: b.len(), got: b.len() - 1 })
         );
-        b[44..48].copy_from_slice(&2000u32.to_ne_bytes());
+        b[HEADER_LEN + 4..HEADER_LEN + 8].copy_from_slice(&2000u32.to_ne_bytes());
         assert_eq!(decode(&b), Err(DecodeError::StepCut { len: json.len(), asked: 2000 }));
     }
 

@@ -17,6 +17,7 @@ pub struct Enricher<'a> {
     pub fds: FdCache,
     pub memlock: crate::pipeline::limits::MemlockCache,
     pub frames: crate::pipeline::ksyms::FrameCache,
+    pub cgroups: crate::pipeline::cgroups::CgroupCache,
 }
 
 fn comm(c: &[u8; 16]) -> String {
@@ -64,7 +65,12 @@ impl Enricher<'_> {
             latency_ns: None,
             seq: None,
             errors: BTreeMap::new(),
+            cgroup_id: (h.cgroup_id != 0).then_some(h.cgroup_id),
+            cgroup: None,
         };
+        if h.cgroup_id != 0 {
+            ev.cgroup = self.cgroups.path(h.cgroup_id);
+        }
         match raw {
             Raw::Probe { hdr, is_return, vals, stack } => {
                 self.probe(&mut ev, hdr, *is_return, vals, stack)?

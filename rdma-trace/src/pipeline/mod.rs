@@ -6,6 +6,7 @@
 //! records straight to the outputs (`feed`). Either way the outputs are `Sink`s: the text
 //! stream, a capture writer, the story (`correlate::live::StorySink`).
 
+pub mod cgroups;
 pub mod correlate;
 pub mod decode;
 pub mod enrich;

@@ -83,6 +83,7 @@ fn header(ev: &Event, kind: u8, slot: u8) -> EventHeader {
         slot,
         fail_mask: 0,
         skip_mask: 0,
+        cgroup_id: ev.cgroup_id.unwrap_or(0),
     }
 }
 

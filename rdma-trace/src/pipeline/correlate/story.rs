@@ -45,6 +45,9 @@ pub struct Completion {
 pub struct ProcessStory {
     pub pid: u32,
     pub comm: String,
+    /// The cgroup its own events ran in, latest (a container's names the container).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<crate::event::Frame>,
     /// Its latest event's time.
     pub last_ts_ns: u64,
     /// Events attributed to the process (completions included), by index: the newest
@@ -431,6 +434,12 @@ impl Builder {
         if e.pid == pid && !is_user_call(e) {
             // The latest name: a forked shell becomes the program it execs.
             ps.comm.clone_from(&e.comm);
+        }
+        if e.pid == pid
+            && let Some(c) = &e.cgroup
+            && ps.cgroup.as_ref() != Some(c)
+        {
+            ps.cgroup = Some(c.clone());
         }
         push_capped(&mut ps.events, self.per_list, i);
         ps.event_count += 1;
