@@ -21,24 +21,20 @@
 #[path = "../tests/common/fixture_plan.rs"]
 #[allow(dead_code)]
 mod fixture_plan;
+#[path = "../tests/common/lab_copies.rs"]
+mod lab_copies;
 #[path = "../tests/common/raw_records.rs"]
 #[allow(dead_code)]
 mod raw_records;
 
-use rdma_trace::capture::Record;
-use rdma_trace::event::Event;
 use rdma_trace::output::{Sink, jsonl::Jsonl, target::Target};
 use rdma_trace::pipeline::correlate::Correlator;
 use rdma_trace::pipeline::correlate::live::{Limits, Live, StorySink};
 use rdma_trace::pipeline::enrich::Enricher;
-use rdma_trace::pipeline::{decode, ksyms::Ksyms, render};
+use rdma_trace::pipeline::{decode, ksyms::Ksyms};
 use rdma_trace::plan::select::Plan;
-use rdma_trace::source::capture::{Reader, open};
 use rdma_trace_common::{EventHeader, KIND_SYS_ENTER, ProbeHead, SyscallEvent};
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-const SOURCES: [&str; 3] = ["perftest-rping-7.3.jsonl.zst", "companion-7.3.jsonl", "memlock-7.3.jsonl"];
 
 /// Functions in the made-up kallsyms besides the frames the captures name: about what a
 /// Debian kernel with the RDMA modules loaded lists.
@@ -70,16 +66,6 @@ impl Stage {
     }
 }
 
-fn load(name: &str) -> Vec<Event> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name);
-    let r = Reader::new(open(&path).expect("lab fixture"), true);
-    r.filter_map(|rec| match rec.expect("lab fixtures read") {
-        Record::Event(e) => Some(*e),
-        _ => None,
-    })
-    .collect()
-}
-
 /// The base records, one copy's worth, and how long one copy spans.
 struct Base {
     records: Vec<Vec<u8>>,
@@ -90,9 +76,7 @@ struct Base {
 
 impl Base {
     fn load() -> Self {
-        let mut events: Vec<Event> = SOURCES.iter().flat_map(|s| load(s)).collect();
-        events.sort_by_key(|e| e.ts_ns);
-        let span_ns = events[events.len() - 1].ts_ns - events[0].ts_ns + 1_000_000;
+        let (events, span_ns) = lab_copies::base();
         let plan = fixture_plan::plan_with_verbs(fixture_plan::K73);
         let frames = raw_records::Frames::of(&events);
         let mut kallsyms = frames.kallsyms();
@@ -113,12 +97,6 @@ impl Base {
     }
 }
 
-/// An address, pointer or handle: another object per copy (lengths, keys, counts, fds and
-/// error pointers stay), as `examples/synth_capture.rs` does to events.
-fn shifted(v: u64, k: u64) -> u64 {
-    if v >= 1 << 28 && render::err_ptr(v).is_none() { v.wrapping_add(k << 32) } else { v }
-}
-
 /// Copy `k` of a base record, written into `out`: its own process, objects and time.
 fn copy_into(out: &mut Vec<u8>, rec: &[u8], k: u64, span_ns: u64) {
     out.clear();
@@ -130,18 +108,18 @@ fn copy_into(out: &mut Vec<u8>, rec: &[u8], k: u64, span_ns: u64) {
         let h = out.as_mut_ptr().cast::<EventHeader>();
         let mut hdr = h.read_unaligned();
         hdr.ts_ns += k * span_ns;
-        hdr.tgid = hdr.tgid.wrapping_add((k as u32).wrapping_mul(65_536));
-        hdr.tid = hdr.tid.wrapping_add((k as u32).wrapping_mul(65_536));
+        hdr.tgid = lab_copies::task(hdr.tgid, k);
+        hdr.tid = lab_copies::task(hdr.tid, k);
         h.write_unaligned(hdr);
         if hdr.kind == KIND_SYS_ENTER && out.len() >= size_of::<SyscallEvent>() {
             let s = out.as_mut_ptr().cast::<SyscallEvent>();
             let mut e = s.read_unaligned();
-            e.args = e.args.map(|a| shifted(a, k));
+            e.args = e.args.map(|a| lab_copies::value(a, k));
             s.write_unaligned(e);
         } else if hdr.kind < KIND_SYS_ENTER && out.len() >= size_of::<ProbeHead>() {
             let p = out.as_mut_ptr().cast::<ProbeHead>();
             let mut e = p.read_unaligned();
-            e.vals = e.vals.map(|v| shifted(v, k));
+            e.vals = e.vals.map(|v| lab_copies::value(v, k));
             p.write_unaligned(e);
         }
     }

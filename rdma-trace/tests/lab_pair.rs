@@ -27,36 +27,59 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// This guest's part: 1 serves, 2 connects.
-fn host() -> u8 {
-    std::env::var("LAB_HOST").ok().and_then(|h| h.parse().ok()).expect("LAB_HOST: run by vm-test's pair boot")
+/// This guest's part in the pair test `test` (1 serves, 2 connects), and the files both
+/// guests see: `<test>.host<N>` for what each publishes, `<test>.failed` once either side's
+/// test failed (written as it unwinds), so the other does not wait out its timeout.
+struct Pair {
+    me: u8,
+    peer: u8,
+    sync: PathBuf,
+    test: &'static str,
 }
 
-/// The directory both guests see.
-fn sync_dir() -> PathBuf {
-    PathBuf::from(std::env::var("LAB_SYNC").expect("LAB_SYNC: run by vm-test's pair boot"))
-}
+impl Pair {
+    fn new(test: &'static str) -> Self {
+        let me: u8 = std::env::var("LAB_HOST")
+            .ok()
+            .and_then(|h| h.parse().ok())
+            .expect("LAB_HOST: run by vm-test's pair boot");
+        let sync = PathBuf::from(std::env::var("LAB_SYNC").expect("LAB_SYNC: run by vm-test's pair boot"));
+        Pair { me, peer: 3 - me, sync, test }
+    }
 
-/// Waits for the other guest's `file` in the shared directory (written whole, then renamed);
-/// a peer whose test failed says so (`Failing`), and the wait ends at once.
-fn wait_for_peer(file: &Path, secs: u64) {
-    let start = Instant::now();
-    let failed = file.with_extension("failed");
-    while !file.exists() {
-        assert!(!failed.exists(), "the peer's test failed (see its log): {}", failed.display());
-        assert!(start.elapsed() < Duration::from_secs(secs), "the peer never wrote {}", file.display());
-        std::thread::sleep(Duration::from_millis(300));
+    /// What guest `host` publishes.
+    fn file(&self, host: u8) -> PathBuf {
+        self.sync.join(format!("{}.host{host}", self.test))
+    }
+
+    /// Another file in the shared directory.
+    fn shared(&self, name: &str) -> PathBuf {
+        self.sync.join(name)
+    }
+
+    fn failed(&self) -> PathBuf {
+        self.sync.join(format!("{}.failed", self.test))
+    }
+
+    /// Waits for `file` (written whole, then renamed); ends at once if the peer failed.
+    fn wait(&self, file: &Path, secs: u64) {
+        let start = Instant::now();
+        while !file.exists() {
+            assert!(
+                !self.failed().exists(),
+                "the peer's test failed (see its log): {}",
+                self.failed().display()
+            );
+            assert!(start.elapsed() < Duration::from_secs(secs), "the peer never wrote {}", file.display());
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 }
 
-/// Tells the peer this guest's test failed (a file beside what it waits for), so it does
-/// not wait out its timeout.
-struct Failing(PathBuf);
-
-impl Drop for Failing {
+impl Drop for Pair {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            std::fs::write(self.0.with_extension("failed"), "").ok();
+            std::fs::write(self.failed(), "").ok();
         }
     }
 }
@@ -118,10 +141,8 @@ fn qps_made(c: &Capture) -> Vec<u64> {
 #[test]
 #[ignore = "lab: needs two soft-RoCE guests on a wire (cargo xtask vm-test)"]
 fn pair_send_bw_each_end_in_its_own_kernel() {
-    let (me, sync) = (host(), sync_dir());
-    let peer = 3 - me;
-    let file = |h: u8| sync.join(format!("send-bw.host{h}"));
-    let _failing = Failing(file(me));
+    let pair = Pair::new("send-bw");
+    let (me, peer) = (pair.me, pair.peer);
     let dir = out_dir("pair-send-bw");
     let capture = dir.join(format!("host{me}.jsonl"));
     let perftest = "ib_send_bw -F -e -d rxe0 -x 1 -n 200";
@@ -197,17 +218,20 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
     assert_eq!(returns, vec![0; states.len()], "host {me}: every move returned, and returned 0");
 
     // Each end publishes what it knows; each checks the other's.
-    std::fs::copy(&capture, sync.join(format!("send-bw.host{me}.jsonl"))).unwrap();
-    publish(&file(me), &format!("{local} {remote}\n"));
-    wait_for_peer(&file(peer), 300);
-    let theirs: Vec<u64> =
-        std::fs::read_to_string(file(peer)).unwrap().split_whitespace().map(|w| w.parse().unwrap()).collect();
+    std::fs::copy(&capture, pair.shared(&format!("send-bw.host{me}.jsonl"))).unwrap();
+    publish(&pair.file(me), &format!("{local} {remote}\n"));
+    pair.wait(&pair.file(peer), 300);
+    let theirs: Vec<u64> = std::fs::read_to_string(pair.file(peer))
+        .unwrap()
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
     assert_eq!(
         (theirs[0], theirs[1]),
         (remote, local),
         "host {me}: the two ends' perftests disagree on the pair"
     );
-    let other = read(&sync.join(format!("send-bw.host{peer}.jsonl")));
+    let other = read(&pair.shared(&format!("send-bw.host{peer}.jsonl")));
     assert_eq!(other.hostname, format!("rdma-lab-{peer}"));
     assert_ne!(other.boot_id, mine.boot_id, "two kernels, two boots");
     assert!(
@@ -221,7 +245,7 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
         let rep = Command::new(tracer_bin())
             .arg("report")
             .arg(&capture)
-            .arg(sync.join("send-bw.host2.jsonl"))
+            .arg(pair.shared("send-bw.host2.jsonl"))
             .output()
             .expect("report");
         let text = String::from_utf8_lossy(&rep.stdout);
@@ -243,10 +267,8 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
 #[test]
 #[ignore = "lab: needs two soft-RoCE guests on a wire (cargo xtask vm-test)"]
 fn pair_fleet_metrics_in_one_prometheus() {
-    let (me, sync) = (host(), sync_dir());
-    let peer = 3 - me;
-    let file = |h: u8| sync.join(format!("fleet.host{h}"));
-    let _failing = Failing(file(me));
+    let pair = Pair::new("fleet");
+    let (me, peer) = (pair.me, pair.peer);
     let dir = out_dir("pair-fleet");
     let derr = dir.join("daemon.stderr");
     let socket = Path::new("/tmp/rdma-trace-fleet.sock");
@@ -264,11 +286,11 @@ fn pair_fleet_metrics_in_one_prometheus() {
     let pid = companion.id();
     // A stats record (every 800 ms) renews the metrics.
     std::thread::sleep(Duration::from_secs(2));
-    publish(&file(me), &format!("{pid}\n"));
-    wait_for_peer(&file(peer), 300);
-    let done = sync.join("fleet.done");
+    publish(&pair.file(me), &format!("{pid}\n"));
+    pair.wait(&pair.file(peer), 300);
+    let done = pair.shared("fleet.done");
     if me == 1 {
-        let peer_pid: u32 = std::fs::read_to_string(file(peer)).unwrap().trim().parse().unwrap();
+        let peer_pid: u32 = std::fs::read_to_string(pair.file(peer)).unwrap().trim().parse().unwrap();
         let config = include_str!("../../docs/examples/prometheus-fleet.yml")
             .replace("scrape_interval: 5s", "scrape_interval: 1s");
         let cfg = dir.join("prometheus.yml");
@@ -317,7 +339,7 @@ fn pair_fleet_metrics_in_one_prometheus() {
         }
     } else {
         // Served until host 1's Prometheus has read it.
-        wait_for_peer(&done, 400);
+        pair.wait(&done, 400);
     }
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };

@@ -173,11 +173,13 @@ pub fn run_guest_with(g: &Guest, mode: Mode, extras: &qemu::Extras) -> Result<Op
     fs::create_dir_all(&run)?;
     fs::create_dir_all(out_dir(g.series))?;
     let guest_run = format!("/mnt/host/run/{id}");
-    let mut env = format!("LAB_SERIES='{}'\nLAB_OUT='/mnt/host/out/{}'\n", g.series.name(), g.series.name());
+    // A guest of a pair writes its outputs beside its peer's, each in its own directory.
+    let out = extras.wire.map_or_else(|| out_dir(g.series), |w| pair_out_dir(g.series, w.host));
+    fs::create_dir_all(&out)?;
+    let out = out.strip_prefix(&share).context("outputs are in the share")?.display().to_string();
+    let mut env = format!("LAB_SERIES='{}'\nLAB_OUT='/mnt/host/{out}'\n", g.series.name());
     if let Some(w) = extras.wire {
         let peer = 3 - w.host;
-        fs::create_dir_all(pair_out_dir(g.series, w.host))?;
-        env.push_str(&format!("LAB_OUT='/mnt/host/out/{}/pair/host{}'\n", g.series.name(), w.host));
         env.push_str(&format!("LAB_HOST={}\nLAB_PEER=10.0.0.{peer}\nLAB_MAC={}\n", w.host, w.mac()));
         env.push_str(&format!("LAB_SYNC=/mnt/host/run/{}\n", pair_dir_name(g)));
     }
