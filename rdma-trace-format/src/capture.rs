@@ -50,6 +50,42 @@ pub struct Header {
     /// copy-on-fork), when it could be asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_on_fork: Option<bool>,
+    /// Other hosts' clocks against this one's, measured at start (`daemon --clock-peer`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clocks: Vec<ClockSample>,
+}
+
+/// Another host's clock, measured NTP-style: this host asked at `t0`, the peer answered
+/// with its wall clock `t1`, the answer came back at `t2` (both ends' CLOCK_REALTIME, ns).
+/// `offset_ns` = t1 − (t0 + t2)/2 is how far the peer's wall clock is ahead of this one's;
+/// it is wrong by at most half the round trip, `rtt_ns` / 2 (of the sample kept: the one
+/// with the shortest round trip of those asked).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSample {
+    /// What was asked (`HOST:PORT` of the peer's daemon).
+    pub peer: String,
+    /// The peer's own name and boot, from its answer: what its capture's header says.
+    pub hostname: String,
+    pub boot_id: String,
+    pub offset_ns: i64,
+    pub rtt_ns: u64,
+    /// Samples taken; the one with the shortest round trip is kept.
+    pub samples: u32,
+    /// This host's wall clock when it was kept (t2), ns since the epoch.
+    pub at_ns: i64,
+}
+
+impl ClockSample {
+    /// From one exchange: sent at `t0`, the peer's `t1`, received at `t2`.
+    pub fn from_exchange(t0: i64, t1: i64, t2: i64) -> (i64, u64) {
+        let rtt = (t2 - t0).max(0);
+        (t1 - (t0 + rtt / 2), rtt as u64)
+    }
+
+    /// The error bar: half the round trip.
+    pub fn error_ns(&self) -> u64 {
+        self.rtt_ns.div_ceil(2)
+    }
 }
 
 /// One catalog probe in this run.

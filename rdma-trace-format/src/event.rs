@@ -82,6 +82,7 @@ probe_ids! {
     Mlx5CreateCq = "mlx5_create_cq",
     CompEventRead = "comp_event_read",
     ModifyQp = "modify_qp",
+    RxePostSend = "rxe_post_send",
     UmemRelease = "umem_release",
     MrDereg = "mr_dereg",
     IbvOpenDevice = "ibv_open_device",

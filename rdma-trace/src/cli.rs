@@ -212,6 +212,12 @@ pub struct DaemonArgs {
     /// histograms, completions per process and context, events lost per probe and reason.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
     pub metrics: Option<String>,
+    /// Measure another host's clock against this one's before tracing: the peer daemon's
+    /// metrics address (`HOST:PORT`, its `--metrics`), asked NTP-style for its wall clock.
+    /// The offset and its error bar go into the capture's header; `report` and `export`
+    /// place that host's events by it. Repeat for several peers.
+    #[arg(long = "clock-peer", value_name = "HOST:PORT")]
+    pub clock_peers: Vec<String>,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

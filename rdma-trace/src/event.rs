@@ -3,3 +3,13 @@
 //! (`pipeline::render::of`).
 
 pub use rdma_trace_format::event::*;
+
+/// Captures merged from several boots (`report`, `export`): the events of capture `i > 0`
+/// from another boot get `i << PID_SHIFT` added to their pids and tids (pids are ≤ 2^22 on
+/// Linux), so one story keeps each host's processes, CQs and QPs apart.
+pub const PID_SHIFT: u32 = 22;
+
+/// Which capture (host) a merged pid came from: 0 for the first, or for a single capture.
+pub fn host_of(pid: u32) -> u32 {
+    pid >> PID_SHIFT
+}

@@ -6,11 +6,12 @@
 //! metrics, the TUI); `serve` hands the stream to a daemon's subscribers.
 //! `cmd` holds the subcommands, which do the printing. `event`, `capture` and `steps` are
 //! the record formats everything shares (the tracer's events, the capture stream around
-//! them, the companion's steps);
+//! them, the companion's steps); `clock` measures another host's clock against this one;
 //! `workload` is the companion, which imports nothing of the engine.
 
 pub mod capture;
 pub mod cli;
+pub mod clock;
 pub mod cmd;
 pub mod event;
 pub mod live;

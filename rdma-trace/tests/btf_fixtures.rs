@@ -148,6 +148,26 @@ fn mmap_io_reads_pfn_size_and_prot_by_value() {
     }
 }
 
+/// The QP's number and CQs, read from `struct ib_qp` by two probes planned from two modules'
+/// BTF (ib_core's `ib_modify_qp_with_udata(ib_qp, …)`, rdma_rxe's `rxe_post_send(ibqp, …)`):
+/// the same offsets, so a post and a modify name the same QP and its CQs the same way as
+/// `rxe_create_cq`'s `struct ib_cq *`.
+#[test]
+fn a_post_and_a_modify_read_the_same_qp_fields() {
+    for k in [K612, K73] {
+        let p = plan_for(k);
+        let post = probe(&p, "rxe_post_send").entry.fetches;
+        let modify = probe(&p, "modify_qp").entry.fetches;
+        let at = |f: &rdma_trace_common::Fetch| (f.src, f.hops, f.offsets[0], f.size);
+        // post: qp_num, send_cq, recv_cq; modify: qp_num first, the CQs last (6, 7).
+        assert_eq!(at(&post[0]), at(&modify[0]), "{k}: qp_num");
+        assert_eq!(at(&post[1]), at(&modify[6]), "{k}: send_cq");
+        assert_eq!(at(&post[2]), at(&modify[7]), "{k}: recv_cq");
+        assert_eq!((post[0].size, post[1].size, post[2].size), (4, 8, 8), "{k}");
+        assert_eq!(post[2].offsets[0], post[1].offsets[0] + 8, "{k}: recv_cq follows send_cq");
+    }
+}
+
 #[test]
 fn create_cq_reads_the_kernel_cq_and_its_attributes() {
     for k in [K612, K73] {

@@ -130,7 +130,7 @@ fn the_perfetto_export_of_every_lab_capture_passes_the_checker() {
         let r = read(&[fixture(c)], OPTS, true).unwrap();
         let events = r.events.clone();
         let (story, _, _) = r.live.finish();
-        let doc = perfetto::export(&events, &story);
+        let doc = perfetto::export(&events, &story, &[]);
         let wrong = check_trace_events(&doc);
         assert!(wrong.is_empty(), "{c}: {} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
         let evs = doc["traceEvents"].as_array().unwrap();
@@ -270,7 +270,7 @@ fn the_committed_perfetto_example_is_this_builds_export() {
     let r = read(&[fixture("companion-7.3.jsonl")], OPTS, true).unwrap();
     let events = r.events.clone();
     let (story, _, _) = r.live.finish();
-    let doc = perfetto::export(&events, &story);
+    let doc = perfetto::export(&events, &story, &[]);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/companion-7.3.perfetto.json");
     let committed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert!(

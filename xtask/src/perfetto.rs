@@ -20,8 +20,13 @@ pub struct PerfettoArgs {
     pub fresh_since: Option<SystemTime>,
 }
 
-/// Lab captures exported and checked, under target/lab/out/<series>/.
-const LAB_CAPTURES: [&str; 2] = ["story/companion.jsonl", "session/capture.jsonl"];
+/// Lab captures exported and checked, under target/lab/out/<series>/: each set is one
+/// export (the pair's two hosts merged, their posts' arrows crossing to the other host).
+const LAB_CAPTURES: [&[&str]; 3] = [
+    &["story/companion.jsonl"],
+    &["session/capture.jsonl"],
+    &["pair/host1/pair-joined/host1.jsonl", "pair/host2/pair-joined/host2.jsonl"],
+];
 
 pub fn run(a: &PerfettoArgs) -> Result<()> {
     let root = util::workspace_root();
@@ -34,21 +39,25 @@ pub fn run(a: &PerfettoArgs) -> Result<()> {
         let lab = root.join("target/lab/out");
         let mut found = 0;
         for series in ["trixie", "trixie-backports"] {
-            for capture in LAB_CAPTURES {
-                let input = lab.join(series).join(capture);
-                let written = std::fs::metadata(&input).and_then(|m| m.modified()).ok();
-                if let Some(since) = a.fresh_since
-                    && written.is_none_or(|w| w < since)
-                {
-                    bail!("{} was not written by this lab run", input.display());
+            for set in LAB_CAPTURES {
+                let inputs: Vec<_> = set.iter().map(|c| lab.join(series).join(c)).collect();
+                let mut missing = false;
+                for input in &inputs {
+                    let written = std::fs::metadata(input).and_then(|m| m.modified()).ok();
+                    if let Some(since) = a.fresh_since
+                        && written.is_none_or(|w| w < since)
+                    {
+                        bail!("{} was not written by this lab run", input.display());
+                    }
+                    missing |= written.is_none();
                 }
-                if written.is_none() {
+                if missing {
                     continue;
                 }
                 found += 1;
-                let stem = format!("{series}-{}", capture.replace(['/', '.'], "-"));
+                let stem = format!("{series}-{}", set[0].replace(['/', '.'], "-"));
                 let (json, svg) = (out.join(format!("{stem}.json")), out.join(format!("{stem}.svg")));
-                export(&input, &json, &svg)?;
+                export(&inputs, &json, &svg)?;
                 traces.push(json);
                 svgs.push(svg);
             }
@@ -76,12 +85,12 @@ pub fn run(a: &PerfettoArgs) -> Result<()> {
     util::run(&mut c)
 }
 
-/// `rdma-trace export` of one capture, by this build.
-fn export(input: &Path, json: &Path, svg: &Path) -> Result<()> {
+/// `rdma-trace export` of captures (merged), by this build.
+fn export(inputs: &[std::path::PathBuf], json: &Path, svg: &Path) -> Result<()> {
     util::run(
         util::cargo()
             .args(["run", "--release", "-q", "-p", "rdma-trace", "--bin", "rdma-trace", "--", "export"])
-            .arg(input)
+            .args(inputs)
             .arg("--perfetto")
             .arg(json)
             .arg("--flamegraph")

@@ -3,7 +3,7 @@
 //! trailer.
 
 use super::trace::{print_notice, trailer};
-use crate::capture::{Loss, Stats, Trailer};
+use crate::capture::{ClockSample, Header, Loss, Stats, Trailer};
 use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
@@ -111,22 +111,33 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         eprintln!("rdma-trace daemon: serving the host on {}", port.display());
     }
     listener.serve(joins_tx, refusals_tx);
+    // Metrics first: they also answer a peer's clock question, asked while both start.
+    let metrics = match &a.metrics {
+        Some(addr) => {
+            let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let bound = crate::output::metrics::serve(addr, text.clone())
+                .with_context(|| format!("serving metrics on {addr}"))?;
+            eprintln!(
+                "rdma-trace daemon: metrics on http://{bound}/metrics (its clock on {})",
+                crate::clock::PATH
+            );
+            Some(text)
+        }
+        None => None,
+    };
+    let header = Header { clocks: clocks(&a.clock_peers), ..tracer.header() };
     let file = match &a.output {
         Some(p) => {
             let mut w = Jsonl::create(p, None).with_context(|| format!("creating {}", p.display()))?;
-            w.header(&tracer.header())?;
+            w.header(&header)?;
             Some(Queued::new("capture", Box::new(w), QUEUE))
         }
         None => None,
     };
-    let mut broadcaster = Broadcaster::new(tracer.header(), joins)
+    let mut broadcaster = Broadcaster::new(header, joins)
         .seeded_by(Box::new(crate::live::seed::now))
         .with_queue(a.subscriber_queue);
-    if let Some(addr) = &a.metrics {
-        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let bound = crate::output::metrics::serve(addr, text.clone())
-            .with_context(|| format!("serving metrics on {addr}"))?;
-        eprintln!("rdma-trace daemon: metrics on http://{bound}/metrics");
+    if let Some(text) = metrics {
         broadcaster = broadcaster.with_metrics(text);
     }
     let mut out = Outputs { broadcaster, file, refusals };
@@ -153,4 +164,37 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     }
     closed?;
     Ok(finished.stopped.code)
+}
+
+/// How long a peer's daemon may take to answer its clock (it may still be attaching).
+const CLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// Each `--clock-peer` measured (all at once: each may wait for its peer to start); one that
+/// never answers is said and left out, and tracing goes on.
+fn clocks(peers: &[String]) -> Vec<ClockSample> {
+    let asked: Vec<_> = peers
+        .iter()
+        .map(|p| {
+            let p = p.clone();
+            std::thread::spawn(move || (crate::clock::measure(&p, CLOCK_WAIT), p))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in asked {
+        match h.join() {
+            Ok((Ok(c), _)) => {
+                eprintln!(
+                    "rdma-trace daemon: the clock of {} ({}) is {} from this one's ({} samples)",
+                    c.hostname,
+                    c.peer,
+                    crate::clock::describe(&c),
+                    c.samples
+                );
+                out.push(c);
+            }
+            Ok((Err(e), p)) => eprintln!("rdma-trace daemon: the clock of {p} is not known: {e:#}"),
+            Err(_) => {}
+        }
+    }
+    out
 }

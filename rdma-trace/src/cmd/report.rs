@@ -21,6 +21,8 @@ const PER_LIST: usize = 100_000;
 pub struct Read {
     pub live: Live,
     pub headers: Vec<Option<Header>>,
+    /// Each capture of another boot: its clock against the first's, where measured.
+    pub placed: Vec<Option<crate::clock::Placed>>,
     pub aggs: Vec<Aggregates>,
     pub steps: Vec<StepRecord>,
     pub events: Vec<Event>,
@@ -60,6 +62,7 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
     let mut out = Read {
         live: Live::new(Vec::new(), limits),
         headers: vec![None; files.len()],
+        placed: vec![None; files.len()],
         aggs: vec![Aggregates::default(); files.len()],
         steps: Vec::new(),
         events: Vec::new(),
@@ -79,6 +82,9 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
                 s.shift_ns = h.realtime_offset_ns - h0.realtime_offset_ns;
                 if h.boot_id != h0.boot_id {
                     s.pid_add = (i as u32) << PID_SHIFT;
+                    // Its wall clock onto the first's, by the measured offset where known.
+                    out.placed[i] = crate::clock::placed(h0, h);
+                    s.shift_ns -= out.placed[i].as_ref().map_or(0, |p| p.offset_ns);
                 }
             }
         }
@@ -142,8 +148,14 @@ pub fn build(files: &[PathBuf], opts: ReadOpts) -> Result<Report> {
     let (story, _, steps) = r.live.finish();
     let parts: Vec<Part> = files
         .iter()
-        .zip(r.headers.iter().zip(&r.aggs))
-        .map(|(f, (h, a))| Part { file: name(f), header: h.as_ref(), agg: a })
+        .zip(r.headers.iter().zip(&r.aggs).zip(&r.placed))
+        .map(|(f, ((h, a), placed))| Part {
+            file: name(f),
+            header: h.as_ref(),
+            agg: a,
+            placed: placed.as_ref(),
+            other_boot: h.as_ref().zip(r.headers[0].as_ref()).is_some_and(|(h, h0)| h.boot_id != h0.boot_id),
+        })
         .collect();
     Ok(numbers::build(&story, &steps, &parts))
 }
@@ -203,7 +215,18 @@ pub fn export(
     };
     if let Some(p) = perfetto {
         let (story, _, _) = r.live.finish();
-        write(p, &serde_json::to_string(&crate::output::perfetto::export(&events, &story))?)?;
+        let first = r.headers[0].as_ref().map(|h| h.boot_id.clone());
+        let hosts: Vec<_> = r
+            .headers
+            .iter()
+            .zip(&r.placed)
+            .map(|(h, placed)| crate::output::perfetto::Host {
+                name: h.as_ref().map(|h| h.hostname.clone()).unwrap_or_default(),
+                placed: placed.clone(),
+                other_boot: h.as_ref().is_some_and(|h| Some(&h.boot_id) != first.as_ref()),
+            })
+            .collect();
+        write(p, &serde_json::to_string(&crate::output::perfetto::export(&events, &story, &hosts))?)?;
     }
     let stacks = crate::output::flame::folded(&events);
     if let Some(p) = folded {

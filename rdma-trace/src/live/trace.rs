@@ -8,6 +8,7 @@
 use super::attach::{Loaded, Outcome};
 use super::spawn::spawn_held;
 use crate::capture::{self, Header, Loss, ProbeStatus, SiteCount, Stats};
+use crate::clock::clock_ns;
 use crate::event::Event;
 use crate::output::Sink;
 use crate::output::jsonl::FLUSH_EVERY;
@@ -383,14 +384,6 @@ fn read_trimmed(path: &str) -> String {
 /// CLOCK_REALTIME − CLOCK_MONOTONIC now, in ns.
 fn realtime_offset_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// A clock's time in ns.
-fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime(2) with a valid timespec.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// What the event loop does on its timers besides reading the ring.

@@ -140,7 +140,8 @@ pub const MAX_REQUEST: u64 = 16 << 10;
 const REQUEST_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 pub const MAX_IN_FLIGHT: usize = 64;
 
-/// Serves `text()` over HTTP on `addr` (any path, GET): a thread per connection (at most
+/// Serves `text()` over HTTP on `addr` (any path, GET; `/clock` answers the wall clock for a
+/// peer's `--clock-peer`, `clock`): a thread per connection (at most
 /// `MAX_IN_FLIGHT`), the current exposition each time. A client that sends more than
 /// `MAX_REQUEST` bytes or takes longer than 2 s is answered as it stands, then closed.
 pub fn serve(
@@ -176,6 +177,7 @@ fn answer(conn: &std::net::TcpStream, text: &std::sync::Mutex<String>) {
     let deadline = std::time::Instant::now() + REQUEST_TIME;
     let mut r = BufReader::new(conn.take(MAX_REQUEST));
     let mut line = String::new();
+    let mut first = String::new();
     // The request line and headers, up to the blank line.
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -186,10 +188,17 @@ fn answer(conn: &std::net::TcpStream, text: &std::sync::Mutex<String>) {
         if !r.read_line(&mut line).is_ok_and(|n| n > 0) || line == "\r\n" || line == "\n" {
             break;
         }
+        if first.is_empty() {
+            first = line.clone();
+        }
     }
-    let body = text.lock().map(|t| t.clone()).unwrap_or_default();
+    let (body, kind) = if first.split_whitespace().nth(1) == Some(crate::clock::PATH) {
+        (crate::clock::answer(), "application/json")
+    } else {
+        (text.lock().map(|t| t.clone()).unwrap_or_default(), "text/plain; version=0.0.4")
+    };
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let mut w = conn;

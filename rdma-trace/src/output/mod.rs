@@ -1,6 +1,7 @@
 //! Where events and accounts go: a human text stream, a capture stream (JSON Lines, format
 //! v1), the story report, the run's summary, Prometheus metrics, the TUI.
 
+pub mod connections;
 pub mod diff;
 pub mod explain;
 pub mod flame;

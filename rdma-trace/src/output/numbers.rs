@@ -15,9 +15,7 @@ use std::fmt::Write;
 pub const SCHEMA: u32 = 1;
 /// Stacks shown per path.
 pub const TOP_STACKS: usize = 5;
-/// Processes of capture `i > 0` from another machine get `i << PID_SHIFT` added to their
-/// pids while merged (pids are ≤ 2^22 on Linux).
-pub const PID_SHIFT: u32 = 22;
+pub use crate::event::PID_SHIFT;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -28,6 +26,9 @@ pub struct Report {
     /// Completion event → the channel read that woke the program.
     pub wakeup: Latency,
     pub processes: Vec<ProcessReport>,
+    /// Each QP seen, its peer, and its completions joined to posts (`connections`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qps: Vec<crate::output::connections::QpReport>,
     pub data_phase: DataPhase,
 }
 
@@ -53,6 +54,18 @@ pub struct CaptureInfo {
     pub sites: Vec<SiteCount>,
     /// Loss records in the stream, by `site: reason`.
     pub loss_records: BTreeMap<String, u64>,
+    /// Another boot's capture: how its clock was placed against the first capture's
+    /// (measured NTP-style by `daemon --clock-peer`); absent for the first capture, one of
+    /// its boot, or one placed on its own wall clock (`clock_measured` false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<crate::clock::Placed>,
+    /// False for another boot's capture placed on its wall clock as it stands.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub clock_measured: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -134,6 +147,10 @@ pub struct Part<'a> {
     pub file: String,
     pub header: Option<&'a Header>,
     pub agg: &'a Aggregates,
+    /// Another boot's capture: its clock against the first capture's, where measured.
+    pub placed: Option<&'a crate::clock::Placed>,
+    /// Of another boot than the first capture's.
+    pub other_boot: bool,
 }
 
 fn latency(of: &str, d: &Dist) -> Latency {
@@ -187,6 +204,8 @@ fn capture(p: &Part) -> CaptureInfo {
         left_out,
         sites: p.agg.sites.clone(),
         loss_records: p.agg.loss_records.iter().map(|((s, r), n)| (format!("{s}: {r}"), *n)).collect(),
+        clock: p.placed.cloned(),
+        clock_measured: p.placed.is_some() || !p.other_boot,
     }
 }
 
@@ -252,6 +271,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
         paths,
         wakeup: latency("completion event → the channel read that woke the program", &wake),
         processes,
+        qps: crate::output::connections::build(&story.qps, &|i| host(i << PID_SHIFT)),
         data_phase: data_phase(story, steps),
     }
 }
@@ -304,6 +324,7 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
     text_paths(out, r)?;
     text_stacks(out, r)?;
     text_processes(out, r)?;
+    crate::output::connections::text(out, &r.qps, r.captures.len() > 1)?;
     text_data_phase(out, r)?;
     text_loss(out, r)
 }
@@ -332,6 +353,20 @@ fn text_captures(out: &mut String, r: &Report) -> std::fmt::Result {
                 .map(|s| format!("stopped on {s}"))
                 .unwrap_or("cut short (no trailer)".into())
         )?;
+        let first = r.captures.first().map_or("?", |c| c.hostname.as_str());
+        if let Some(p) = &c.clock {
+            writeln!(
+                out,
+                "  its clock is {} from {first}'s (measured by {}), and its events are placed by it",
+                crate::clock::offset_text(p.offset_ns, p.error_ns),
+                p.measured_by
+            )?;
+        } else if !c.clock_measured {
+            writeln!(
+                out,
+                "  its clock against {first}'s was not measured: its events are placed on its own wall clock (daemon --clock-peer measures it)"
+            )?;
+        }
     }
     Ok(())
 }

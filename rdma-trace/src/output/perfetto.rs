@@ -7,7 +7,7 @@
 //! (`ph:"M"`, plain: the viewers add the pid and tid); timestamps in microseconds from the
 //! first event.
 
-use crate::event::{Event, EventKind, ExecContext};
+use crate::event::{Event, EventKind, ExecContext, PID_SHIFT, host_of};
 use crate::pipeline::correlate::story::Story;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -21,7 +21,40 @@ const WOKEN_NS: u64 = 1000;
 
 /// The track an event is drawn on.
 fn track(e: &Event) -> (u32, u32) {
-    if e.context == Some(ExecContext::Softirq) { (0, SOFTIRQ_TID + e.cpu) } else { (e.pid, e.tid) }
+    // A softirq track per host and CPU: merged hosts' pids carry the host (`PID_SHIFT`).
+    let host_pid = host_of(e.pid) << PID_SHIFT;
+    if e.context == Some(ExecContext::Softirq) { (host_pid, SOFTIRQ_TID + e.cpu) } else { (e.pid, e.tid) }
+}
+
+/// A merged capture's host: its name, and its clock against the first capture's.
+pub struct Host {
+    pub name: String,
+    pub placed: Option<crate::clock::Placed>,
+    pub other_boot: bool,
+}
+
+/// What the export says of each other boot's clock.
+fn clocks(hosts: &[Host]) -> Vec<Value> {
+    let first = hosts.first().map_or("", |h| h.name.as_str());
+    hosts
+        .iter()
+        .filter(|h| h.other_boot)
+        .map(|h| match &h.placed {
+            Some(p) => json!({"host": h.name, "against": first, "measured_by": p.measured_by,
+                "offset": crate::clock::offset_text(p.offset_ns, p.error_ns),
+                "offset_ns": p.offset_ns, "error_ns": p.error_ns}),
+            None => json!({"host": h.name, "against": first, "offset": "not measured: placed on its own wall clock"}),
+        })
+        .collect()
+}
+
+/// A slice's part in a flow: the arrow's id, and whether one ends here, starts here, or
+/// both (a completion: the post's arrow ends on it, the wakeup's starts from it).
+#[derive(Clone, Copy, Default)]
+struct Flow {
+    id: u64,
+    into: bool,
+    out: bool,
 }
 
 struct Slice {
@@ -31,7 +64,7 @@ struct Slice {
     start_ns: u64,
     end_ns: Option<u64>,
     args: serde_json::Map<String, Value>,
-    flow: Option<(u64, bool)>,
+    flow: Option<Flow>,
 }
 
 fn args_of(e: &Event) -> serde_json::Map<String, Value> {
@@ -81,8 +114,10 @@ fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
 }
 
 /// The trace-event JSON of `events` (in time order), with the story's completion → wakeup
-/// pairs (indices into `events`) as flows.
-pub fn export(events: &[Event], story: &Story) -> Value {
+/// pairs and post → completion joins (indices into `events`) as flows. `hosts`: the
+/// merged captures' host names (processes are named with theirs when there are several)
+/// and how each other boot's clock was placed (said in `otherData.clocks`).
+pub fn export(events: &[Event], story: &Story, hosts: &[Host]) -> Value {
     let (mut slices, slice_of) = slices(events);
     let mut on_track: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
     for (i, s) in slices.iter().enumerate() {
@@ -101,11 +136,11 @@ pub fn export(events: &[Event], story: &Story) -> Value {
                 continue;
             }
             flow += 1;
-            slices[from].flow = Some((flow, true));
+            slices[from].flow = Some(Flow { id: flow, out: true, into: false });
             let Some(at) = woken_span(&slices, &on_track, from, to) else {
                 // No room at the end of the wait: the arrow lands on the wait itself, which
                 // Perfetto keeps as long as the wait began after the completion.
-                slices[to].flow = Some((flow, false));
+                slices[to].flow = Some(Flow { id: flow, into: true, out: false });
                 continue;
             };
             woken.push(Slice {
@@ -115,14 +150,15 @@ pub fn export(events: &[Event], story: &Story) -> Value {
                 start_ns: at.0,
                 end_ns: Some(at.1),
                 args: serde_json::Map::from_iter([("by".to_string(), json!(slices[from].name))]),
-                flow: Some((flow, false)),
+                flow: Some(Flow { id: flow, into: true, out: false }),
             });
         }
     }
+    posts_to_completions(&mut slices, &slice_of, story, &mut flow);
     slices.extend(woken);
     let t0 = events.first().map(|e| e.ts_ns).unwrap_or(0);
     let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
-    let mut trace: Vec<Value> = names(events);
+    let mut trace: Vec<Value> = names(events, hosts);
     for s in &slices {
         let (pid, tid) = s.track;
         let mut ev = json!({"name": s.name, "cat": s.cat, "pid": pid, "tid": tid, "ts": us(s.start_ns), "args": s.args});
@@ -141,14 +177,54 @@ pub fn export(events: &[Event], story: &Story) -> Value {
                 ev["s"] = json!("t");
             }
         }
-        if let Some((id, out)) = s.flow {
-            ev["bind_id"] = json!(format!("{id:#x}"));
-            ev[if out { "flow_out" } else { "flow_in" }] = json!(true);
+        if let Some(f) = s.flow {
+            ev["bind_id"] = json!(format!("{:#x}", f.id));
+            for (set, key) in [(f.into, "flow_in"), (f.out, "flow_out")] {
+                if set {
+                    ev[key] = json!(true);
+                }
+            }
         }
         trace.push(ev);
     }
     // No displayTimeUnit: Perfetto ignores it and counts it in its import stats.
-    json!({"traceEvents": trace, "otherData": {"tool": "rdma-trace"}})
+    let mut other = json!({"tool": "rdma-trace"});
+    let clocks = clocks(hosts);
+    if !clocks.is_empty() {
+        other["clocks"] = json!(clocks);
+    }
+    json!({"traceEvents": trace, "otherData": other})
+}
+
+/// An arrow from each post on one end of a connection to the completion it caused on the
+/// other (`story.qps.joins`, across only; the first completion of each post): where the
+/// completion already starts the arrow to its wakeup, the post's arrow ends on it under
+/// the same id, so post → completion → wakeup is one chain.
+fn posts_to_completions(
+    slices: &mut [Slice],
+    slice_of: &HashMap<usize, usize>,
+    story: &Story,
+    flow: &mut u64,
+) {
+    for j in story.qps.joins.iter().filter(|j| j.across) {
+        let (Some(&post), Some(&done)) = (slice_of.get(&j.post), slice_of.get(&j.completion)) else {
+            continue;
+        };
+        let taken = |f: Option<Flow>, end: fn(Flow) -> bool| f.is_some_and(end);
+        if post == done || slices[post].flow.is_some() || taken(slices[done].flow, |f| f.into) {
+            continue;
+        }
+        let id = match slices[done].flow {
+            Some(f) => f.id,
+            None => {
+                *flow += 1;
+                *flow
+            }
+        };
+        slices[post].flow = Some(Flow { id, out: true, into: false });
+        let f = slices[done].flow.get_or_insert(Flow { id, ..Default::default() });
+        f.into = true;
+    }
 }
 
 /// Where the arrow of a completion (slice `from`) lands in the wait it ended (slice `to`):
@@ -177,19 +253,24 @@ fn woken_span(
     (start < end).then_some((start, end))
 }
 
-/// `process_name` and `thread_name` metadata for every track.
-fn names(events: &[Event]) -> Vec<Value> {
+/// `process_name` and `thread_name` metadata for every track; with several hosts, each
+/// process named with its host's name.
+fn names(events: &[Event], hosts: &[Host]) -> Vec<Value> {
     let mut procs: BTreeMap<u32, String> = BTreeMap::new();
     let mut threads: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    let at = |pid: u32| match hosts.get(host_of(pid) as usize).filter(|_| hosts.len() > 1) {
+        Some(h) => format!(" @{}", h.name),
+        None => String::new(),
+    };
     for e in events {
         let (pid, tid) = track(e);
-        if pid == 0 {
-            procs.insert(0, "softirq".into());
+        if tid >= SOFTIRQ_TID {
+            procs.insert(pid, format!("softirq{}", at(pid)));
             threads.insert((pid, tid), format!("softirq cpu {}", e.cpu));
             continue;
         }
         if e.pid == e.tid || !procs.contains_key(&pid) {
-            procs.insert(pid, e.comm.clone());
+            procs.insert(pid, format!("{}{}", e.comm, at(pid)));
         }
         threads.insert((pid, tid), e.comm.clone());
     }

@@ -8,6 +8,7 @@ pub mod cqs;
 pub mod live;
 pub mod mmaps;
 pub mod pins;
+pub mod qps;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};

@@ -12,6 +12,7 @@ use super::cqs::{CqRows, Cqs, Samples, context_name};
 use super::live::{Events, Limits, Live};
 use super::mmaps::{Named, Namer, Queue};
 use super::pins::{MrStory, Pins};
+use super::qps::{PostJoin, QpStory, Qps};
 use crate::capture::{Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
@@ -193,6 +194,9 @@ pub struct Story {
     pub processes: BTreeMap<u32, ProcessStory>,
     /// Every CQ a completion was seen on, owner known or not.
     pub cqs: CqRows,
+    /// Every QP seen modified or posted on, paired with its peer, its completions joined
+    /// to the posts that caused them.
+    pub qps: QpStory,
     /// The newest pin latencies and completion → wakeup latencies of the whole run.
     pub pin_ns: Samples,
     pub wakeup_ns: Samples,
@@ -240,6 +244,12 @@ impl Story {
             ps.mrs.iter_mut().for_each(|m| m.event = m.event.and_then(to));
         }
         self.cqs.values_mut().for_each(|c| c.latest = c.latest.and_then(to));
+        self.qps.joins = self
+            .qps
+            .joins
+            .iter()
+            .filter_map(|j| Some(PostJoin { post: to(j.post)?, completion: to(j.completion)?, ..*j }))
+            .collect();
         all(&mut self.unjoined);
         for j in &mut self.steps {
             j.events = j.events.iter().filter_map(|&i| to(i)).collect();
@@ -339,6 +349,7 @@ pub(super) struct Builder {
     pending: HashMap<u32, VecDeque<(u64, u64, u64)>>,
     pins: Pins,
     cqs: Cqs,
+    qps: Qps,
     /// uverbs mappings by start address, per process (a munmap of the start ends one).
     mappings: HashMap<u32, BTreeMap<u64, Mapping>>,
     /// What each mapping maps.
@@ -374,6 +385,7 @@ impl Builder {
             pending: HashMap::new(),
             pins: Pins::default(),
             cqs: Cqs::default(),
+            qps: Qps::default(),
             mappings: HashMap::new(),
             namer,
             phases: HashMap::new(),
@@ -418,6 +430,7 @@ impl Builder {
         self.kernel_reads |= e.is(ProbeId::CompEventRead);
         self.pins.dereg(e, &mut self.story.processes);
         self.cqs.hops(&mut self.story.cqs, e);
+        self.qps.event(&mut self.story.qps, self.per_list, i, e);
         let owner = self.owner(e);
         let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, i, e, owner));
         let Some(pid) = owner else {

@@ -1,0 +1,204 @@
+//! Queue pairs, and both ends of a connection. A QP is known by its number on its host
+//! (`modify_qp`, `rxe_post_send`: the kernel's `struct ib_qp`, with its send and receive
+//! CQs). At RTR the application tells its kernel the peer's QP number and GID; two QPs
+//! that name each other are the two ends of one connection, on one host or two (captures
+//! merged by `report` keep each host's apart, `event::host_of`).
+//!
+//! A completion on a CQ is joined to the post that can have caused it: on a QP's receive
+//! CQ, the newest post on its peer (the message that arrived); on its send CQ, the newest
+//! post on the QP itself (the send that was acknowledged). Events reach the story in time
+//! order (its reorder window; across hosts the merged clock, placed by the measured
+//! offset), so "the newest post so far" is the newest post before the completion. A
+//! completion with no post before it on the QP it was joined through is counted apart:
+//! across hosts, that says the clocks are placed wrong by more than the path's latency.
+//!
+//! Posts are seen where the kernel rings the doorbell: soft-RoCE's `rxe_post_send`. On a
+//! ConnectX NIC the doorbell is an MMIO store and no kernel function runs: there are no
+//! posts to join, and the rows say so by their zero.
+
+use super::cqs::Samples;
+use super::story::push_capped;
+use crate::event::{Event, EventKind, ProbeId, host_of};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// `enum ib_qp_state`: RTR, the state at which the peer is named.
+const IB_QPS_RTR: u64 = 2;
+/// `IB_QP_DEST_QPN` in `attr_mask`: `dest_qp_num` was given.
+const IB_QP_DEST_QPN: u64 = 1 << 20;
+
+/// A QP: the host it lives on (0 for a single capture) and its number there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct QpKey {
+    pub host: u32,
+    pub qpn: u32,
+}
+
+/// One QP: who drives it, its CQs, its peer, and its posts and completions joined.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct QpRow {
+    pub key: QpKey,
+    /// The process that modified or posted on it (a merged pid).
+    pub pid: u32,
+    pub comm: String,
+    /// Kernel `struct ib_cq *`s (0: not seen yet).
+    pub send_cq: u64,
+    pub recv_cq: u64,
+    /// `enum ib_qp_state` of the newest modify.
+    pub state: Option<u64>,
+    /// What the application gave at RTR: the remote QP number and the GID's two halves (as
+    /// the kernel holds them).
+    pub dest_qpn: Option<u32>,
+    pub dgid: Option<(u64, u64)>,
+    /// The QP at the other end, once both ends named each other.
+    pub peer: Option<QpKey>,
+    /// Doorbells rung for it (posts reaching the kernel).
+    pub posts: u64,
+    /// Completions on its CQs.
+    pub completions: u64,
+    /// Of them: joined to a post on the peer (a message that arrived), to one of its own (a
+    /// send acknowledged), or with no post before them on the QP they were joined through.
+    pub after_peer_post: u64,
+    pub after_own_post: u64,
+    pub before_any_post: u64,
+    /// Completions on its receive CQ while its peer is not known (the other end's capture
+    /// not given, or its RTR not seen).
+    pub peer_unknown: u64,
+    /// The peer's post → a completion here; its own post → a completion here (the newest).
+    pub across_ns: Samples,
+    pub own_ns: Samples,
+    #[serde(skip)]
+    last_post: Option<(u64, usize)>,
+}
+
+impl QpRow {
+    /// The IPv4 address in an IPv4-mapped GID (RoCE v2 over IPv4: `::ffff:a.b.c.d`).
+    pub fn dest_ipv4(&self) -> Option<std::net::Ipv4Addr> {
+        let (prefix, iid) = self.dgid?;
+        let b = iid.to_le_bytes();
+        (prefix == 0 && b[..4] == [0, 0, 0xff, 0xff]).then(|| std::net::Ipv4Addr::new(b[4], b[5], b[6], b[7]))
+    }
+}
+
+/// A completion joined to the post that can have caused it (event indexes of the story).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PostJoin {
+    pub post: usize,
+    pub completion: usize,
+    pub latency_ns: u64,
+    /// The post was on the peer QP (on another host when `host_of` differs).
+    pub across: bool,
+}
+
+/// The QP rows by key and the joins made (the newest, bounded).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct QpStory {
+    pub rows: BTreeMap<QpKey, QpRow>,
+    pub joins: VecDeque<PostJoin>,
+    pub joins_total: u64,
+}
+
+/// The builder's side: which QPs each CQ serves.
+#[derive(Default)]
+pub struct Qps {
+    /// (host, kernel CQ) → the QPs using it (send or receive).
+    by_cq: HashMap<(u32, u64), Vec<QpKey>>,
+}
+
+impl Qps {
+    /// Takes in event `i` (the next in time order).
+    pub fn event(&mut self, story: &mut QpStory, cap: usize, i: usize, e: &Event) {
+        if e.kind != EventKind::Entry {
+            return;
+        }
+        if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
+            let Some(qpn) = e.field("qp_num") else { return };
+            let key = QpKey { host: host_of(e.pid), qpn: qpn as u32 };
+            let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
+            (row.pid, row.comm) = (e.pid, e.comm.clone());
+            for (cq, now) in [(&mut row.send_cq, e.field("send_cq")), (&mut row.recv_cq, e.field("recv_cq"))]
+            {
+                if let Some(c) = now.filter(|c| *c != 0 && *c != *cq) {
+                    *cq = c;
+                    let list = self.by_cq.entry((key.host, c)).or_default();
+                    if !list.contains(&key) {
+                        list.push(key);
+                    }
+                }
+            }
+            if e.is(ProbeId::RxePostSend) {
+                row.posts += 1;
+                row.last_post = Some((e.ts_ns, i));
+            } else {
+                Self::modify(story, key, e);
+            }
+        } else if e.is(ProbeId::CompHandler) {
+            Self::completion(story, &self.by_cq, cap, i, e);
+        }
+    }
+
+    /// A modify: the state, and at RTR the peer named (and paired once both ends agree).
+    fn modify(story: &mut QpStory, key: QpKey, e: &Event) {
+        let row = story.rows.get_mut(&key).expect("made by the caller");
+        let state = e.field("qp_state");
+        row.state = state.or(row.state);
+        let mask = e.field("attr_mask").unwrap_or(0);
+        if state != Some(IB_QPS_RTR) || mask & IB_QP_DEST_QPN == 0 {
+            return;
+        }
+        let dest = e.field("dest_qp_num").unwrap_or(0) as u32;
+        row.dest_qpn = Some(dest);
+        row.dgid = e.field("dgid_prefix").zip(e.field("dgid_iid"));
+        // The other end: a QP numbered `dest` that named this one. On one host first (a
+        // loopback connection), else on any other.
+        let mut ends =
+            story.rows.values().filter(|r| r.key != key && r.key.qpn == dest && r.dest_qpn == Some(key.qpn));
+        let peer =
+            ends.clone().find(|r| r.key.host == key.host).or_else(|| ends.find(|r| r.key.host != key.host));
+        if let Some(p) = peer.map(|r| r.key) {
+            story.rows.get_mut(&key).expect("above").peer = Some(p);
+            story.rows.get_mut(&p).expect("found").peer = Some(key);
+        }
+    }
+
+    /// A completion on a CQ: joined, through each QP the CQ serves, to the newest post that
+    /// can have caused it (the peer's for a receive CQ, its own for a send CQ; the newer of
+    /// the two where one CQ is both).
+    fn completion(
+        story: &mut QpStory,
+        by_cq: &HashMap<(u32, u64), Vec<QpKey>>,
+        cap: usize,
+        i: usize,
+        e: &Event,
+    ) {
+        let Some(cq) = e.field("cq") else { return };
+        let Some(qps) = by_cq.get(&(host_of(e.pid), cq)) else { return };
+        for key in qps {
+            let Some(row) = story.rows.get(key) else { continue };
+            let own = (row.send_cq == cq).then_some(row.last_post).flatten().map(|p| (p, false));
+            let peer = row.peer.and_then(|p| story.rows.get(&p));
+            let across =
+                (row.recv_cq == cq).then(|| peer.and_then(|p| p.last_post)).flatten().map(|p| (p, true));
+            let best = [own, across].into_iter().flatten().max_by_key(|((ts, _), _)| *ts);
+            let row = story.rows.get_mut(key).expect("above");
+            row.completions += 1;
+            let Some(((post_ts, post), across)) = best else {
+                if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
+                    row.peer_unknown += 1;
+                } else {
+                    row.before_any_post += 1;
+                }
+                continue;
+            };
+            let latency_ns = e.ts_ns.saturating_sub(post_ts);
+            if across {
+                row.after_peer_post += 1;
+                row.across_ns.push(latency_ns);
+            } else {
+                row.after_own_post += 1;
+                row.own_ns.push(latency_ns);
+            }
+            push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
+            story.joins_total += 1;
+        }
+    }
+}
