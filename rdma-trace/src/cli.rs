@@ -174,9 +174,12 @@ pub struct TuiArgs {
     /// A capture to replay (plain or zstd).
     #[arg(conflicts_with_all = ["connect", "probes", "pids", "command"])]
     pub file: Option<PathBuf>,
-    /// Show a daemon's stream (`rdma-trace daemon`).
+    /// Show a daemon's stream (`rdma-trace daemon`). Repeat for several daemons (one per
+    /// host, say both ends of a connection) on one screen: each host's processes are kept
+    /// apart and named with their host, and the others' events are placed on the first's
+    /// clock by the offset their daemons measured (`daemon --clock-peer`).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command"])]
-    pub connect: Option<PathBuf>,
+    pub connect: Vec<PathBuf>,
     /// Only these probes (live); repeatable.
     #[arg(long = "probe", value_name = "ID")]
     pub probes: Vec<String>,

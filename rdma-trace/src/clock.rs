@@ -138,6 +138,53 @@ pub fn placed(first: &Header, h: &Header) -> Option<Placed> {
     })
 }
 
+/// How capture (or live source) `i`'s records are moved onto the first's: its times by
+/// the difference of the two wall clocks' offsets less the measured offset, and, for
+/// another boot, its pids by `i << PID_SHIFT` (one story keeps each host apart).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placement {
+    pub shift_ns: i64,
+    pub pid_add: u32,
+    /// Another boot's clock against the first's, where measured.
+    pub placed: Option<Placed>,
+    pub other_boot: bool,
+}
+
+impl Placement {
+    pub fn of(i: usize, first: &Header, h: &Header) -> Placement {
+        let mut p =
+            Placement { shift_ns: h.realtime_offset_ns - first.realtime_offset_ns, ..Default::default() };
+        if h.boot_id != first.boot_id {
+            p.other_boot = true;
+            p.pid_add = (i as u32) << crate::event::PID_SHIFT;
+            p.placed = placed(first, h);
+            p.shift_ns -= p.placed.as_ref().map_or(0, |c| c.offset_ns);
+        }
+        p
+    }
+
+    pub fn time(&self, t: u64) -> u64 {
+        (t as i64).saturating_add(self.shift_ns).max(0) as u64
+    }
+
+    pub fn event(&self, e: &mut crate::event::Event) {
+        e.ts_ns = self.time(e.ts_ns);
+        e.pid += self.pid_add;
+        e.tid += self.pid_add;
+    }
+
+    pub fn step(&self, s: &mut crate::steps::StepRecord) {
+        (s.t_start_ns, s.t_end_ns) = (self.time(s.t_start_ns), self.time(s.t_end_ns));
+        s.pid += self.pid_add;
+        s.tid += self.pid_add;
+    }
+
+    pub fn state(&self, st: &mut crate::capture::State) {
+        st.ts_ns = self.time(st.ts_ns);
+        st.processes.iter_mut().for_each(|p| p.pid += self.pid_add);
+    }
+}
+
 /// The offset as people read it: `+12.345 ms ± 0.210 ms`.
 pub fn describe(c: &ClockSample) -> String {
     offset_text(c.offset_ns, c.error_ns())

@@ -1,121 +1,21 @@
 //! `report`, `diff` and `export` on lab captures of both kernels: golden text (insta), and
-//! the Perfetto export held to a checker written from the Trace Event Format document —
-//! the keys each phase requires, every flow id on exactly one `flow_out` and one `flow_in`
-//! slice, and the complete slices of each track properly nested — and to the rule by which
-//! Perfetto's importer reads flows: in time order, so a flow's `flow_in` slice must start
-//! after its `flow_out` slice (else Perfetto drops it, counting `flow_end_without_start`).
+//! the Perfetto export held to the trace-event checker (`common::trace_events`).
 
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::cmd::report::{build, read};
 use rdma_trace::output::{diff, flame, numbers, perfetto};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+mod common;
+use common::trace_events::check_trace_events;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
 }
 
 const OPTS: ReadOpts = ReadOpts { strict: true, follow: false };
-
-/// A complete slice on a track: start, end (µs), name.
-type Span = (f64, f64, String);
-
-/// What is wrong with a trace-event JSON document, if anything.
-pub fn check_trace_events(doc: &Value) -> Vec<String> {
-    let mut wrong = Vec::new();
-    let Some(events) = doc["traceEvents"].as_array() else { return vec!["no traceEvents array".into()] };
-    let mut flows: HashMap<String, (u32, u32)> = HashMap::new();
-    // Per flow id: the start (µs) of its flow_out and flow_in slices.
-    let mut flow_ts: HashMap<String, (Option<f64>, Option<f64>)> = HashMap::new();
-    let mut tracks: BTreeMap<(u64, u64), Vec<Span>> = BTreeMap::new();
-    for (i, e) in events.iter().enumerate() {
-        let ph = e["ph"].as_str().unwrap_or("");
-        let need: &[&str] = match ph {
-            "X" => &["name", "ts", "dur", "pid", "tid"],
-            "i" | "I" => &["name", "ts", "pid", "tid", "s"],
-            "M" => &["name", "pid", "args"],
-            "B" | "E" => &["ts", "pid", "tid"],
-            other => {
-                wrong.push(format!("event {i}: unknown phase {other:?}"));
-                continue;
-            }
-        };
-        for k in need {
-            if e.get(*k).is_none() {
-                wrong.push(format!("event {i} ({ph}): no {k}"));
-            }
-        }
-        if ph == "M" && e["args"]["name"].as_str().is_none() {
-            wrong.push(format!("event {i}: metadata without args.name"));
-        }
-        if ph == "i" && !["g", "p", "t"].contains(&e["s"].as_str().unwrap_or("")) {
-            wrong.push(format!("event {i}: instant scope {:?}", e["s"]));
-        }
-        if let Some(id) = e.get("bind_id") {
-            if ph != "X" {
-                wrong.push(format!("event {i}: a flow bound to a {ph} event (flows bind to slices)"));
-            }
-            let f = flows.entry(id.to_string()).or_default();
-            let t = flow_ts.entry(id.to_string()).or_default();
-            if e["flow_out"] == Value::Bool(true) {
-                f.0 += 1;
-                t.0 = e["ts"].as_f64();
-            }
-            if e["flow_in"] == Value::Bool(true) {
-                f.1 += 1;
-                t.1 = e["ts"].as_f64();
-            }
-        }
-        if ph == "X" {
-            let (ts, dur) = (e["ts"].as_f64().unwrap_or(-1.0), e["dur"].as_f64().unwrap_or(-1.0));
-            if ts < 0.0 || dur < 0.0 {
-                wrong.push(format!("event {i}: ts {ts} dur {dur}"));
-            }
-            let track = (e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0));
-            tracks.entry(track).or_default().push((
-                ts,
-                ts + dur,
-                e["name"].as_str().unwrap_or("").to_string(),
-            ));
-        }
-    }
-    for (id, (outs, ins)) in &flows {
-        if (*outs, *ins) != (1, 1) {
-            wrong.push(format!("flow {id}: {outs} flow_out and {ins} flow_in slices (want one each)"));
-        }
-    }
-    for (id, t) in &flow_ts {
-        if let (Some(out), Some(inn)) = *t
-            && inn <= out
-        {
-            wrong.push(format!(
-                "flow {id}: its flow_in slice starts at {inn}, not after its flow_out at {out}"
-            ));
-        }
-    }
-    const EPS: f64 = 1e-6;
-    for (track, slices) in &mut tracks {
-        // Longer first at equal starts: a parent opens before its child.
-        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        let mut open: Vec<&Span> = Vec::new();
-        for s in slices.iter() {
-            while open.last().is_some_and(|p| s.0 >= p.1 - EPS) {
-                open.pop();
-            }
-            if let Some(p) = open.last()
-                && s.1 > p.1 + EPS
-            {
-                wrong.push(format!(
-                    "track {track:?}: {} [{}, {}] overlaps {} [{}, {}]",
-                    s.2, s.0, s.1, p.2, p.0, p.1
-                ));
-            }
-            open.push(s);
-        }
-    }
-    wrong
-}
 
 const CAPTURES: [&str; 4] = [
     "companion-6.12.jsonl",
@@ -152,19 +52,29 @@ fn the_checker_finds_what_is_wrong() {
         {"ph": "M", "name": "process_name", "pid": 1},
         {"ph": "X", "name": "d", "ts": 1.0, "pid": 1, "tid": 2},
         {"ph": "X", "name": "e", "ts": 20.0, "dur": 1.0, "pid": 1, "tid": 3, "bind_id": "0x3", "flow_out": true},
-        {"ph": "X", "name": "f", "ts": 19.0, "dur": 9.0, "pid": 1, "tid": 4, "bind_id": "0x3", "flow_in": true}
+        {"ph": "X", "name": "f", "ts": 19.0, "dur": 9.0, "pid": 1, "tid": 4, "bind_id": "0x3", "flow_in": true},
+        // A chain (post → completion → wakeup) under one id: right.
+        {"ph": "X", "name": "g", "ts": 30.0, "dur": 1.0, "pid": 2, "tid": 1, "bind_id": "0x4", "flow_out": true},
+        {"ph": "X", "name": "h", "ts": 31.0, "dur": 1.0, "pid": 2, "tid": 2, "bind_id": "0x4", "flow_in": true, "flow_out": true},
+        {"ph": "X", "name": "j", "ts": 32.0, "dur": 1.0, "pid": 2, "tid": 3, "bind_id": "0x4", "flow_in": true},
+        // A chain whose middle only ends an arrow: the last slice has nothing to end.
+        {"ph": "X", "name": "k", "ts": 40.0, "dur": 1.0, "pid": 3, "tid": 1, "bind_id": "0x5", "flow_out": true},
+        {"ph": "X", "name": "l", "ts": 41.0, "dur": 1.0, "pid": 3, "tid": 2, "bind_id": "0x5", "flow_in": true},
+        {"ph": "X", "name": "m", "ts": 42.0, "dur": 1.0, "pid": 3, "tid": 3, "bind_id": "0x5", "flow_in": true}
     ]});
     let wrong = check_trace_events(&doc).join("\n");
     for want in [
         "overlaps a",
-        "flow \"0x1\": 1 flow_out and 0 flow_in",
+        "flow \"0x1\": 1 slice(s): an arrow needs a flow_out and a flow_in",
         "a flow bound to a i event",
         "metadata without args.name",
         "event 4 (X): no dur",
-        "flow \"0x3\": its flow_in slice starts at 19, not after its flow_out at 20",
+        "flow \"0x3\": slice 0 of 2 at 19: flow_in true, flow_out false (want false, true)",
+        "flow \"0x5\": slice 1 of 3 at 41: flow_in true, flow_out false (want true, true)",
     ] {
         assert!(wrong.contains(want), "{want:?} not found in:\n{wrong}");
     }
+    assert!(!wrong.contains("0x4"), "a right chain is not faulted:\n{wrong}");
 }
 
 #[test]

@@ -90,9 +90,10 @@ impl Drop for Pair {
     }
 }
 
-/// Writes `text` to `file` so the peer never reads it half-written.
+/// Writes `text` to `file` so the peer never reads it half-written (through a name of its
+/// own: `joined.host1` and `joined.host2` share a stem).
 fn publish(file: &Path, text: &str) {
-    let tmp = file.with_extension("tmp");
+    let tmp = PathBuf::from(format!("{}.tmp", file.display()));
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, file).unwrap();
 }
@@ -454,19 +455,28 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     );
     assert_eq!(server["before_any_post"].as_u64(), Some(0), "none before a post: {server}");
 
-    // rping sends both ways: each end has completions joined to the other's posts, and
-    // none before a post.
-    for h in ["rdma-lab-1", "rdma-lab-2"] {
-        let rows = qp_row(qps, h, "rping");
-        assert!(!rows.is_empty(), "rping's QP on {h}: {qps:?}");
-        for q in rows {
-            assert!(q["peer"].is_object(), "rping's QP on {h} paired: {q}");
-            assert!(
-                q["after_peer_post"].as_u64().unwrap() > 0,
-                "a post on the other host completed on {h}: {q}"
-            );
-            assert_eq!(q["before_any_post"].as_u64(), Some(0), "on {h}: {q}");
-        }
+    // rping sends both ways: the connected QPs name each other, each end has completions
+    // joined to the other's posts, and none before a post. (A client attempt made before
+    // the server listened leaves a QP that never connected: unpaired, its completion a
+    // flush.)
+    let connected = |h: &str| -> Vec<&serde_json::Value> {
+        qp_row(qps, h, "rping").into_iter().filter(|q| q["peer"].is_object()).collect()
+    };
+    let (a, b) = (connected("rdma-lab-1"), connected("rdma-lab-2"));
+    assert_eq!((a.len(), b.len()), (1, 1), "one connected rping QP each end: {qps:?}");
+    assert_eq!(a[0]["peer"]["qpn"], b[0]["qpn"], "the rping QPs name each other");
+    assert_eq!(b[0]["peer"]["qpn"], a[0]["qpn"]);
+    for q in [a[0], b[0]] {
+        assert!(q["after_peer_post"].as_u64().unwrap() > 0, "a post on the other host completed here: {q}");
+        assert_eq!(q["before_any_post"].as_u64(), Some(0), "{q}");
+    }
+    for q in qps {
+        assert!(q["qpn"].as_u64().unwrap() >= 2, "the management QPs are not rows: {q}");
+        assert_eq!(
+            q["before_any_post"].as_u64(),
+            Some(0),
+            "no completion before a post it could follow: {q}"
+        );
     }
 
     // The timeline: a Perfetto export with an arrow from a post on each host to a

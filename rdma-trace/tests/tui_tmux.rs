@@ -3,7 +3,9 @@
 //! settings (`stty -a`) are the same before and after. Then each thing a person does at
 //! the keys, at 80×24 and at 200×60: help on top and closed by esc, `e` on a row, an event
 //! whole, the charts' scales, and a paused live screen (fed by a stand-in daemon that
-//! streams the same capture) holding still while its counts go on.
+//! streams the same capture) holding still while its counts go on. And two daemons on one
+//! screen (stand-ins streaming the two-host lab's captures): both hosts named, the
+//! measured clock offset shown, each host's processes with their host.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -359,4 +361,55 @@ fn paused_live_rows_hold_still_while_the_counts_go_on() {
         daemon.join().ok();
         std::fs::remove_dir_all(&dir).ok();
     }
+}
+
+/// A stand-in for one host's daemon: streams `capture` (plain or zstd) once to the first
+/// subscriber, a record every millisecond, then holds the connection until it goes.
+fn stream_once(socket: &Path, capture: &Path) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    let bytes = std::fs::read(capture).unwrap();
+    let text = if capture.extension().is_some_and(|e| e == "zst") {
+        String::from_utf8(zstd::decode_all(&bytes[..]).unwrap()).unwrap()
+    } else {
+        String::from_utf8(bytes).unwrap()
+    };
+    std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut hello = String::new();
+        std::io::BufReader::new(&conn).read_line(&mut hello).unwrap();
+        let mut out = &conn;
+        for line in text.lines() {
+            if writeln!(out, "{line}").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Until the viewer goes: its read of nothing more.
+        let mut rest = String::new();
+        std::io::BufReader::new(&conn).read_line(&mut rest).ok();
+    })
+}
+
+/// Both ends of a connection on one screen: `tui --connect A --connect B`.
+#[test]
+fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
+    let dir = std::env::temp_dir().join(format!("rt-tui-pair-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+    let da = stream_once(&a, &lab.join("pair-6.12.host1.jsonl.zst"));
+    let db = stream_once(&b, &lab.join("pair-6.12.host2.jsonl.zst"));
+    let t = open(&format!("tui --connect {} --connect {}", a.display(), b.display()), 200, 60);
+    // The status line: the first host, the second with its measured offset (host 1's
+    // daemon measured it: -249.445 ms ± 1.477 ms).
+    t.wait_for("rdma-lab-1 · rdma-lab-2 -249.445 ms ± 1.477 ms");
+    // Each host's ib_send_bw kept apart, named with its host (pids 280 and 273 there).
+    let s = t.wait_until("both hosts' ib_send_bw", |s| {
+        s.contains("280@rdma-lab-1") && s.contains("273@rdma-lab-2")
+    });
+    assert!(!s.contains("4194"), "no merged pid shown raw:\n{s}");
+    drop(t);
+    da.join().ok();
+    db.join().ok();
+    std::fs::remove_dir_all(&dir).ok();
 }

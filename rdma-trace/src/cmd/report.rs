@@ -4,8 +4,9 @@
 
 use crate::capture::{Header, Record};
 use crate::cli::ReadOpts;
+use crate::clock::Placement;
 use crate::event::Event;
-use crate::output::numbers::{self, PID_SHIFT, Part, Report};
+use crate::output::numbers::{self, Part, Report};
 use crate::pipeline::correlate::aggregate::Aggregates;
 use crate::pipeline::correlate::live::{Limits, Live};
 use crate::source::capture::Reader;
@@ -32,10 +33,8 @@ pub struct Read {
 struct Source {
     reader: Reader<Box<dyn std::io::BufRead>>,
     next: Option<Record>,
-    /// Added to its times (its wall clock onto the first capture's monotonic clock).
-    shift_ns: i64,
-    /// Added to its pids (another machine's processes kept apart).
-    pid_add: u32,
+    /// Its times and pids onto the first capture's.
+    placement: Placement,
 }
 
 fn at(r: &Record) -> Option<u64> {
@@ -44,10 +43,6 @@ fn at(r: &Record) -> Option<u64> {
         Record::Step(s) => Some(s.step.t_end_ns),
         _ => None,
     }
-}
-
-fn shifted(t: u64, by: i64) -> u64 {
-    (t as i64).saturating_add(by).max(0) as u64
 }
 
 /// Reads every capture, merged on the wall clock, through one story and per-capture
@@ -70,7 +65,11 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
     let mut sources = Vec::new();
     for f in files {
         let input = crate::source::capture::open(f).with_context(|| format!("opening {}", f.display()))?;
-        sources.push(Source { reader: Reader::new(input, opts.strict), next: None, shift_ns: 0, pid_add: 0 });
+        sources.push(Source {
+            reader: Reader::new(input, opts.strict),
+            next: None,
+            placement: Placement::default(),
+        });
     }
     loop {
         for (i, s) in sources.iter_mut().enumerate() {
@@ -79,27 +78,20 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
         let first = &out.headers[0];
         for (i, s) in sources.iter_mut().enumerate().skip(1) {
             if let (Some(h0), Some(h)) = (first, &out.headers[i]) {
-                s.shift_ns = h.realtime_offset_ns - h0.realtime_offset_ns;
-                if h.boot_id != h0.boot_id {
-                    s.pid_add = (i as u32) << PID_SHIFT;
-                    // Its wall clock onto the first's, by the measured offset where known.
-                    out.placed[i] = crate::clock::placed(h0, h);
-                    s.shift_ns -= out.placed[i].as_ref().map_or(0, |p| p.offset_ns);
-                }
+                s.placement = Placement::of(i, h0, h);
+                out.placed[i].clone_from(&s.placement.placed);
             }
         }
         let next = sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (shifted(t, s.shift_ns), i)))
+            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (s.placement.time(t), i)))
             .min();
         let Some((_, i)) = next else { break };
         let s = &mut sources[i];
         match s.next.take() {
             Some(Record::Event(mut e)) => {
-                e.ts_ns = shifted(e.ts_ns, s.shift_ns);
-                e.pid += s.pid_add;
-                e.tid += s.pid_add;
+                s.placement.event(&mut e);
                 out.aggs[i].event(&e);
                 if keep_events {
                     out.events.push((*e).clone());
@@ -108,10 +100,7 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
             }
             Some(Record::Step(st)) => {
                 let mut step = st.step;
-                (step.t_start_ns, step.t_end_ns) =
-                    (shifted(step.t_start_ns, s.shift_ns), shifted(step.t_end_ns, s.shift_ns));
-                step.pid += s.pid_add;
-                step.tid += s.pid_add;
+                s.placement.step(&mut step);
                 out.live.add_steps(vec![step.clone()]);
                 out.steps.push(step);
             }

@@ -26,37 +26,116 @@ pub fn run(a: TuiArgs) -> Result<i32> {
         eprintln!("rdma-trace tui: {}", shown?);
         return Ok(0);
     }
-    if let Some(socket) = &a.connect {
+    if a.connect.len() > 1 {
+        return several(a.connect);
+    }
+    if let Some(socket) = a.connect.first() {
         let (mut feeder, rx) = tui::channel(format!("daemon {}", socket.display()), false);
         let control = feeder.control.clone();
         let socket = socket.clone();
         // The screen opens at once; the daemon may still be starting (a lab guest booting):
         // the connection is retried for a while, and said on the status line.
         std::thread::spawn(move || {
-            let t0 = Instant::now();
             feeder.model.finished = Some("connecting…".into());
             feeder.offer(true);
-            let input = loop {
-                match crate::serve::client::connect(&socket, crate::serve::Want::Both) {
-                    Ok(i) => break i,
-                    Err(why) if t0.elapsed() > CONNECT_FOR || why.starts_with("rdma-trace daemon:") => {
-                        feeder.finished(why);
-                        return;
-                    }
-                    Err(_) => {
-                        feeder.model.finished = Some("waiting for the daemon…".into());
-                        feeder.offer(true);
-                        std::thread::sleep(Duration::from_millis(500));
-                    }
+            let input = connect(&socket, &mut |waiting| {
+                feeder.model.finished = Some(waiting.into());
+                feeder.offer(true);
+            });
+            match input {
+                Ok(input) => {
+                    feeder.model.finished = None;
+                    follow(Reader::new(input, false), feeder)
                 }
-            };
-            feeder.model.finished = None;
-            follow(Reader::new(input, false), feeder)
+                Err(why) => feeder.finished(why),
+            }
         });
         eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
         return Ok(0);
     }
     live(a)
+}
+
+/// Connects to the daemon at `socket`, trying again for a while (it may still be
+/// starting: a lab guest booting); `waiting` is told while it does.
+fn connect(socket: &Path, waiting: &mut dyn FnMut(&str)) -> Result<Box<dyn std::io::BufRead + Send>, String> {
+    let t0 = Instant::now();
+    loop {
+        match crate::serve::client::connect(socket, crate::serve::Want::Both) {
+            Ok(i) => return Ok(i),
+            Err(why) if t0.elapsed() > CONNECT_FOR || why.starts_with("rdma-trace daemon:") => {
+                return Err(why);
+            }
+            Err(_) => {
+                waiting("waiting for the daemon…");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Several daemons on one screen: each connected and read on its own thread, their
+/// records placed onto the first's clock and pids (`serve::merge`) and fed to one story.
+fn several(sockets: Vec<std::path::PathBuf>) -> Result<i32> {
+    use crate::serve::merge::{self, Merge, Tagged};
+    let (mut feeder, rx) = tui::channel(format!("{} daemons", sockets.len()), false);
+    let control = feeder.control.clone();
+    std::thread::spawn(move || {
+        let (tx, records) = std::sync::mpsc::channel();
+        for (i, socket) in sockets.iter().cloned().enumerate() {
+            let tx = tx.clone();
+            std::thread::spawn(move || match connect(&socket, &mut |_| {}) {
+                Ok(input) => merge::spawn(i, Reader::new(input, false), tx),
+                Err(why) => drop(tx.send(Tagged::Ended(i, why))),
+            });
+        }
+        drop(tx);
+        feeder.model.hosts = sockets.iter().map(|s| tui::HostLine::waiting(s)).collect();
+        feeder.model.finished = Some("connecting…".into());
+        feeder.offer(true);
+        let mut merge = Merge::new(sockets.len());
+        while let Ok(t) = records.recv() {
+            match t {
+                Tagged::Record(i, r) => {
+                    for (j, r) in merge.take(i, r) {
+                        feed_one(&mut feeder, &merge, j, r);
+                    }
+                }
+                Tagged::Ended(i, why) => {
+                    merge.ended(i);
+                    feeder.model.hosts[i].ended = Some(why);
+                }
+            }
+            if let Some(t) = merge.settled() {
+                feeder.live.settle(t);
+            }
+            feeder.offer(false);
+        }
+        feeder.finished("every daemon's stream ended".into());
+        feeder.serve_until_quit();
+    });
+    eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
+    Ok(0)
+}
+
+/// One placed record of source `i` into the model.
+fn feed_one(feeder: &mut Feeder, merge: &crate::serve::merge::Merge, i: usize, r: Record) {
+    match r {
+        Record::Header(h) => {
+            let placement = merge.placements[i].as_ref();
+            feeder.model.host(i, &h, placement);
+            if i == 0 {
+                feeder.header(&h);
+            }
+            feeder.model.finished = None;
+        }
+        Record::State(st) => feeder.seed(&st),
+        Record::Event(e) => drop(feeder.event(&std::sync::Arc::from(e))),
+        Record::Step(s) => drop(feeder.step(&s.step)),
+        Record::Stats(s) => feeder.model.host_stats(i, &s),
+        Record::Loss(l) => drop(feeder.loss(&l)),
+        Record::Trailer(t) => feeder.model.hosts[i].ended = Some(format!("stopped on {}", t.stopped)),
+    }
 }
 
 /// Waits while paused (a step lets one event through); false when told to stop or jump.

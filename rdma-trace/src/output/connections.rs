@@ -28,6 +28,7 @@ pub struct QpReport {
     pub after_peer_post: u64,
     pub after_own_post: u64,
     pub before_any_post: u64,
+    pub flushed: u64,
     pub peer_unknown: u64,
     /// The peer's post → a completion here (nearest rank, of the newest samples kept).
     pub across_p50_ns: Option<u64>,
@@ -65,6 +66,7 @@ fn row(r: &QpRow, host: &dyn Fn(u32) -> String) -> QpReport {
         after_peer_post: r.after_peer_post,
         after_own_post: r.after_own_post,
         before_any_post: r.before_any_post,
+        flushed: r.flushed,
         peer_unknown: r.peer_unknown,
         across_p50_ns: r.across_ns.quantile(0.5),
         across_p99_ns: r.across_ns.quantile(0.99),
@@ -79,7 +81,10 @@ pub fn text(out: &mut String, qps: &[QpReport], several_hosts: bool) -> std::fmt
     if qps.is_empty() {
         return Ok(());
     }
-    writeln!(out, "\nqueue pairs (each completion joined to the newest post that can have caused it)")?;
+    writeln!(
+        out,
+        "\nqueue pairs (each completion joined to the newest post that can have caused it: a lower bound where posts queue)"
+    )?;
     let at = |h: &str| if several_hosts { format!(" @{h}") } else { String::new() };
     let d = |v: Option<u64>| v.map_or("?".into(), crate::units::duration);
     for q in qps {
@@ -132,6 +137,9 @@ pub fn text(out: &mut String, qps: &[QpReport], several_hosts: bool) -> std::fmt
                     ""
                 }
             )?;
+        }
+        if q.flushed > 0 {
+            writeln!(out, "    {} flushed (the QP in the error state, no post to join)", q.flushed)?;
         }
         if q.peer_unknown > 0 {
             writeln!(

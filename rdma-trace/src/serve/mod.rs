@@ -10,6 +10,7 @@
 //! (site `subscriber`) when it catches up.
 
 pub mod client;
+pub mod merge;
 pub mod socket;
 pub mod virtio;
 

@@ -4,6 +4,7 @@
 pub mod fixture_plan;
 pub mod prom;
 pub mod raw_records;
+pub mod trace_events;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

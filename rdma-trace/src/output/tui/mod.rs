@@ -19,6 +19,7 @@ use crate::capture::{Header, Stats, Trailer};
 use crate::event::Event;
 use crate::output::Sink;
 use crate::pipeline::correlate::live::{Limits, Live};
+pub use model::HostLine;
 use model::Model;
 use screens::Ui;
 use std::sync::Arc;

@@ -124,6 +124,29 @@ pub struct Model {
     steps_seen: u64,
     /// The latest explanation the story gave: the ask it answers, and its text.
     pub answer: Option<(u64, String)>,
+    /// Several sources (`tui --connect A --connect B`): one line each, in source order
+    /// (a merged pid's host part is its index). Empty for one source.
+    pub hosts: Vec<HostLine>,
+}
+
+/// One source of several: its host, kernel, clock against the first's, and loss.
+#[derive(Clone, Debug, Default)]
+pub struct HostLine {
+    pub name: String,
+    pub kernel: String,
+    /// Against the first source's clock: the measured offset and its error bar, or that
+    /// it was not measured (empty for the first, or one of its boot).
+    pub clock: String,
+    pub lost: u64,
+    /// Its stream ended (why).
+    pub ended: Option<String>,
+}
+
+impl HostLine {
+    /// A source not yet heard from, named by its socket.
+    pub fn waiting(socket: &std::path::Path) -> Self {
+        HostLine { name: socket.display().to_string(), ..Default::default() }
+    }
 }
 
 impl Model {
@@ -143,6 +166,44 @@ impl Model {
         self.finished.clone_from(&newer.finished);
         (self.attached, self.skipped) = (newer.attached, newer.skipped);
         self.answer.clone_from(&newer.answer);
+        self.hosts.clone_from(&newer.hosts);
+        self.source.clone_from(&newer.source);
+    }
+
+    /// Source `i`'s header (of several), placed on the first's clock as `placement` says.
+    pub fn host(&mut self, i: usize, h: &Header, placement: Option<&crate::clock::Placement>) {
+        let line = &mut self.hosts[i];
+        line.name.clone_from(&h.hostname);
+        line.kernel.clone_from(&h.kernel_release);
+        line.clock = match placement {
+            Some(p) if p.other_boot => match &p.placed {
+                Some(c) => crate::clock::offset_text(c.offset_ns, c.error_ns),
+                None => "clock not measured".into(),
+            },
+            _ => String::new(),
+        };
+        let names: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|l| if l.clock.is_empty() { l.name.clone() } else { format!("{} {}", l.name, l.clock) })
+            .collect();
+        self.source = names.join(" · ");
+    }
+
+    /// Source `i`'s accounting (of several): what the screen calls lost is every host's.
+    pub fn host_stats(&mut self, i: usize, s: &Stats) {
+        self.hosts[i].lost = s.sites.iter().flat_map(|c| c.lost.values()).sum();
+        self.lost_total = self.hosts.iter().map(|h| h.lost).sum();
+    }
+
+    /// A process as the screens name it: its pid, and with several hosts the host's name
+    /// (merged pids carry their source, `event::host_of`).
+    pub fn who(&self, pid: u32) -> String {
+        let local = pid & ((1 << crate::event::PID_SHIFT) - 1);
+        match self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1) {
+            Some(h) => format!("{local}@{}", h.name),
+            None => local.to_string(),
+        }
     }
 
     pub fn header(&mut self, h: &Header) {

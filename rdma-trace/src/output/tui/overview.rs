@@ -104,7 +104,7 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let lat_rows = (latency.len() as u16).min(inner.height);
     let labels = fitting(&procs, inner.height.saturating_sub(lat_rows + 1), 1, |p| {
         let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
-        let who = format!("{} [{}]", render::printable(&p.comm), p.pid);
+        let who = format!("{} [{}]", render::printable(&p.comm), m.who(p.pid));
         wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
     });
     let n = labels.len();
@@ -154,7 +154,10 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
     for p in m.procs.values().filter(|p| p.mappings > 0) {
         lines.push((
             0,
-            vec![format!("{} [{}]:", render::printable(&p.comm), p.pid), format!("{} mappings", p.mappings)],
+            vec![
+                format!("{} [{}]:", render::printable(&p.comm), m.who(p.pid)),
+                format!("{} mappings", p.mappings),
+            ],
         ));
         let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
         for r in m.maps.iter().filter(|r| r.pid == p.pid) {
@@ -203,7 +206,7 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
             format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
             format!("· bars /s, peak {peak}"),
         ];
-        let who = format!("{} [{}]", render::printable(&c.comm), c.pid.unwrap_or(0));
+        let who = format!("{} [{}]", render::printable(&c.comm), m.who(c.pid.unwrap_or(0)));
         wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
     });
     let n = labels.len();

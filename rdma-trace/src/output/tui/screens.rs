@@ -232,22 +232,20 @@ pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
     m.mrs
         .iter()
         .rev()
-        .filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone(), key(r.lkey), key(r.rkey)]))
+        .filter(|r| matches(ui, &[m.who(r.pid), r.comm.clone(), key(r.lkey), key(r.rkey)]))
         .collect()
 }
 
 /// The mappings the Mmap screen lists, newest first, filtered.
 pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
-    m.maps.iter().rev().filter(|r| matches(ui, &[r.pid.to_string(), r.comm.clone()])).collect()
+    m.maps.iter().rev().filter(|r| matches(ui, &[m.who(r.pid), r.comm.clone()])).collect()
 }
 
 /// The CQs the Completions screen lists, filtered.
 pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
     m.cqs
         .values()
-        .filter(|c| {
-            matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), c.pid.unwrap_or(0).to_string()])
-        })
+        .filter(|c| matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), m.who(c.pid.unwrap_or(0))]))
         .collect()
 }
 
@@ -287,7 +285,7 @@ fn pinning(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                 (None, live) => t(mr_state(r, live)),
             };
             vec![
-                t(format!("{} {}", r.pid, render::printable(&r.comm))),
+                t(format!("{} {}", m.who(r.pid), render::printable(&r.comm))),
                 t(if r.from_tables() { "(rdma res)".to_string() } else { format!("{:#x}", r.addr) }),
                 t(bytes(r.length)),
                 t(r.pages.map(|p| p.to_string()).unwrap_or("-".into())),
@@ -322,7 +320,7 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         .into_iter()
         .map(|r| {
             vec![
-                t(format!("{} {}", r.pid, render::printable(&r.comm))),
+                t(format!("{} {}", m.who(r.pid), render::printable(&r.comm))),
                 t(format!("{:#x}", r.start)),
                 t(bytes(r.end.saturating_sub(r.start))),
                 t(r.what()),
@@ -363,7 +361,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             let ctx: Vec<String> = c.by_context.iter().map(|(k, v)| format!("{k} {v}")).collect();
             vec![
                 t(format!("{:#x}", c.handle)),
-                t(format!("{} {}", c.pid.unwrap_or(0), render::printable(&c.comm))),
+                t(format!("{} {}", m.who(c.pid.unwrap_or(0)), render::printable(&c.comm))),
                 t(c.completions.to_string()),
                 t(ctx.join(" ")),
                 t(ns(c.wakeup_ns.quantile(0.5))),
@@ -467,7 +465,7 @@ pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
     m.events
         .iter()
         .rev()
-        .filter(|e| matches(ui, &[e.pid.to_string(), e.comm.clone(), crate::output::text::fields_text(e)]))
+        .filter(|e| matches(ui, &[m.who(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
         .collect()
 }
 
@@ -477,8 +475,7 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
     // One line an event; a line too long for the box ends in `…` (the detail below has all).
     let inner = list.width.saturating_sub(2);
-    let rows: Vec<Row> =
-        shown.iter().map(|e| Row::new(vec![fit::cut(&crate::output::text::line(e), inner)])).collect();
+    let rows: Vec<Row> = shown.iter().map(|e| Row::new(vec![fit::cut(&event_line(m, e), inner)])).collect();
     let n = rows.len();
     let t = Table::new(rows, [Constraint::Min(10)])
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -492,6 +489,17 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let dim = Style::new().add_modifier(Modifier::DIM);
     let lines = in_rows(&event_detail(e), inner.width, inner.height, "enter: the whole event", dim);
     f.render_widget(Paragraph::new(lines).block(block), detail);
+}
+
+/// An event's line; with several hosts, the host's name first (its pids are the merged ones).
+fn event_line(m: &Model, e: &crate::event::Event) -> String {
+    let line = crate::output::text::line(e);
+    if m.hosts.len() > 1 {
+        let host = m.hosts.get(crate::event::host_of(e.pid) as usize).map_or("?", |h| h.name.as_str());
+        format!("@{host} {line}")
+    } else {
+        line
+    }
 }
 
 /// `all` in a box `w` cells wide and `rows` high: a line each, cut with `…`; when they do
@@ -522,7 +530,7 @@ pub fn event_detail(e: &crate::event::Event) -> Vec<String> {
 /// The companion's steps, newest first; the selected one's events and checks below.
 fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let shown: Vec<&super::model::StepRow> =
-        m.steps.iter().rev().filter(|s| matches(ui, &[s.pid.to_string(), s.name.clone()])).collect();
+        m.steps.iter().rev().filter(|s| matches(ui, &[m.who(s.pid), s.name.clone()])).collect();
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     let rows: Vec<Vec<Text>> = shown
@@ -539,7 +547,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                 (false, e) => (format!("FAILED {}", e.as_deref().unwrap_or("")), Style::new().fg(Color::Red)),
             };
             vec![
-                t(s.pid.to_string()),
+                t(m.who(s.pid)),
                 t(format!("{}.{}", s.run, s.step)),
                 t(s.name.clone()),
                 t(ns(Some(s.took_ns))),

@@ -10,7 +10,10 @@
 //! order (its reorder window; across hosts the merged clock, placed by the measured
 //! offset), so "the newest post so far" is the newest post before the completion. A
 //! completion with no post before it on the QP it was joined through is counted apart:
-//! across hosts, that says the clocks are placed wrong by more than the path's latency.
+//! across hosts, that says the clocks are placed wrong by more than the path's latency
+//! (one on a QP in the error state is a flush). Where posts queue faster than they
+//! complete, the newest post is later than the one whose message completed: the time
+//! from it is a lower bound.
 //!
 //! Posts are seen where the kernel rings the doorbell: soft-RoCE's `rxe_post_send`. On a
 //! ConnectX NIC the doorbell is an MMIO store and no kernel function runs: there are no
@@ -21,8 +24,14 @@ use super::story::push_capped;
 use crate::event::{Event, EventKind, ProbeId, host_of};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-/// `enum ib_qp_state`: RTR, the state at which the peer is named.
+/// `enum ib_qp_state`: RTR, the state at which the peer is named; ERR, where the work
+/// requests still queued complete as flushed.
 const IB_QPS_RTR: u64 = 2;
+const IB_QPS_ERR: u64 = 6;
+/// QP 0 and 1 are the management QPs (SMI, GSI) the kernel posts on itself (the
+/// connection manager's datagrams, in whichever process asked for the connection): not
+/// an application's QP, and never the end of a connection.
+const FIRST_APP_QPN: u64 = 2;
 /// `IB_QP_DEST_QPN` in `attr_mask`: `dest_qp_num` was given.
 const IB_QP_DEST_QPN: u64 = 1 << 20;
 
@@ -60,6 +69,9 @@ pub struct QpRow {
     pub after_peer_post: u64,
     pub after_own_post: u64,
     pub before_any_post: u64,
+    /// Completions while it was in the error state with no post to join: work requests
+    /// flushed (a connection that failed, or one torn down).
+    pub flushed: u64,
     /// Completions on its receive CQ while its peer is not known (the other end's capture
     /// not given, or its RTR not seen).
     pub peer_unknown: u64,
@@ -110,8 +122,21 @@ impl Qps {
         if e.kind != EventKind::Entry {
             return;
         }
-        if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
-            let Some(qpn) = e.field("qp_num") else { return };
+        if e.is(ProbeId::RxeCreateCq) || e.is(ProbeId::Mlx5CreateCq) {
+            // A new CQ at an address ends whatever CQ was freed there before.
+            let Some(cq) = e.field("cq") else { return };
+            let host = host_of(e.pid);
+            for key in self.by_cq.remove(&(host, cq)).unwrap_or_default() {
+                if let Some(row) = story.rows.get_mut(&key) {
+                    for c in [&mut row.send_cq, &mut row.recv_cq] {
+                        if *c == cq {
+                            *c = 0;
+                        }
+                    }
+                }
+            }
+        } else if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
+            let Some(qpn) = e.field("qp_num").filter(|n| *n >= FIRST_APP_QPN) else { return };
             let key = QpKey { host: host_of(e.pid), qpn: qpn as u32 };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
             (row.pid, row.comm) = (e.pid, e.comm.clone());
@@ -182,7 +207,9 @@ impl Qps {
             let row = story.rows.get_mut(key).expect("above");
             row.completions += 1;
             let Some(((post_ts, post), across)) = best else {
-                if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
+                if row.state == Some(IB_QPS_ERR) {
+                    row.flushed += 1;
+                } else if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
                     row.peer_unknown += 1;
                 } else {
                     row.before_any_post += 1;

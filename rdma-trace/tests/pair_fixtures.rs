@@ -1,0 +1,200 @@
+//! Both ends of a connection, from the two-host lab (6.12): each guest's daemon captured
+//! its kernel with `--clock-peer` the other's, while `ib_send_bw -e` (host 1 serves) and
+//! then `rping` (host 1 serves; the client's first attempts came before the server
+//! listened) ran across the wire. Checked here against what perftest printed and what the
+//! headers measured: the QPs paired, the completions joined to the posts, the clocks
+//! placed, a live merge equal to the report's, and the Perfetto export's arrows.
+
+use rdma_trace::capture::{Header, Record};
+use rdma_trace::cli::ReadOpts;
+use rdma_trace::cmd::report::{build, read};
+use rdma_trace::event::{Event, PID_SHIFT};
+use rdma_trace::output::connections::QpReport;
+use rdma_trace::output::{numbers, perfetto};
+use rdma_trace::serve::merge::Merge;
+use rdma_trace::source::capture::{Reader, open};
+use serde_json::Value;
+use std::path::PathBuf;
+
+mod common;
+use common::trace_events::check_trace_events;
+
+const OPTS: ReadOpts = ReadOpts { strict: true, follow: false };
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
+}
+
+fn both() -> Vec<PathBuf> {
+    vec![fixture("pair-6.12.host1.jsonl.zst"), fixture("pair-6.12.host2.jsonl.zst")]
+}
+
+/// The QPNs a perftest printed: (local, remote).
+fn printed_qpns(host: u8) -> (u32, u32) {
+    let out = std::fs::read_to_string(fixture(&format!("pair-6.12.send-bw.host{host}.txt"))).unwrap();
+    let qpn = |which: &str| {
+        let l = out.lines().find(|l| l.trim_start().starts_with(which)).unwrap();
+        let hex = l.split("QPN ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
+        u32::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap()
+    };
+    (qpn("local address"), qpn("remote address"))
+}
+
+fn records(path: &std::path::Path) -> Vec<Record> {
+    Reader::new(open(path).unwrap(), true).map(|r| r.unwrap()).collect()
+}
+
+fn header(path: &std::path::Path) -> Header {
+    match records(path).into_iter().next() {
+        Some(Record::Header(h)) => *h,
+        other => panic!("no header first: {other:?}"),
+    }
+}
+
+fn rows<'a>(qps: &'a [QpReport], host: &str, comm: &str) -> Vec<&'a QpReport> {
+    qps.iter().filter(|q| q.hostname == host && q.comm == comm).collect()
+}
+
+#[test]
+fn send_bw_and_rping_completions_are_joined_to_the_posts_across_the_wire() {
+    let r = build(&both(), OPTS).unwrap();
+    let (server_qpn, client_qpn) = printed_qpns(1);
+    assert_eq!(printed_qpns(2), (client_qpn, server_qpn), "the two perftests agree");
+    let (server, client) =
+        (rows(&r.qps, "rdma-lab-1", "ib_send_bw"), rows(&r.qps, "rdma-lab-2", "ib_send_bw"));
+    assert_eq!((server.len(), client.len()), (1, 1), "{:#?}", r.qps);
+    let (server, client) = (server[0], client[0]);
+    assert_eq!((server.qpn, client.qpn), (server_qpn, client_qpn));
+    assert_eq!(server.peer.as_ref().map(|p| (p.hostname.as_str(), p.qpn)), Some(("rdma-lab-2", client_qpn)));
+    assert_eq!(client.peer.as_ref().map(|p| (p.hostname.as_str(), p.qpn)), Some(("rdma-lab-1", server_qpn)));
+    assert_eq!(server.dest_ipv4.as_deref(), Some("10.0.0.2"), "the GID the server's kernel was told");
+    // ib_send_bw -n 200: one ibv_post_send, one doorbell, per send; the server posts none
+    // (its receives never enter the kernel on soft-RoCE).
+    assert_eq!((client.posts, server.posts), (200, 0));
+    assert!(server.completions > 0);
+    assert_eq!(server.after_peer_post, server.completions, "every server completion after a client post");
+    assert_eq!(client.after_own_post, client.completions, "the client's: its sends acknowledged");
+    assert!(r.qps.iter().all(|q| q.before_any_post == 0), "none before a post: {:#?}", r.qps);
+    assert!(r.qps.iter().all(|q| q.qpn >= 2), "QP 0 and 1 are the kernel's: {:#?}", r.qps);
+
+    // rping both ways: the connected QPs name each other and each end's completions follow
+    // the other's posts; the client's attempt before the server listened never connected,
+    // and its one completion is a flush.
+    let connected = |h: &str| -> Vec<&QpReport> {
+        rows(&r.qps, h, "rping").into_iter().filter(|q| q.peer.is_some()).collect()
+    };
+    let (a, b) = (connected("rdma-lab-1"), connected("rdma-lab-2"));
+    assert_eq!((a.len(), b.len()), (1, 1), "{:#?}", r.qps);
+    assert_eq!(a[0].peer.as_ref().unwrap().qpn, b[0].qpn);
+    assert!(a[0].after_peer_post > 0 && b[0].after_peer_post > 0, "{a:?} {b:?}");
+    let failed: Vec<_> =
+        rows(&r.qps, "rdma-lab-2", "rping").into_iter().filter(|q| q.peer.is_none()).collect();
+    assert_eq!(failed.len(), 1, "{:#?}", r.qps);
+    assert_eq!((failed[0].state.as_deref(), failed[0].flushed, failed[0].completions), (Some("ERR"), 1, 1));
+}
+
+#[test]
+fn the_other_host_is_placed_by_the_clock_its_peer_measured() {
+    let files = both();
+    let (h1, h2) = (header(&files[0]), header(&files[1]));
+    // Each daemon measured the other: the two agree within their error bars.
+    let (of2, of1) = (&h1.clocks[0], &h2.clocks[0]);
+    assert_eq!((of2.boot_id.as_str(), of1.boot_id.as_str()), (h2.boot_id.as_str(), h1.boot_id.as_str()));
+    let gap = (of2.offset_ns + of1.offset_ns).unsigned_abs();
+    assert!(gap <= of2.error_ns() + of1.error_ns(), "{of2:?} against {of1:?}");
+    // The report places host 2 by the sample with the shorter round trip.
+    let kept = if of2.rtt_ns <= of1.rtt_ns { of2.offset_ns } else { -of1.offset_ns };
+    let r = build(&files, OPTS).unwrap();
+    let placed = r.captures[1].clock.as_ref().expect("placed by a measurement");
+    assert_eq!(placed.offset_ns, kept);
+    let text = numbers::text(&r);
+    assert!(text.contains("from rdma-lab-1's (measured by rdma-lab-"), "{text}");
+    // Every host-2 event is where its own clock, the two headers and the offset put it.
+    let merged = read(&files, OPTS, true).unwrap().events;
+    let own: Vec<Event> = records(&files[1])
+        .into_iter()
+        .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+        .collect();
+    let shift = h2.realtime_offset_ns - h1.realtime_offset_ns - kept;
+    let mut theirs = merged.iter().filter(|e| e.pid >> PID_SHIFT == 1).map(|e| e.ts_ns).collect::<Vec<_>>();
+    let mut want = own.iter().map(|e| (e.ts_ns as i64 + shift) as u64).collect::<Vec<_>>();
+    theirs.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(theirs, want);
+}
+
+/// Two live streams merged as they arrive (host 2's first, so its records wait for host
+/// 1's header) give the events the report places, record for record.
+#[test]
+fn a_live_merge_places_the_records_as_the_report_does() {
+    let files = both();
+    let (one, two) = (records(&files[0]), records(&files[1]));
+    let mut merge = Merge::new(2);
+    let mut placed = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    // Host 2 runs ahead by 50 records, then they alternate.
+    while i < one.len() || j < two.len() {
+        let (src, rec) = if j < two.len() && (j < 50 || i >= one.len() || j <= i + 50) {
+            j += 1;
+            (1, two[j - 1].clone())
+        } else {
+            i += 1;
+            (0, one[i - 1].clone())
+        };
+        placed.extend(merge.take(src, rec));
+    }
+    let mut live: Vec<(u64, u32, Option<u64>)> = placed
+        .iter()
+        .filter_map(|(_, r)| if let Record::Event(e) = r { Some((e.ts_ns, e.pid, e.seq)) } else { None })
+        .collect();
+    let mut report: Vec<(u64, u32, Option<u64>)> =
+        read(&files, OPTS, true).unwrap().events.iter().map(|e| (e.ts_ns, e.pid, e.seq)).collect();
+    live.sort_unstable();
+    report.sort_unstable();
+    assert_eq!(live.len(), report.len());
+    assert_eq!(live, report);
+    assert!(merge.settled().is_some(), "both sent stats");
+}
+
+#[test]
+fn the_perfetto_export_draws_posts_to_the_completions_on_the_other_host() {
+    let r = read(&both(), OPTS, true).unwrap();
+    let hosts: Vec<perfetto::Host> = r
+        .headers
+        .iter()
+        .zip(&r.placed)
+        .enumerate()
+        .map(|(i, (h, p))| perfetto::Host {
+            name: h.as_ref().unwrap().hostname.clone(),
+            placed: p.clone(),
+            other_boot: i > 0,
+        })
+        .collect();
+    let events = r.events.clone();
+    let (story, _, _) = r.live.finish();
+    let doc = perfetto::export(&events, &story, &hosts);
+    let wrong = check_trace_events(&doc);
+    assert!(wrong.is_empty(), "{} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
+    assert!(doc["otherData"]["clocks"][0]["offset"].as_str().is_some_and(|s| s.contains(" ms ± ")));
+    let evs = doc["traceEvents"].as_array().unwrap();
+    let host = |e: &Value| e["pid"].as_u64().unwrap() >> PID_SHIFT;
+    // Each post's arrow ends on a completion handler in the other host's kernel.
+    let mut across = [0, 0];
+    for post in evs.iter().filter(|e| e["name"] == "rxe_post_send" && e["flow_out"] == true) {
+        let id = &post["bind_id"];
+        let done = evs.iter().find(|e| e["bind_id"] == *id && e["flow_in"] == true).expect("its end");
+        assert_eq!(done["name"], "comp_handler", "{post} → {done}");
+        assert_ne!(host(post), host(done), "{post} → {done}");
+        across[host(post) as usize] += 1;
+    }
+    assert!(across[0] > 0 && across[1] > 0, "arrows from both hosts' posts: {across:?}");
+    let names: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"ib_send_bw @rdma-lab-1") && names.contains(&"ib_send_bw @rdma-lab-2"),
+        "{names:?}"
+    );
+}
