@@ -26,6 +26,16 @@ fn track(e: &Event) -> (u32, u32) {
     if e.context == Some(ExecContext::Softirq) { (host_pid, SOFTIRQ_TID + e.cpu) } else { (e.pid, e.tid) }
 }
 
+/// A merged pid or tid as the viewers show it (they print it beside the process name):
+/// another host's as its index × 10^7 + its own (`10000185` is pid 185 on the second
+/// host; Linux pids stay under 2^22), a softirq track's as it is.
+fn shown(id: u32) -> u64 {
+    if id >= SOFTIRQ_TID {
+        return u64::from(id);
+    }
+    u64::from(host_of(id)) * 10_000_000 + u64::from(id & ((1 << PID_SHIFT) - 1))
+}
+
 /// A merged capture's host: its name, and its clock against the first capture's.
 pub struct Host {
     pub name: String,
@@ -160,7 +170,7 @@ pub fn export(events: &[Event], story: &Story, hosts: &[Host]) -> Value {
     let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
     let mut trace: Vec<Value> = names(events, hosts);
     for s in &slices {
-        let (pid, tid) = s.track;
+        let (pid, tid) = (shown(s.track.0), shown(s.track.1));
         let mut ev = json!({"name": s.name, "cat": s.cat, "pid": pid, "tid": tid, "ts": us(s.start_ns), "args": s.args});
         match (s.end_ns, s.flow) {
             (Some(end), _) => {
@@ -276,10 +286,14 @@ fn names(events: &[Event], hosts: &[Host]) -> Vec<Value> {
     }
     let mut out: Vec<Value> = procs
         .iter()
-        .map(|(pid, name)| json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))
+        .map(|(pid, name)| {
+            json!({"ph": "M", "name": "process_name", "pid": shown(*pid), "tid": 0, "args": {"name": name}})
+        })
         .collect();
     out.extend(threads.iter().map(
-        |((pid, tid), name)| json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}),
+        |((pid, tid), name)| {
+            json!({"ph": "M", "name": "thread_name", "pid": shown(*pid), "tid": shown(*tid), "args": {"name": name}})
+        },
     ));
     out
 }

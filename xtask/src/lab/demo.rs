@@ -2,7 +2,8 @@
 //! rxe0. In a terminal: the TUI on the host, fed by the daemon in the guest through a
 //! virtio-serial port, over the companion workload in a loop and a perftest pair; `q` ends
 //! it and powers the guest off (its console is kept in a log). Without a terminal (CI): the
-//! text stream on the console, then a story.
+//! text stream on the console, then a story. `--hosts 2`: two guests on a wire, a daemon in
+//! each, both on one TUI.
 
 use super::qemu::Extras;
 use super::{DemoArgs, Mode, Series};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 const DEMO_SH: &str = include_str!("guest/demo.sh");
 const DEMO_TUI_SH: &str = include_str!("guest/demo-tui.sh");
+const DEMO_PAIR_SH: &str = include_str!("guest/demo-pair.sh");
 
 pub fn demo(a: DemoArgs) -> Result<()> {
     let series = a.kernel.unwrap_or(Series::TrixieBackports);
@@ -24,6 +26,13 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&[series])?;
     let timeout = Duration::from_secs(a.timeout.unwrap_or(900));
+    if a.hosts == 2 {
+        if !std::io::stdout().is_terminal() || a.text {
+            bail!("demo --hosts 2 shows both hosts on the TUI: run it in a terminal");
+        }
+        let guest = guests.into_iter().next().context("a guest")?;
+        return pair(&bin, guest);
+    }
     if !std::io::stdout().is_terminal() || a.text {
         let mode = Mode::Script { script: DEMO_SH, files: &[], timeout, log: "demo.console.log" };
         let rc = super::run_guest(&guests[0], mode)?.unwrap_or(0);
@@ -65,7 +74,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let tui = watch_tui(&bin, &socket, &booted);
+    let tui = watch_tui(&bin, std::slice::from_ref(&socket), &booted);
     stop.store(true, Ordering::Relaxed);
     let guest = booted.join().map_err(|_| anyhow::anyhow!("the guest thread panicked"))?;
     let tui = tui?;
@@ -78,19 +87,63 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     Ok(())
 }
 
+/// Two guests on a wire, a daemon in each serving the host through its own virtio port,
+/// and one TUI on the host connected to both.
+fn pair(bin: &std::path::Path, guest: super::Guest) -> Result<()> {
+    let sockets: Vec<_> = [1, 2].iter().map(|h| super::share_dir().join(format!("demo-{h}.sock"))).collect();
+    sockets.iter().for_each(|s| drop(std::fs::remove_file(s)));
+    let stop = Arc::new(AtomicBool::new(false));
+    step(&format!(
+        "demo: two guests; their consoles go to {}",
+        super::out_dir(guest.series).join("demo-pair.host{1,2}.console.log").display()
+    ));
+    let (for_guests, stopped) = (sockets.clone(), stop.clone());
+    let booted = std::thread::spawn(move || {
+        let extras = |host: u8| super::qemu::Extras {
+            virtio_socket: Some(for_guests[usize::from(host) - 1].clone()),
+            console_off_terminal: true,
+            stop: Some(stopped.clone()),
+            ..Default::default()
+        };
+        super::run_pair_with(&guest, DEMO_PAIR_SH, &[], Duration::from_secs(24 * 3600), "demo-pair", &extras)
+            .map(|rcs| rcs.into_iter().find(|&rc| rc != 0))
+    });
+    let t0 = Instant::now();
+    while !sockets.iter().all(|s| s.exists()) {
+        if booted.is_finished() || t0.elapsed() > Duration::from_secs(120) {
+            stop.store(true, Ordering::Relaxed);
+            booted.join().map_err(|_| anyhow::anyhow!("the guests' thread panicked"))??;
+            bail!("QEMU did not open {}", sockets[0].display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tui = watch_tui(bin, &sockets, &booted);
+    stop.store(true, Ordering::Relaxed);
+    let guests = booted.join().map_err(|_| anyhow::anyhow!("the guests' thread panicked"))?;
+    let tui = tui?;
+    guests?;
+    sockets.iter().for_each(|s| drop(std::fs::remove_file(s)));
+    if !tui.success() {
+        bail!("the TUI exited with {tui}");
+    }
+    step("demo: done");
+    Ok(())
+}
+
 /// Runs the TUI on the host until it quits; if the guest stops first (its script failed),
 /// the TUI is told to end (SIGTERM: it restores the terminal) and the guest's failure is
 /// what the demo reports.
 fn watch_tui(
     bin: &std::path::Path,
-    socket: &std::path::Path,
+    sockets: &[std::path::PathBuf],
     booted: &std::thread::JoinHandle<Result<Option<i32>>>,
 ) -> Result<std::process::ExitStatus> {
-    let mut child = std::process::Command::new(bin)
-        .args(["tui", "--connect"])
-        .arg(socket)
-        .spawn()
-        .context("starting the TUI")?;
+    let mut tui = std::process::Command::new(bin);
+    tui.arg("tui");
+    for s in sockets {
+        tui.arg("--connect").arg(s);
+    }
+    let mut child = tui.spawn().context("starting the TUI")?;
     loop {
         if let Some(st) = child.try_wait()? {
             return Ok(st);

@@ -101,6 +101,10 @@ pub struct DemoArgs {
     /// The text stream on the console instead of the TUI (what runs without a terminal).
     #[arg(long)]
     pub text: bool,
+    /// 2: two guests on a wire, a daemon in each (each measuring the other's clock), the
+    /// perftest and rping pairs split across them, both on one TUI (needs a terminal).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub hosts: u8,
 }
 
 /// A kernel ready to boot.
@@ -317,6 +321,21 @@ pub fn run_pair(
     timeout: Duration,
     log: &str,
 ) -> Result<[i32; 2]> {
+    run_pair_with(g, script, files, timeout, log, &|host| qemu::Extras {
+        console_off_terminal: host == 2,
+        ..Default::default()
+    })
+}
+
+/// `run_pair` with what else each guest needs (`extras(host)`; its wire is set here).
+pub fn run_pair_with(
+    g: &Guest,
+    script: &str,
+    files: &[(&str, String)],
+    timeout: Duration,
+    log: &str,
+    extras: &(dyn Fn(u8) -> qemu::Extras + Sync),
+) -> Result<[i32; 2]> {
     // Two UDP ports on the loopback, per run (a second lab on this machine picks others).
     let base = 20_000 + (std::process::id() % 20_000) as u16 * 2;
     let wire = |host: u8| qemu::Wire {
@@ -332,11 +351,7 @@ pub fn run_pair(
         let runs: Vec<_> = [1u8, 2]
             .into_iter()
             .map(|host| {
-                let extras = qemu::Extras {
-                    wire: Some(wire(host)),
-                    console_off_terminal: host == 2,
-                    ..Default::default()
-                };
+                let extras = qemu::Extras { wire: Some(wire(host)), ..extras(host) };
                 let log = &logs[usize::from(host) - 1];
                 s.spawn(move || {
                     let mode = Mode::Script { script, files, timeout, log };
