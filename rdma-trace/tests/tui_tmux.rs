@@ -408,6 +408,30 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
         s.contains("280@rdma-lab-1") && s.contains("273@rdma-lab-2")
     });
     assert!(!s.contains("4194"), "no merged pid shown raw:\n{s}");
+    // The Completions screen: a CQ of rping on host 2 begins its path at the post on its
+    // peer, host 1's rping QP (the QPs the report pairs; both streams must have been
+    // joined: the story waits for the slower host).
+    let files = [lab.join("pair-6.12.host1.jsonl.zst"), lab.join("pair-6.12.host2.jsonl.zst")];
+    let opts = rdma_trace::cli::ReadOpts { strict: true, follow: false };
+    let r = rdma_trace::cmd::report::build(&files, opts).unwrap();
+    let rping =
+        r.qps.iter().find(|q| q.hostname == "rdma-lab-2" && q.comm == "rping" && q.peer.is_some()).unwrap();
+    let want =
+        format!("a post on its peer, qp {:#x} @rdma-lab-1 → this CQ", rping.peer.as_ref().unwrap().qpn);
+    t.keys("4");
+    // Every CQ of the two captures listed: both streams were read to their trailers.
+    let cqs = rdma_trace::cmd::report::read(&files, opts, false).unwrap().live.finish().0.cqs.len();
+    t.wait_until("every CQ listed", |s| s.lines().filter(|l| l.starts_with("│0x")).count() >= cqs);
+    let mut found = false;
+    for _ in 0..8 {
+        if t.screen().contains(&want) {
+            found = true;
+            break;
+        }
+        t.keys("Down");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(found, "no CQ path begins {want:?}:\n{}", t.screen());
     drop(t);
     da.join().ok();
     db.join().ok();

@@ -94,14 +94,26 @@ fn several(sockets: Vec<std::path::PathBuf>) -> Result<i32> {
         feeder.model.finished = Some("connecting…".into());
         feeder.offer(true);
         let mut merge = Merge::new(sockets.len());
-        while let Ok(t) = records.recv() {
+        feeder.live.settle_only();
+        loop {
+            // Not only when a record comes: what the last one settled is shown too.
+            let t = match records.recv_timeout(Duration::from_millis(50)) {
+                Ok(t) => Some(t),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             match t {
-                Tagged::Record(i, r) => {
+                None => {}
+                Some(Tagged::Record(i, r)) => {
                     for (j, r) in merge.take(i, r) {
+                        if matches!(r, Record::Trailer(_)) {
+                            // Its last record: it holds the others back no more.
+                            merge.ended(j);
+                        }
                         feed_one(&mut feeder, &merge, j, r);
                     }
                 }
-                Tagged::Ended(i, why) => {
+                Some(Tagged::Ended(i, why)) => {
                     merge.ended(i);
                     feeder.model.hosts[i].ended = Some(why);
                 }

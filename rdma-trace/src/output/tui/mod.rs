@@ -372,7 +372,7 @@ fn key(
             let shown = screens::shown_events(model, ui);
             if let Some(e) = ui.pick(&shown) {
                 let title = format!("{} whole (↑↓ scroll, enter or esc close)", e.name);
-                ui.explain = Some(screens::event_detail(e).join("\n"));
+                ui.explain = Some(screens::event_detail(model, e).join("\n"));
                 (ui.explain_title, ui.explain_scroll) = (Some(title), 0);
             }
         }

@@ -40,6 +40,19 @@ pub struct MapRow {
 pub struct CqRow {
     pub comm: String,
     pub cq: CqStory,
+    /// Where its completions' posts were, and the time from them (`correlate::qps`): the
+    /// path's first hop, when soft-RoCE's doorbells were seen.
+    pub post: Option<PostHop>,
+}
+
+/// A CQ's completions joined to posts: on the QP's peer (another host's, or this one's)
+/// or on the QP itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PostHop {
+    /// `qp 0x13 @rdma-lab-2`.
+    pub from: String,
+    pub across: bool,
+    pub ns: Samples,
 }
 
 impl std::ops::Deref for MrRow {
@@ -127,6 +140,8 @@ pub struct Model {
     /// Several sources (`tui --connect A --connect B`): one line each, in source order
     /// (a merged pid's host part is its index). Empty for one source.
     pub hosts: Vec<HostLine>,
+    /// `source` in few cells, for a narrow status line (`2 hosts -249.4±1.5ms`).
+    pub source_compact: Option<String>,
 }
 
 /// One source of several: its host, kernel, clock against the first's, and loss.
@@ -137,6 +152,7 @@ pub struct HostLine {
     /// Against the first source's clock: the measured offset and its error bar, or that
     /// it was not measured (empty for the first, or one of its boot).
     pub clock: String,
+    pub clock_compact: String,
     pub lost: u64,
     /// Its stream ended (why).
     pub ended: Option<String>,
@@ -168,6 +184,7 @@ impl Model {
         self.answer.clone_from(&newer.answer);
         self.hosts.clone_from(&newer.hosts);
         self.source.clone_from(&newer.source);
+        self.source_compact.clone_from(&newer.source_compact);
     }
 
     /// Source `i`'s header (of several), placed on the first's clock as `placement` says.
@@ -175,12 +192,15 @@ impl Model {
         let line = &mut self.hosts[i];
         line.name.clone_from(&h.hostname);
         line.kernel.clone_from(&h.kernel_release);
-        line.clock = match placement {
+        (line.clock, line.clock_compact) = match placement {
             Some(p) if p.other_boot => match &p.placed {
-                Some(c) => crate::clock::offset_text(c.offset_ns, c.error_ns),
-                None => "clock not measured".into(),
+                Some(c) => (
+                    crate::clock::offset_text(c.offset_ns, c.error_ns),
+                    format!("{:+.1}±{:.1}ms", c.offset_ns as f64 / 1e6, c.error_ns as f64 / 1e6),
+                ),
+                None => ("clock not measured".into(), "clock?".into()),
             },
-            _ => String::new(),
+            _ => (String::new(), String::new()),
         };
         let names: Vec<String> = self
             .hosts
@@ -188,12 +208,35 @@ impl Model {
             .map(|l| if l.clock.is_empty() { l.name.clone() } else { format!("{} {}", l.name, l.clock) })
             .collect();
         self.source = names.join(" · ");
+        let offsets: Vec<String> =
+            self.hosts.iter().filter(|l| !l.clock.is_empty()).map(|l| l.clock_compact.clone()).collect();
+        self.source_compact =
+            Some(format!("{} hosts {}", self.hosts.len(), offsets.join(",")).trim_end().to_string());
     }
 
     /// Source `i`'s accounting (of several): what the screen calls lost is every host's.
     pub fn host_stats(&mut self, i: usize, s: &Stats) {
         self.hosts[i].lost = s.sites.iter().flat_map(|c| c.lost.values()).sum();
         self.lost_total = self.hosts.iter().map(|h| h.lost).sum();
+    }
+
+    /// The first hop of `c`'s completions: from the posts they were joined to, on the
+    /// peer of the QP whose receive CQ it is, else on the QP whose send CQ it is.
+    fn post_hop(&self, qps: &crate::pipeline::correlate::qps::QpStory, c: &CqStory) -> Option<PostHop> {
+        let mine = qps.rows.values().filter(|q| q.key.host == c.host && c.kernel != 0);
+        let name = |k: crate::pipeline::correlate::qps::QpKey| {
+            let host = self.hosts.get(k.host as usize).filter(|_| self.hosts.len() > 1);
+            format!("qp {:#x}{}", k.qpn, host.map(|h| format!(" @{}", h.name)).unwrap_or_default())
+        };
+        let across = mine
+            .clone()
+            .filter(|q| q.recv_cq == c.kernel && q.after_peer_post > 0)
+            .find_map(|q| Some(PostHop { from: name(q.peer?), across: true, ns: q.across_ns.clone() }));
+        across.or_else(|| {
+            mine.filter(|q| q.send_cq == c.kernel && q.after_own_post > 0)
+                .map(|q| PostHop { from: name(q.key), across: false, ns: q.own_ns.clone() })
+                .next()
+        })
     }
 
     /// A process as the screens name it: its pid, and with several hosts the host's name
@@ -253,7 +296,10 @@ impl Model {
         maps.sort_by_key(|r| r.event.map_or(0, |i| i + 1));
         self.maps = newest(maps);
         self.cqs = (story.cqs.iter())
-            .map(|(h, c)| (*h, CqRow { comm: c.pid.map(comm).unwrap_or_default(), cq: c.clone() }))
+            .map(|(h, c)| {
+                let post = self.post_hop(&story.qps, c);
+                (*h, CqRow { comm: c.pid.map(comm).unwrap_or_default(), cq: c.clone(), post })
+            })
             .collect();
         self.pin_ns.clone_from(&story.pin_ns);
         self.wakeup_ns.clone_from(&story.wakeup_ns);

@@ -147,9 +147,15 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     parts.push((Span::raw(" │ ? help"), vec![]));
     let width = |parts: &[Part]| parts.iter().map(|(s, _)| s.width()).sum::<usize>();
     let avail = area.width as usize;
-    // Rank 1: the source takes what the rest leaves it, down to 12 cells.
+    // Rank 1: the source takes what the rest leaves it, down to 12 cells (several hosts
+    // say how many and their clocks' offsets before a name is cut).
     let rest = width(&parts) - parts[0].0.width();
-    parts[0].0 = Span::raw(shorten_source(&source, avail.saturating_sub(rest).max(12) as u16));
+    let room = avail.saturating_sub(rest).max(12);
+    let source = match &m.source_compact {
+        Some(c) if usize::from(fit::width(&source)) > room => c.clone(),
+        _ => source,
+    };
+    parts[0].0 = Span::raw(shorten_source(&source, room as u16));
     for rank in 2..=8 {
         if width(&parts) <= avail {
             break;
@@ -390,15 +396,21 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         return;
     };
     let ctx = c.by_context.keys().cloned().collect::<Vec<_>>().join("/");
-    let lines = [
+    let mut lines = vec![
         format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)"),
         format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),
         format!("       └─ channel read returns      +{}", p50_p99(&c.wakeup_ns)),
         format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns)),
     ];
+    if let Some(p) = &c.post {
+        // The hop before: the doorbell the completion follows (the newest post before it:
+        // a lower bound where posts queue).
+        let how = if p.across { "a post on its peer" } else { "its own post, acknowledged" };
+        lines.insert(0, format!("{how}, {} → this CQ  ≥{}", p.from, p50_p99(&p.ns)));
+    }
     let block = titled(&format!("completion path of CQ {:#x}", c.handle), chain);
     let [text, caption, hist, axis] = Layout::vertical([
-        Constraint::Length(4),
+        Constraint::Length(lines.len() as u16),
         Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
@@ -487,19 +499,29 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let block = titled("detail (enter: the whole event)", detail);
     let inner = block.inner(detail);
     let dim = Style::new().add_modifier(Modifier::DIM);
-    let lines = in_rows(&event_detail(e), inner.width, inner.height, "enter: the whole event", dim);
+    let lines = in_rows(&event_detail(m, e), inner.width, inner.height, "enter: the whole event", dim);
     f.render_widget(Paragraph::new(lines).block(block), detail);
 }
 
-/// An event's line; with several hosts, the host's name first (its pids are the merged ones).
+/// An event's line; with several hosts, the host's name first and its own pid and tid
+/// (not the merged ones).
 fn event_line(m: &Model, e: &crate::event::Event) -> String {
     let line = crate::output::text::line(e);
     if m.hosts.len() > 1 {
         let host = m.hosts.get(crate::event::host_of(e.pid) as usize).map_or("?", |h| h.name.as_str());
-        format!("@{host} {line}")
+        format!("@{host} {}", own_ids(&line, e))
     } else {
         line
     }
+}
+
+/// `[pid/tid]` in an event's text as its host numbers them.
+fn own_ids(text: &str, e: &crate::event::Event) -> String {
+    let own = |id: u32| id & ((1 << crate::event::PID_SHIFT) - 1);
+    if own(e.pid) == e.pid && own(e.tid) == e.tid {
+        return text.to_string();
+    }
+    text.replacen(&format!("[{}/{}]", e.pid, e.tid), &format!("[{}/{}]", own(e.pid), own(e.tid)), 1)
 }
 
 /// `all` in a box `w` cells wide and `rows` high: a line each, cut with `…`; when they do
@@ -517,8 +539,9 @@ fn in_rows(all: &[impl AsRef<str>], w: u16, rows: u16, how: &str, style: Style) 
 
 /// An event whole, a line each: what and where, its fields, its stack (frames the catalog
 /// knows are annotated).
-pub fn event_detail(e: &crate::event::Event) -> Vec<String> {
-    let mut lines = vec![format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), e.pid)];
+pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
+    let mut lines =
+        vec![format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), m.who(e.pid))];
     lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, *v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();

@@ -60,6 +60,10 @@ pub struct CqStory {
     pub handler_ns: Samples,
     pub wakeup_ns: Samples,
     pub library_ns: Samples,
+    /// The kernel's `struct ib_cq *` and the host it is on (`event::host_of`): what a QP's
+    /// send and receive CQs are known by (`qps`).
+    pub kernel: u64,
+    pub host: u32,
 }
 
 /// What joins a CQ's hops between events (its rows are the story's).
@@ -77,6 +81,8 @@ impl Cqs {
         let handle = cq_handle(e).unwrap_or(0);
         let cq = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
         cq.pid = owner.or(cq.pid);
+        cq.kernel = e.field("cq").unwrap_or(cq.kernel);
+        cq.host = crate::event::host_of(e.pid);
         cq.completions += 1;
         cq.latest = Some(i);
         *cq.by_context.entry(context_name(e.context).into()).or_default() += 1;

@@ -165,6 +165,10 @@ pub struct Live {
     evicted_through_ns: Option<u64>,
     next_index: usize,
     newest_ns: u64,
+    /// Several sources (`serve::merge`): the newest event pushed does not move the window
+    /// (a source ahead of the others would let theirs be joined late); only `settle`, with
+    /// the time every source has reached, does (and `reorder_max`).
+    settle_only: bool,
     window: BinaryHeap<Reverse<Waiting>>,
     /// Every event before this time has been joined (or will count as late).
     joined_through_ns: u64,
@@ -190,6 +194,7 @@ impl Live {
             evicted_through_ns: None,
             next_index: 0,
             newest_ns: 0,
+            settle_only: false,
             window,
             joined_through_ns: 0,
             to_join,
@@ -206,15 +211,23 @@ impl Live {
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
         self.window.push(Reverse(Waiting { ts_ns: ev.ts_ns, index, ev }));
         while let Some(Reverse(w)) = self.window.peek() {
-            let due = self.newest_ns.saturating_sub(w.ts_ns) >= self.limits.reorder_ns
-                || self.window.len() > self.limits.reorder_max;
-            if !due {
+            let by_time =
+                !self.settle_only && self.newest_ns.saturating_sub(w.ts_ns) >= self.limits.reorder_ns;
+            if !by_time && self.window.len() <= self.limits.reorder_max {
                 break;
             }
             self.join_next();
         }
-        self.through(self.newest_ns.saturating_sub(self.limits.reorder_ns));
+        if !self.settle_only {
+            self.through(self.newest_ns.saturating_sub(self.limits.reorder_ns));
+        }
         index
+    }
+
+    /// From now on only `settle` moves the reorder window (several sources, each at its
+    /// own pace: the window follows the one furthest behind).
+    pub fn settle_only(&mut self) {
+        self.settle_only = true;
     }
 
     /// Joins what waited long enough by the clock `now_ns` (the events' clock: a live
