@@ -80,8 +80,8 @@ impl ReadReport {
 /// A capture as a buffered stream: `-` is stdin; zstd is decompressed (recognised by its
 /// magic, whatever the name). A compressed capture cut mid-frame (a killed run) ends where
 /// its data ends; the reader then reports it cut short.
-pub fn open(path: &std::path::Path) -> io::Result<Box<dyn BufRead>> {
-    let input: Box<dyn BufRead> = if path == std::path::Path::new("-") {
+pub fn open(path: &std::path::Path) -> io::Result<Box<dyn BufRead + Send>> {
+    let input: Box<dyn BufRead + Send> = if path == std::path::Path::new("-") {
         Box::new(io::BufReader::with_capacity(1 << 16, io::stdin()))
     } else {
         Box::new(io::BufReader::with_capacity(1 << 16, std::fs::File::open(path)?))
@@ -97,7 +97,7 @@ pub fn is_zstd(path: &std::path::Path) -> bool {
 }
 
 /// `input` as it reads, decompressed if it starts with the zstd magic.
-pub fn decoded<'a>(mut input: Box<dyn BufRead + 'a>) -> io::Result<Box<dyn BufRead + 'a>> {
+pub fn decoded<'a>(mut input: Box<dyn BufRead + Send + 'a>) -> io::Result<Box<dyn BufRead + Send + 'a>> {
     let head = loop {
         match input.fill_buf() {
             Ok(b) => break b,

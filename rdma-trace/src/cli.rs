@@ -174,10 +174,14 @@ pub struct TuiArgs {
     /// A capture to replay (plain or zstd).
     #[arg(conflicts_with_all = ["connect", "probes", "pids", "command"])]
     pub file: Option<PathBuf>,
-    /// Show a daemon's stream (`rdma-trace daemon`). Repeat for several daemons (one per
-    /// host, say both ends of a connection) on one screen: each host's processes are kept
-    /// apart and named with their host, and the others' events are placed on the first's
-    /// clock by the offset their daemons measured (`daemon --clock-peer`).
+    /// Show a daemon's stream (`rdma-trace daemon`): its socket, or `ssh://[USER@]HOST[:PORT]
+    /// [/SOCKET]` for one on another host (over your own ssh, which runs `rdma-trace trace
+    /// --connect SOCKET -o -` there; `RDMA_TRACE_SSH` is the ssh command, like
+    /// `GIT_SSH_COMMAND`). A capture file or `-` is read as a source too (at once, with no
+    /// replay clock). Repeat for several sources (one per host, say both ends of a
+    /// connection) on one screen: each host's processes are kept apart and named with their
+    /// host, and the others' events are placed on the first's clock by the offset their
+    /// daemons measured (`daemon --clock-peer`).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command"])]
     pub connect: Vec<PathBuf>,
     /// Only these probes (live); repeatable.
@@ -316,7 +320,8 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
     pub kretprobe_instances: u32,
     /// Show a daemon's stream instead of tracing here (`rdma-trace daemon`): no root or
-    /// RDMA needed. With -o the stream is also written to a capture file.
+    /// RDMA needed. With -o the stream is also written to a capture file. SOCKET may be
+    /// `ssh://[USER@]HOST[:PORT][/SOCKET]`: a daemon on another host, over your own ssh.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command", "redact"])]
     pub connect: Option<PathBuf>,
     /// Run this command under the tracer and watch its syscalls from its first one.

@@ -390,15 +390,16 @@ fn stream_once(socket: &Path, capture: &Path) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// Both ends of a connection on one screen: `tui --connect A --connect B`.
+/// Both ends of a connection on one screen: `tui --connect A --connect B`, A a daemon's
+/// socket, B a capture file (a source as well).
 #[test]
 fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
     let dir = std::env::temp_dir().join(format!("rt-tui-pair-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let lab = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
-    let (a, b) = (dir.join("a.sock"), dir.join("b.sock"));
+    let a = dir.join("a.sock");
     let da = stream_once(&a, &lab.join("pair-6.12.host1.jsonl.zst"));
-    let db = stream_once(&b, &lab.join("pair-6.12.host2.jsonl.zst"));
+    let b = lab.join("pair-6.12.host2.jsonl.zst");
     let t = open(&format!("tui --connect {} --connect {}", a.display(), b.display()), 200, 60);
     // The status line: the first host, the second with its measured offset (host 1's
     // daemon measured it: -249.445 ms ± 1.477 ms).
@@ -432,8 +433,17 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(found, "no CQ path begins {want:?}:\n{}", t.screen());
+    // Filtered by host: only host 2's CQs are left, each named with it.
+    let theirs = rdma_trace::cmd::report::read(&files[1..], opts, false).unwrap().live.finish().0.cqs.len();
+    t.keys("/");
+    t.keys("@rdma-lab-2");
+    t.keys("Enter");
+    let s =
+        t.wait_until("host 2's CQs only", |s| s.lines().filter(|l| l.starts_with("│0x")).count() == theirs);
+    for row in s.lines().filter(|l| l.starts_with("│0x")) {
+        assert!(row.contains("@rdma-lab-2"), "a row of another host under the filter: {row}\n{s}");
+    }
     drop(t);
     da.join().ok();
-    db.join().ok();
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -24,6 +24,8 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("tmux", "terminal tests of the TUI"),
     ("libibverbs1", "host test of uprobe symbol-version resolution on libibverbs"),
     ("binutils", "readelf, the independent reading of symbol versions in that test"),
+    ("openssh-server", "a real sshd on the loopback for the test of `--connect ssh://`"),
+    ("openssh-client", "ssh and ssh-keygen: what `--connect ssh://` runs, and that test's keys"),
 ];
 
 /// Debian packages installed into the lab guest (Debian trixie), each with the reason.

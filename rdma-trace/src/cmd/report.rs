@@ -31,7 +31,7 @@ pub struct Read {
 
 /// One capture being read: its next timed record (an event, or a step at its end).
 struct Source {
-    reader: Reader<Box<dyn std::io::BufRead>>,
+    reader: Reader<Box<dyn std::io::BufRead + Send>>,
     next: Option<Record>,
     /// Its times and pids onto the first capture's.
     placement: Placement,

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 /// The capture as a reader (plain or zstd; `-` is stdin; `--follow` waits for more).
-fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead>>> {
+fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead + Send>>> {
     if opts.follow && file != Path::new("-") && crate::source::capture::is_zstd(file) {
         anyhow::bail!(
             "--follow reads plain captures: {} is zstd (a frame still being written cannot be followed)",

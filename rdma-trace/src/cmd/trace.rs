@@ -257,7 +257,8 @@ fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
     if a.max_size.is_some() {
         bail!("--max-size does not apply to --connect (the daemon's stream is kept as it comes)");
     }
-    let input = match crate::serve::client::connect(socket, crate::serve::Want::Both) {
+    let source = crate::serve::client::Source::parse(socket).map_err(anyhow::Error::msg)?;
+    let input = match source.open(crate::serve::Want::Both) {
         Ok(i) => i,
         Err(why) => {
             eprintln!("rdma-trace: {why}");

@@ -56,14 +56,20 @@ pub fn run(a: TuiArgs) -> Result<i32> {
     live(a)
 }
 
-/// Connects to the daemon at `socket`, trying again for a while (it may still be
-/// starting: a lab guest booting); `waiting` is told while it does.
+/// Opens a source: a daemon's socket is tried again for a while (it may still be starting:
+/// a lab guest booting), and `waiting` is told while it is; ssh and files are tried once.
 fn connect(socket: &Path, waiting: &mut dyn FnMut(&str)) -> Result<Box<dyn std::io::BufRead + Send>, String> {
+    use crate::serve::client::Source;
     let t0 = Instant::now();
+    let source = Source::parse(socket)?;
     loop {
-        match crate::serve::client::connect(socket, crate::serve::Want::Both) {
+        match source.open(crate::serve::Want::Both) {
             Ok(i) => return Ok(i),
-            Err(why) if t0.elapsed() > CONNECT_FOR || why.starts_with("rdma-trace daemon:") => {
+            Err(why)
+                if t0.elapsed() > CONNECT_FOR
+                    || why.starts_with("rdma-trace daemon:")
+                    || !matches!(source, Source::Socket(_)) =>
+            {
                 return Err(why);
             }
             Err(_) => {

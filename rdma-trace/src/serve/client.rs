@@ -1,5 +1,7 @@
 //! Subscribing to a daemon (`trace --connect SOCKET`): no root and no RDMA needed on this
 //! side. The stream is read with the capture reader; a refusal is the daemon's one line.
+//! A daemon on another host is reached over the user's own ssh: `ssh://[USER@]HOST[:PORT]
+//! [/SOCKET]` runs `rdma-trace trace --connect SOCKET -o -` there and reads its stream.
 
 use super::{Hello, Want};
 use std::io::{BufRead, BufReader, Write};
@@ -45,5 +47,169 @@ impl<R: std::io::Read, W: Write> std::io::Read for Tee<R, W> {
         self.out.write_all(&buf[..n])?;
         self.out.flush()?;
         Ok(n)
+    }
+}
+
+/// Where a stream of records comes from: a daemon's Unix socket here, a daemon on another
+/// host reached over ssh, a capture file, or `-` (standard input).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Socket(std::path::PathBuf),
+    Ssh {
+        destination: String,
+        port: Option<u16>,
+        socket: String,
+    },
+    /// A capture (plain or zstd), or `-`: read as it is, without the replay's clock.
+    File(std::path::PathBuf),
+}
+
+/// The daemon's socket when `ssh://HOST` names none.
+pub const REMOTE_SOCKET: &str = super::socket::DEFAULT_SOCKET;
+
+impl Source {
+    /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (the socket an absolute path); `-` or a regular
+    /// file, a capture; else a socket path (which may not be there yet: a daemon starting).
+    pub fn parse(spec: &Path) -> Result<Source, String> {
+        let Some(rest) = spec.to_str().and_then(|s| s.strip_prefix("ssh://")) else {
+            let file = spec == Path::new("-") || std::fs::metadata(spec).is_ok_and(|m| m.is_file());
+            return Ok(if file {
+                Source::File(spec.to_path_buf())
+            } else {
+                Source::Socket(spec.to_path_buf())
+            });
+        };
+        let (authority, socket) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].to_string()),
+            None => (rest, REMOTE_SOCKET.to_string()),
+        };
+        let (destination, port) = match authority.rsplit_once(':') {
+            Some((d, p)) => {
+                (d, Some(p.parse::<u16>().map_err(|_| format!("{}: not a port: {p}", spec.display()))?))
+            }
+            None => (authority, None),
+        };
+        if socket.contains(['\'', '\\']) || socket.chars().any(char::is_control) {
+            return Err(format!(
+                "{}: the socket path cannot hold quotes or control characters",
+                spec.display()
+            ));
+        }
+        if destination.is_empty() || destination.starts_with('-') {
+            return Err(format!("{}: no host to reach (ssh://[USER@]HOST[:PORT][/SOCKET])", spec.display()));
+        }
+        Ok(Source::Ssh { destination: destination.to_string(), port, socket })
+    }
+
+    /// How it is named on screen.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Socket(p) | Source::File(p) => p.display().to_string(),
+            Source::Ssh { destination, socket, .. } => format!("ssh://{destination}{socket}"),
+        }
+    }
+
+    /// The daemon's stream (positioned at its first record), or why not.
+    pub fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, String> {
+        match self {
+            Source::Socket(p) => connect(p, want),
+            Source::Ssh { destination, port, socket } => over_ssh(destination, *port, socket),
+            Source::File(p) => {
+                crate::source::capture::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            }
+        }
+    }
+}
+
+/// The ssh command: `RDMA_TRACE_SSH` (words, like `GIT_SSH_COMMAND`: `ssh -i key -o …`),
+/// else `ssh`; never asking for a password on the terminal the screens own.
+fn ssh_command() -> std::process::Command {
+    let words = std::env::var("RDMA_TRACE_SSH").unwrap_or_else(|_| "ssh".into());
+    let mut words = words.split_whitespace();
+    let mut c = std::process::Command::new(words.next().unwrap_or("ssh"));
+    c.args(words).args(["-T", "-o", "BatchMode=yes"]);
+    c
+}
+
+/// Runs `rdma-trace trace --connect SOCKET -o -` on `destination` (the far side's
+/// `rdma-trace`, or `RDMA_TRACE_REMOTE_BIN`) and returns its stream; what ssh or the far
+/// side said, if it ended before any record, is the error.
+fn over_ssh(destination: &str, port: Option<u16>, socket: &str) -> Result<Box<dyn BufRead + Send>, String> {
+    use std::process::Stdio;
+    let remote = std::env::var("RDMA_TRACE_REMOTE_BIN").unwrap_or_else(|_| "rdma-trace".into());
+    let mut c = ssh_command();
+    if let Some(p) = port {
+        c.args(["-p", &p.to_string()]);
+    }
+    c.arg("--").arg(destination).arg(format!("{remote} trace --connect '{socket}' -o -"));
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("ssh://{destination}: cannot run ssh: {e}"))?;
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stderr = child.stderr.take().expect("piped");
+    let keep = said.clone();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).ok();
+        if let Ok(mut s) = keep.lock() {
+            s.push_str(&text);
+        }
+    });
+    let mut r = BufReader::new(ChildStream { out: child.stdout.take().expect("piped"), child });
+    let empty = r.fill_buf().map(<[u8]>::is_empty).unwrap_or(true);
+    if empty {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let said = said.lock().map(|s| s.trim().to_string()).unwrap_or_default();
+        let said = said.lines().last().unwrap_or("no stream").to_string();
+        return Err(format!("ssh://{destination}{socket}: {said}"));
+    }
+    Ok(Box::new(r))
+}
+
+/// A child's stdout that reaps the child when dropped.
+struct ChildStream {
+    out: std::process::ChildStdout,
+    child: std::process::Child,
+}
+
+impl std::io::Read for ChildStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.out.read(buf)
+    }
+}
+
+impl Drop for ChildStream {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_a_socket_or_an_ssh_destination() {
+        let p = |s: &str| Source::parse(Path::new(s));
+        assert_eq!(p("/run/x.sock"), Ok(Source::Socket("/run/x.sock".into())));
+        assert_eq!(p("-"), Ok(Source::File("-".into())));
+        let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lab/pair-7.3.host2.jsonl.zst");
+        assert_eq!(p(capture), Ok(Source::File(capture.into())));
+        assert_eq!(
+            p("ssh://root@host-b"),
+            Ok(Source::Ssh { destination: "root@host-b".into(), port: None, socket: REMOTE_SOCKET.into() })
+        );
+        assert_eq!(
+            p("ssh://host-b:2222/tmp/d.sock"),
+            Ok(Source::Ssh { destination: "host-b".into(), port: Some(2222), socket: "/tmp/d.sock".into() })
+        );
+        assert!(p("ssh://host:port").unwrap_err().contains("not a port"));
+        assert!(p("ssh://-oProxyCommand=x").unwrap_err().contains("no host"));
+        assert!(p("ssh:///sock").unwrap_err().contains("no host"));
+        assert!(p("ssh://h/tmp/a'; rm -rf x").unwrap_err().contains("quotes"));
     }
 }

@@ -106,6 +106,16 @@ pub struct ProcRow {
     pub mrs_total: u64,
     pub refused: u64,
     pub mappings: u64,
+    /// The cgroup its events ran in, where the capture has it.
+    pub cgroup: Option<String>,
+}
+
+impl ProcRow {
+    /// Its container's id, first 12 hex digits (as `docker ps` shows it), where its
+    /// cgroup's path names one.
+    pub fn container(&self) -> Option<&str> {
+        self.cgroup.as_deref().and_then(crate::event::container_of).map(|c| &c[..12])
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -249,6 +259,21 @@ impl Model {
         }
     }
 
+    /// What the filter matches a process by besides its pid and name: `pid@host`, and its
+    /// cgroup's path and `container:<id>` where it ran in one.
+    pub fn tags(&self, pid: u32) -> String {
+        let mut t = self.who(pid);
+        if let Some(p) = self.procs.get(&pid) {
+            if let Some(c) = p.container() {
+                t.push_str(&format!(" container:{c}"));
+            }
+            if let Some(g) = &p.cgroup {
+                t.push_str(&format!(" {g}"));
+            }
+        }
+        t
+    }
+
     pub fn header(&mut self, h: &Header) {
         self.attached = h.probes.iter().filter(|p| p.attached).count();
         self.skipped = h.probes.len() - self.attached;
@@ -328,6 +353,7 @@ fn proc_row(p: &ProcessStory) -> ProcRow {
         mrs_total: p.mrs_total(),
         refused: p.failed_pins_total,
         mappings: p.mappings_total,
+        cgroup: p.cgroup.as_deref().map(str::to_string),
     }
 }
 

@@ -105,7 +105,10 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     let labels = fitting(&procs, inner.height.saturating_sub(lat_rows + 1), 1, |p| {
         let refused = if p.refused > 0 { format!(", {} refused", p.refused) } else { String::new() };
         let who = format!("{} [{}]", render::printable(&p.comm), m.who(p.pid));
-        wrap(&[(0, vec![who, format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total)])], inner.width)
+        let mut words = vec![who];
+        words.extend(p.container().map(|c| format!("container {c}")));
+        words.push(format!("{} live/{} MRs{refused}", p.mrs_live, p.mrs_total));
+        wrap(&[(0, words)], inner.width)
     });
     let n = labels.len();
     let more_row = n < procs.len() && inner.height > lat_rows;

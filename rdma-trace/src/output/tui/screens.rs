@@ -238,20 +238,20 @@ pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
     m.mrs
         .iter()
         .rev()
-        .filter(|r| matches(ui, &[m.who(r.pid), r.comm.clone(), key(r.lkey), key(r.rkey)]))
+        .filter(|r| matches(ui, &[m.tags(r.pid), r.comm.clone(), key(r.lkey), key(r.rkey)]))
         .collect()
 }
 
 /// The mappings the Mmap screen lists, newest first, filtered.
 pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
-    m.maps.iter().rev().filter(|r| matches(ui, &[m.who(r.pid), r.comm.clone()])).collect()
+    m.maps.iter().rev().filter(|r| matches(ui, &[m.tags(r.pid), r.comm.clone()])).collect()
 }
 
 /// The CQs the Completions screen lists, filtered.
 pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
     m.cqs
         .values()
-        .filter(|c| matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), m.who(c.pid.unwrap_or(0))]))
+        .filter(|c| matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), m.tags(c.pid.unwrap_or(0))]))
         .collect()
 }
 
@@ -477,7 +477,7 @@ pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
     m.events
         .iter()
         .rev()
-        .filter(|e| matches(ui, &[m.who(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
+        .filter(|e| matches(ui, &[m.tags(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
         .collect()
 }
 
@@ -553,7 +553,7 @@ pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
 /// The companion's steps, newest first; the selected one's events and checks below.
 fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let shown: Vec<&super::model::StepRow> =
-        m.steps.iter().rev().filter(|s| matches(ui, &[m.who(s.pid), s.name.clone()])).collect();
+        m.steps.iter().rev().filter(|s| matches(ui, &[m.tags(s.pid), s.name.clone()])).collect();
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     let rows: Vec<Vec<Text>> = shown
@@ -614,13 +614,14 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 }
 
 /// The help box's lines: a key and what it does.
-pub const HELP: [&str; 14] = [
+pub const HELP: [&str; 15] = [
     "tab / 1-6   switch screens",
     "↑↓ j k      select a row",
     "e           explain the selected row's path (MR, mapping,",
     "            CQ, event); ↑↓ scroll it, e or esc close it",
     "enter       the selected event whole (Events)",
-    "/           filter by pid, comm, lkey, rkey, CQ; esc clears",
+    "/           filter by pid, comm, lkey, rkey, CQ, @host,",
+    "            container:ID or cgroup path; esc clears",
     "space       pause: a replay stops; live, the screen holds",
     "            still while the counts go on",
     "n           step one event (paused replay)",
