@@ -321,9 +321,11 @@ pub struct TraceArgs {
     pub kretprobe_instances: u32,
     /// Show a daemon's stream instead of tracing here (`rdma-trace daemon`): no root or
     /// RDMA needed. With -o the stream is also written to a capture file. SOCKET may be
-    /// `ssh://[USER@]HOST[:PORT][/SOCKET]`: a daemon on another host, over your own ssh.
+    /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (a daemon on another host, over your own ssh), a
+    /// capture file or `-`. Repeat for several (one per host): one stream on the first's
+    /// clock, each line led by its host (without -o or --story, which take one).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command", "redact"])]
-    pub connect: Option<PathBuf>,
+    pub connect: Vec<PathBuf>,
     /// Run this command under the tracer and watch its syscalls from its first one.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -13,3 +13,8 @@ pub const PID_SHIFT: u32 = 22;
 pub fn host_of(pid: u32) -> u32 {
     pid >> PID_SHIFT
 }
+
+/// A merged pid (or tid) as its own host numbers it.
+pub fn local_pid(pid: u32) -> u32 {
+    pid & ((1 << PID_SHIFT) - 1)
+}

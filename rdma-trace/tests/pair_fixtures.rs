@@ -224,3 +224,70 @@ fn arrows(k: &str) {
         "{names:?}"
     );
 }
+
+/// `trace --connect A --connect B` (here the two hosts' captures as sources): one stream,
+/// every event of both, each line led by its host and showing that host's own pid, on the
+/// first host's clock and in its time order; the second's offset said; each trailer's
+/// account said.
+#[test]
+fn trace_connect_shows_both_hosts_as_one_stream() {
+    for k in KERNELS {
+        let files = both(k);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
+            .arg("trace")
+            .args(files.iter().flat_map(|f| [std::ffi::OsStr::new("--connect"), f.as_os_str()]))
+            .output()
+            .unwrap();
+        let (text, said) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{said}");
+        let h2 = header(&files[1]);
+        let clock = &header(&files[0]).clocks[0];
+        let offset = rdma_trace::clock::offset_text(clock.offset_ns, clock.error_ns());
+        assert!(
+            said.contains(&format!("source 2: {} ({}), its clock {offset}", h2.hostname, h2.kernel_release)),
+            "{said}"
+        );
+        for (i, f) in files.iter().enumerate() {
+            let h = header(f);
+            let events: Vec<Event> = records(f)
+                .into_iter()
+                .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+                .collect();
+            let mine: Vec<&str> =
+                text.lines().filter(|l| l.starts_with(&format!("{:<12} ", h.hostname))).collect();
+            let shown = mine.iter().filter(|l| !l.contains(" ! ") && !l.contains(" ◆ ")).count();
+            assert_eq!(shown, events.len(), "{k} host {}: every event a line of its own", i + 1);
+            // Its own pids, never a merged one.
+            let first = events.iter().find(|e| e.comm == "ib_send_bw").unwrap();
+            assert!(
+                mine.iter().any(|l| l.contains(&format!("ib_send_bw[{}/", first.pid))),
+                "{k} host {}",
+                i + 1
+            );
+            assert!(first.pid < 1 << PID_SHIFT);
+            assert!(said.contains(&format!("{}: the daemon stopped on", f.display())), "{said}");
+        }
+        // Host 2's events on host 1's clock: its first event's line shows it placed.
+        let p = rdma_trace::clock::Placement::of(1, &header(&files[0]), &h2);
+        let mut e = records(&files[1])
+            .into_iter()
+            .find_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+            .unwrap();
+        p.event(&mut e);
+        let at = format!("{:<12} {:>14.6} ", h2.hostname, e.ts_ns as f64 / 1e9);
+        assert!(text.lines().any(|l| l.starts_with(&at)), "{k}: no line at {at:?}");
+        // In time order across the hosts.
+        let times: Vec<f64> =
+            text.lines().map(|l| l[13..].split_whitespace().next().unwrap().parse().unwrap()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{k}: lines out of time order");
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
+            .args(["trace", "-o", "/dev/null", "--connect"])
+            .arg(&files[0])
+            .arg("--connect")
+            .arg(&files[1])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "-o with two sources is refused");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("-o and --story take one source"));
+    }
+}

@@ -1,5 +1,6 @@
 //! The subcommands: each gathers what the libraries return and prints it.
 
+pub mod connected;
 pub mod daemon;
 pub mod explain;
 pub mod probes;

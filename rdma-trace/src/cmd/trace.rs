@@ -213,8 +213,8 @@ pub(super) fn print_notice(n: Notice) {
 }
 
 pub fn run(a: TraceArgs) -> Result<i32> {
-    if let Some(socket) = &a.connect {
-        return connected(&a, socket);
+    if !a.connect.is_empty() {
+        return super::connected::run(&a);
     }
     let opts = options(&a)?;
     let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
@@ -249,123 +249,4 @@ pub fn run(a: TraceArgs) -> Result<i32> {
         print!("{}", crate::output::report::text(&story, &kept, &steps));
     }
     Ok(finished.stopped.code)
-}
-
-/// `trace --connect SOCKET`: a daemon's stream shown as if traced here; with -o, kept byte
-/// for byte as the daemon sent it.
-fn connected(a: &TraceArgs, socket: &std::path::Path) -> Result<i32> {
-    if a.max_size.is_some() {
-        bail!("--max-size does not apply to --connect (the daemon's stream is kept as it comes)");
-    }
-    let source = crate::serve::client::Source::parse(socket).map_err(anyhow::Error::msg)?;
-    let input = match source.open(crate::serve::Want::Both) {
-        Ok(i) => i,
-        Err(why) => {
-            eprintln!("rdma-trace: {why}");
-            return Ok(2);
-        }
-    };
-    let mut reader = crate::source::capture::Reader::new(kept_as_sent(a, input)?, false);
-    let mut text = (!a.quiet && a.output.is_none()).then(|| {
-        let mut t = Text::new(std::io::stdout());
-        t.stacks = a.stacks;
-        t
-    });
-    let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
-    let mut stopped = None;
-    for r in reader.by_ref() {
-        let r = r.with_context(|| socket.display().to_string())?;
-        stopped = show(socket, r, text.as_mut(), story.as_mut())?.or(stopped);
-    }
-    if let Some(t) = &mut text {
-        t.flush()?;
-    }
-    for n in reader.report.notes() {
-        eprintln!("rdma-trace: {}: {n}", socket.display());
-    }
-    eprintln!(
-        "rdma-trace: {}",
-        stopped.as_deref().unwrap_or("the daemon's stream ended without its trailer")
-    );
-    if let Some(StorySink(live)) = story {
-        let (st, kept, steps) = live.finish();
-        print!("{}", crate::output::report::text(&st, &kept, &steps));
-    }
-    Ok(0)
-}
-
-/// With -o, the daemon's bytes go to the file (or stdout) as they are read.
-fn kept_as_sent(
-    a: &TraceArgs,
-    input: Box<dyn std::io::BufRead + Send>,
-) -> Result<Box<dyn std::io::BufRead + Send>> {
-    use crate::serve::client::Tee;
-    Ok(match &a.output {
-        Some(p) if p == std::path::Path::new("-") => {
-            Box::new(std::io::BufReader::new(Tee { input, out: std::io::stdout() }))
-        }
-        Some(p) => {
-            let file = crate::output::target::CaptureFile::create(p, None)
-                .with_context(|| format!("creating {}", p.display()))?;
-            Box::new(std::io::BufReader::new(Tee { input, out: file }))
-        }
-        None => input,
-    })
-}
-
-/// One record of a daemon's stream shown; a trailer's account is returned.
-fn show(
-    socket: &std::path::Path,
-    r: crate::capture::Record,
-    text: Option<&mut Text<std::io::Stdout>>,
-    story: Option<&mut StorySink>,
-) -> Result<Option<String>> {
-    use crate::capture::Record;
-    match r {
-        Record::Header(h) => {
-            eprintln!("rdma-trace: connected to {} ({}, {})", socket.display(), h.hostname, h.kernel_release)
-        }
-        Record::State(st) => {
-            for p in &st.processes {
-                eprintln!(
-                    "rdma-trace: when joined: {} [{}] {} MRs pinning {} bytes, {} uverbs mappings",
-                    crate::pipeline::render::printable(&p.comm),
-                    p.pid,
-                    p.mrs.len(),
-                    p.pinned_bytes,
-                    p.mappings.len()
-                );
-            }
-        }
-        Record::Event(e) => {
-            let e = std::sync::Arc::from(e);
-            if let Some(t) = text {
-                t.event(&e)?;
-            }
-            if let Some(s) = story {
-                s.event(&e)?;
-            }
-        }
-        Record::Loss(l) => {
-            if let Some(t) = text {
-                t.loss(&l)?;
-            }
-        }
-        Record::Step(s) => {
-            if let Some(t) = text {
-                t.step(&s.step)?;
-            }
-            if let Some(st) = story {
-                st.step(&s.step)?;
-            }
-        }
-        Record::Stats(_) => {}
-        Record::Trailer(t) => {
-            return Ok(Some(format!(
-                "the daemon stopped on {}: {} events delivered, {} lost",
-                t.stopped, t.delivered, t.lost
-            )));
-        }
-    }
-    Ok(None)
 }

@@ -1,0 +1,308 @@
+//! `trace --connect`: a daemon's stream (a socket here, `ssh://` on another host, a
+//! capture file, `-`) shown as if traced here; several on one clock, each line led by its
+//! host.
+
+use crate::capture::Record;
+use crate::cli::TraceArgs;
+use crate::output::{Sink, text::Text};
+use crate::pipeline::correlate::live::{Limits, Live, StorySink};
+use crate::serve::client::Source;
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// `trace --connect SOURCE`: a daemon's stream shown as if traced here; with -o, kept
+/// byte for byte as the daemon sent it. Several sources: `several`.
+pub fn run(a: &TraceArgs) -> Result<i32> {
+    if a.max_size.is_some() {
+        bail!("--max-size does not apply to --connect (the daemon's stream is kept as it comes)");
+    }
+    match a.connect.as_slice() {
+        [one] => one_source(a, one),
+        many => several(a, many),
+    }
+}
+
+fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
+    let source = crate::serve::client::Source::parse(socket).map_err(anyhow::Error::msg)?;
+    let input = match source.open(crate::serve::Want::Both) {
+        Ok(i) => i,
+        Err(why) => {
+            eprintln!("rdma-trace: {why}");
+            return Ok(2);
+        }
+    };
+    let mut reader = crate::source::capture::Reader::new(kept_as_sent(a, input)?, false);
+    let mut text = (!a.quiet && a.output.is_none()).then(|| {
+        let mut t = Text::new(std::io::stdout());
+        t.stacks = a.stacks;
+        t
+    });
+    let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
+    let mut stopped = None;
+    for r in reader.by_ref() {
+        let r = r.with_context(|| socket.display().to_string())?;
+        stopped = show(socket, r, text.as_mut(), story.as_mut())?.or(stopped);
+    }
+    if let Some(t) = &mut text {
+        t.flush()?;
+    }
+    for n in reader.report.notes() {
+        eprintln!("rdma-trace: {}: {n}", socket.display());
+    }
+    eprintln!(
+        "rdma-trace: {}",
+        stopped.as_deref().unwrap_or("the daemon's stream ended without its trailer")
+    );
+    if let Some(StorySink(live)) = story {
+        let (st, kept, steps) = live.finish();
+        print!("{}", crate::output::report::text(&st, &kept, &steps));
+    }
+    Ok(0)
+}
+
+/// With -o, the daemon's bytes go to the file (or stdout) as they are read.
+fn kept_as_sent(
+    a: &TraceArgs,
+    input: Box<dyn std::io::BufRead + Send>,
+) -> Result<Box<dyn std::io::BufRead + Send>> {
+    use crate::serve::client::Tee;
+    Ok(match &a.output {
+        Some(p) if p == std::path::Path::new("-") => {
+            Box::new(std::io::BufReader::new(Tee { input, out: std::io::stdout() }))
+        }
+        Some(p) => {
+            let file = crate::output::target::CaptureFile::create(p, None)
+                .with_context(|| format!("creating {}", p.display()))?;
+            Box::new(std::io::BufReader::new(Tee { input, out: file }))
+        }
+        None => input,
+    })
+}
+
+/// One record of a daemon's stream shown; a trailer's account is returned.
+fn show(
+    socket: &Path,
+    r: crate::capture::Record,
+    text: Option<&mut Text<std::io::Stdout>>,
+    story: Option<&mut StorySink>,
+) -> Result<Option<String>> {
+    use crate::capture::Record;
+    match r {
+        Record::Header(h) => {
+            eprintln!("rdma-trace: connected to {} ({}, {})", socket.display(), h.hostname, h.kernel_release)
+        }
+        Record::State(st) => {
+            for p in &st.processes {
+                eprintln!(
+                    "rdma-trace: when joined: {} [{}] {} MRs pinning {} bytes, {} uverbs mappings",
+                    crate::pipeline::render::printable(&p.comm),
+                    p.pid,
+                    p.mrs.len(),
+                    p.pinned_bytes,
+                    p.mappings.len()
+                );
+            }
+        }
+        Record::Event(e) => {
+            let e = std::sync::Arc::from(e);
+            if let Some(t) = text {
+                t.event(&e)?;
+            }
+            if let Some(s) = story {
+                s.event(&e)?;
+            }
+        }
+        Record::Loss(l) => {
+            if let Some(t) = text {
+                t.loss(&l)?;
+            }
+        }
+        Record::Step(s) => {
+            if let Some(t) = text {
+                t.step(&s.step)?;
+            }
+            if let Some(st) = story {
+                st.step(&s.step)?;
+            }
+        }
+        Record::Stats(_) => {}
+        Record::Trailer(t) => {
+            return Ok(Some(format!(
+                "the daemon stopped on {}: {} events delivered, {} lost",
+                t.stopped, t.delivered, t.lost
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Several sources as one stream: each read on its own thread and placed on the first's
+/// clock and pids (`serve::merge`, as `tui` does); each event's line is led by its host's
+/// name and shows that host's own pid. Lines come in time order: a record waits until
+/// every source has reached its time (`Merge::settled`: each source's latest stats tick,
+/// a second apart on a daemon) by the story's reorder window, or has ended: the stream
+/// runs about two seconds behind the hosts.
+fn several(a: &TraceArgs, sources: &[PathBuf]) -> Result<i32> {
+    use crate::serve::merge::{Merge, Tagged, spawn};
+    if a.output.is_some() || a.story {
+        bail!(
+            "-o and --story take one source: keep each host's stream (`trace --connect SOURCE -o FILE`, \
+             one per host); `report`, `export` and `tui --connect` merge the files on one clock"
+        );
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, spec) in sources.iter().enumerate() {
+        let source = Source::parse(spec).map_err(anyhow::Error::msg)?;
+        match source.open(crate::serve::Want::Both) {
+            Ok(input) => spawn(i, crate::source::capture::Reader::new(input, false), tx.clone()),
+            Err(why) => {
+                eprintln!("rdma-trace: {why}");
+                return Ok(2);
+            }
+        }
+    }
+    drop(tx);
+    let mut merge = Merge::new(sources.len());
+    let mut ended: Vec<Option<String>> = vec![None; sources.len()];
+    let mut waiting = Waiting::default();
+    let mut out = std::io::stdout().lock();
+    let look = Look { quiet: a.quiet, stacks: a.stacks };
+    for t in rx {
+        match t {
+            Tagged::Record(i, r) => {
+                for (j, r) in merge.take(i, r) {
+                    if let Record::Trailer(t) = &r {
+                        merge.ended(j);
+                        ended[j] = Some(format!(
+                            "the daemon stopped on {}: {} events delivered, {} lost",
+                            t.stopped, t.delivered, t.lost
+                        ));
+                    }
+                    match time_of(&r) {
+                        Some(ts) => waiting.push(ts, j, r),
+                        None => shown_from(&merge, j, r, &mut out, look)?,
+                    }
+                }
+            }
+            Tagged::Ended(i, why) => {
+                merge.ended(i);
+                ended[i].get_or_insert(format!("the stream ended without its trailer ({why})"));
+            }
+        }
+        // Events read after a stats tick may be older than it (the ring is read in
+        // batches): held as long as the story's reorder window.
+        let due = merge.settled().map(|t| t.saturating_sub(Limits::default().reorder_ns));
+        for (j, r) in waiting.until(due) {
+            shown_from(&merge, j, r, &mut out, look)?;
+        }
+    }
+    for (j, r) in waiting.until(Some(u64::MAX)) {
+        shown_from(&merge, j, r, &mut out, look)?;
+    }
+    out.flush()?;
+    for (spec, why) in sources.iter().zip(ended) {
+        eprintln!("rdma-trace: {}: {}", spec.display(), why.unwrap_or_else(|| "no stream".into()));
+    }
+    Ok(0)
+}
+
+#[derive(Clone, Copy)]
+struct Look {
+    quiet: bool,
+    stacks: bool,
+}
+
+/// When a record happened, for those shown in time order.
+fn time_of(r: &Record) -> Option<u64> {
+    match r {
+        Record::Event(e) => Some(e.ts_ns),
+        Record::Step(s) => Some(s.step.t_end_ns),
+        Record::Loss(l) => Some(l.ts_ns),
+        _ => None,
+    }
+}
+
+/// Placed records held until every source has reached their time: oldest first, and in
+/// arrival order among equals.
+#[derive(Default)]
+struct Waiting {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+    records: std::collections::HashMap<u64, (usize, Record)>,
+    next: u64,
+}
+
+impl Waiting {
+    fn push(&mut self, ts: u64, j: usize, r: Record) {
+        self.heap.push(std::cmp::Reverse((ts, self.next)));
+        self.records.insert(self.next, (j, r));
+        self.next += 1;
+    }
+
+    /// What is due by `settled` (nothing before every source has said how far it reached).
+    fn until(&mut self, settled: Option<u64>) -> Vec<(usize, Record)> {
+        let Some(t) = settled else { return Vec::new() };
+        let mut due = Vec::new();
+        while let Some(std::cmp::Reverse((ts, n))) = self.heap.peek().copied()
+            && ts <= t
+        {
+            self.heap.pop();
+            due.extend(self.records.remove(&n));
+        }
+        due
+    }
+}
+
+/// One placed record of source `j`, its lines led by its host.
+fn shown_from(
+    merge: &crate::serve::merge::Merge,
+    j: usize,
+    r: Record,
+    out: &mut impl Write,
+    look: Look,
+) -> Result<()> {
+    let Look { quiet, stacks } = look;
+    let host = merge.headers[j].as_ref().map_or("?", |h| h.hostname.as_str());
+    match r {
+        Record::Header(h) => {
+            let clock = match merge.placements[j].as_ref().and_then(|p| p.placed.as_ref()) {
+                Some(c) => format!(
+                    ", its clock {} from the first's",
+                    crate::clock::offset_text(c.offset_ns, c.error_ns)
+                ),
+                None if j > 0 && merge.placements[j].as_ref().is_some_and(|p| p.other_boot) => {
+                    ", its clock not measured (placed on its own wall clock)".into()
+                }
+                None => String::new(),
+            };
+            eprintln!("rdma-trace: source {}: {} ({}){clock}", j + 1, h.hostname, h.kernel_release);
+        }
+        Record::Event(mut e) if !quiet => {
+            (e.pid, e.tid) = (crate::event::local_pid(e.pid), crate::event::local_pid(e.tid));
+            writeln!(out, "{host:<12} {}", crate::output::text::line(&e))?;
+            if stacks && e.kind == crate::event::EventKind::Entry {
+                for f in &e.stack {
+                    writeln!(out, "{:>29}{f}", "")?;
+                }
+            }
+        }
+        Record::Step(mut s) if !quiet => {
+            (s.step.pid, s.step.tid) =
+                (crate::event::local_pid(s.step.pid), crate::event::local_pid(s.step.tid));
+            writeln!(out, "{host:<12} {}", crate::output::text::step_line(&s.step))?;
+        }
+        Record::Loss(l) => {
+            writeln!(
+                out,
+                "{host:<12} {:>14.6} {:<10} ! {} events of {} lost: {}",
+                l.ts_ns as f64 / 1e9,
+                "lost",
+                l.count,
+                l.site,
+                l.reason
+            )?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
