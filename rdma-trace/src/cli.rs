@@ -244,8 +244,10 @@ pub struct DaemonArgs {
 pub struct ExplainArgs {
     #[arg(value_enum)]
     pub topic: crate::plan::lessons::Topic,
-    /// A capture (`trace -o`); or give a command after `--` to trace it here.
-    pub file: Option<PathBuf>,
+    /// A capture (`trace -o`); or give a command after `--` to trace it here. Several
+    /// captures (one per host, both ends of a connection) are merged as `report` merges
+    /// them: `cq` then begins at the post on the other host.
+    pub files: Vec<PathBuf>,
     /// The companion's step records, for a capture made without its marker.
     #[arg(long, value_name = "FILE")]
     pub steps: Option<PathBuf>,

@@ -521,8 +521,16 @@ fn lab_daemon_other_users_cannot_exhaust_it() {
     assert_eq!(answered, scraped.len(), "every scrape answered 200 among the slow ones: {report}");
     assert!(wait_timeout(&mut guarded, 30).success(), "the guarded subscriber");
     let rs = records(&dir.join("guarded.jsonl"));
-    let lost: Vec<&Record> = rs.iter().filter(|r| matches!(r, Record::Loss(_))).collect();
-    assert!(lost.is_empty(), "the subscriber lost records: {lost:?}");
+    // What the daemon could not send this subscriber is what a flood could cost it. The
+    // kernel's own accounting (program runs it skipped, a ring full) is reported to it
+    // as well, and is no loss of the socket's: kept in guard.txt.
+    let (not_sent, kernel): (Vec<&Record>, Vec<&Record>) = rs
+        .iter()
+        .filter(|r| matches!(r, Record::Loss(_)))
+        .partition(|r| matches!(r, Record::Loss(l) if l.site == "subscriber"));
+    std::fs::write(dir.join("guard.txt"), format!("{report}\nthe kernel's accounting told: {kernel:?}\n"))
+        .unwrap();
+    assert!(not_sent.is_empty(), "the subscriber lost records: {not_sent:?}");
     assert!(matches!(rs.last(), Some(Record::Trailer(_))), "it got the trailer");
     let cpid = companion.id();
     assert!(

@@ -291,3 +291,53 @@ fn trace_connect_shows_both_hosts_as_one_stream() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("-o and --story take one source"));
     }
 }
+
+/// `explain cq A B`: the two hosts' captures merged, the completion explained begins at the
+/// post it followed: the QP that posted is the peer (on the other host) of the QP whose CQ
+/// completed, or the QP itself for a send completion, as the report pairs them.
+#[test]
+fn explain_cq_begins_at_the_post_on_the_other_host() {
+    for k in KERNELS {
+        let files = both(k);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
+            .args(["explain", "cq", "--json"])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let x: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let post = x["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["title"].as_str().unwrap().starts_with("The post"));
+        let post = post.unwrap_or_else(|| panic!("{k}: no post stage: {x:#}"));
+        let qpn = x["values"]["post_qp_num"].as_u64().unwrap();
+        assert!(x["values"]["post_to_completion_ns"].as_u64().unwrap() > 0, "{x:#}");
+        let r = build(&files, OPTS).unwrap();
+        let seen = post["seen"].as_array().unwrap();
+        let by = seen[0].as_str().unwrap();
+        let at = seen[1].as_str().unwrap();
+        // The host of the completion, and of the post (`pid@host`).
+        let comp_host = at.split("this completion on ").nth(1).and_then(|r| r.split(' ').next()).unwrap();
+        let post_host = by.rsplit('@').next().unwrap().trim_end_matches(']');
+        let across = post["title"].as_str().unwrap().contains("peer QP");
+        assert_eq!(across, comp_host != post_host, "{k}: {seen:?}");
+        let row = r.qps.iter().find(|q| q.hostname == post_host && u64::from(q.qpn) == qpn);
+        let row = row.unwrap_or_else(|| panic!("{k}: no QP {qpn:#x} on {post_host} in the report"));
+        if across {
+            let peer = row.peer.as_ref().expect("a paired QP");
+            assert_eq!(
+                peer.hostname, comp_host,
+                "{k}: the post's QP is paired with one on the completion's host"
+            );
+        }
+        assert!(x["occurrence"].as_str().unwrap().contains(&format!("@{comp_host}")), "{x:#}");
+        // Across hosts, the join is said to be as good as the clock: its error bar given.
+        let error = r.captures[1].clock.as_ref().unwrap().error_ns;
+        if across {
+            let bar = rdma_trace::units::duration(error);
+            assert!(at.contains(&format!("± {bar}: the measured offset's error bar")), "{k}: {at}");
+        }
+    }
+}

@@ -45,8 +45,8 @@ fn model(capture: &str) -> Model {
 /// What `e` shows for the selected row: the screen's choice, answered by the story.
 fn explained(f: &mut tui::Feeder, ui: &Ui) -> String {
     let (topic, anchor) = lesson::chosen(&f.model, ui).unwrap();
-    let kernel = f.model.kernel.clone();
-    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor }, &kernel)
+    let m = f.model.clone();
+    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor }, &m)
 }
 
 fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {

@@ -433,6 +433,13 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(found, "no CQ path begins {want:?}:\n{}", t.screen());
+    // `e` on it: the explanation begins at that post, on the other host, with the clock's
+    // error bar.
+    t.keys("e");
+    let s = t.wait_for("The post — a send on the peer QP");
+    assert!(s.contains("@rdma-lab-1]") && s.contains("error bar"), "{s}");
+    t.keys("Escape");
+    t.wait_gone("The post — a send on the peer QP");
     // Filtered by host: only host 2's CQs are left, each named with it.
     let theirs = rdma_trace::cmd::report::read(&files[1..], opts, false).unwrap().live.finish().0.cqs.len();
     t.keys("/");

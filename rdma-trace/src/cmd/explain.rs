@@ -10,11 +10,14 @@ use crate::plan::lessons::Topic;
 use crate::steps::StepRecord;
 use anyhow::{Result, bail};
 
-/// The events, steps and header of a run.
+/// The events, steps and header of a run (the first's, of several captures merged), and
+/// each capture's host.
 struct Run {
     events: Vec<Event>,
     steps: Vec<StepRecord>,
     header: Option<Header>,
+    hosts: Vec<String>,
+    clock_error_ns: Option<u64>,
 }
 
 /// Keeps a live run in memory.
@@ -35,17 +38,22 @@ impl Sink for Collect {
     }
 }
 
-fn from_file(a: &ExplainArgs, file: &std::path::Path) -> Result<Run> {
-    let mut run = read_capture(file)?;
+fn from_files(a: &ExplainArgs) -> Result<Run> {
+    let mut run = read_captures(&a.files)?;
     run.steps.extend(super::story::read_steps(a.steps.as_deref())?);
     Ok(run)
 }
 
-/// A capture's events, the steps its marker recorded and its header.
-fn read_capture(file: &std::path::Path) -> Result<Run> {
+/// The captures' events (merged on one clock), the steps their markers recorded, the
+/// first's header and each one's host.
+fn read_captures(files: &[std::path::PathBuf]) -> Result<Run> {
     let opts = ReadOpts { strict: false, follow: false };
-    let r = super::report::read(&[file.to_path_buf()], opts, true)?;
-    Ok(Run { events: r.events, steps: r.steps, header: r.headers.into_iter().next().flatten() })
+    let r = super::report::read(files, opts, true)?;
+    let hosts =
+        r.headers.iter().map(|h| h.as_ref().map(|h| h.hostname.clone()).unwrap_or_default()).collect();
+    let clock_error_ns = r.placed.iter().flatten().map(|p| p.error_ns).max();
+    let header = r.headers.into_iter().next().flatten();
+    Ok(Run { events: r.events, steps: r.steps, header, hosts, clock_error_ns })
 }
 
 fn live(a: &ExplainArgs) -> Result<Option<Run>> {
@@ -64,18 +72,24 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
     let mut sink = Collect::default();
     let finished = tracer.run(&mut super::trace::print_notice, &mut sink)?;
     eprint!("{}", finished.account.summary());
-    Ok(Some(Run { events: sink.0, steps: sink.1, header: Some(header) }))
+    Ok(Some(Run {
+        events: sink.0,
+        steps: sink.1,
+        header: Some(header),
+        hosts: Vec::new(),
+        clock_error_ns: None,
+    }))
 }
 
 pub fn run(a: ExplainArgs) -> Result<i32> {
-    let run = match (&a.file, a.command.is_empty()) {
-        (Some(f), true) => from_file(&a, f)?,
-        (None, false) => match live(&a)? {
+    let run = match (a.files.is_empty(), a.command.is_empty()) {
+        (false, true) => from_files(&a)?,
+        (true, false) => match live(&a)? {
             Some(r) => r,
             None => return Ok(2),
         },
-        (Some(_), false) => bail!("give a capture or a command, not both"),
-        (None, true) => {
+        (false, false) => bail!("give a capture or a command, not both"),
+        (true, true) => {
             bail!("give a capture (rdma-trace explain {} FILE) or a command after --", a.topic.as_str())
         }
     };
@@ -89,6 +103,8 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
         steps: &steps,
         header: run.header.as_ref(),
         anchor: None,
+        hosts: &run.hosts,
+        clock_error_ns: run.clock_error_ns,
     };
     let x: Explanation = explain::explain(a.topic, &input).map_err(anyhow::Error::msg)?;
     if a.json {
@@ -107,7 +123,8 @@ pub fn all(
     header: Option<&Header>,
 ) -> Vec<(Topic, Result<Explanation, String>)> {
     let story = crate::pipeline::correlate::story::build(events, steps);
-    let input = Input { events, story: &story, steps, header, anchor: None };
+    let input =
+        Input { events, story: &story, steps, header, anchor: None, hosts: &[], clock_error_ns: None };
     Topic::ALL.iter().map(|t| (*t, explain::explain(*t, &input))).collect()
 }
 
@@ -124,14 +141,14 @@ pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::output::explain::guide
         .collect();
     names.sort();
     for name in names {
-        let run = read_capture(&dir.join(&name))?;
+        let run = read_captures(&[dir.join(&name)])?;
         let Some(header) = run.header.clone() else {
             bail!("{name}: no v1 header (the kernel is not named)")
         };
         let memlock_name = name.replace("-companion.", "-memlock.");
         // The refused-pin capture may be absent (its section is then left out), never broken.
         let memlock = if dir.join(&memlock_name).exists() {
-            let m = read_capture(&dir.join(&memlock_name))?;
+            let m = read_captures(&[dir.join(&memlock_name)])?;
             let x = all(&m.events, &m.steps, m.header.as_ref()).into_iter().find(|(t, _)| *t == Topic::Mr);
             x.map(|(_, x)| (memlock_name, x))
         } else {

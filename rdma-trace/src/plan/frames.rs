@@ -50,6 +50,11 @@ pub const FRAMES: &[Frame] = &[
     ),
     f("rxe_reg_user_mr", "drivers/infiniband/sw/rxe/rxe_verbs.c", "soft-RoCE registers the MR"),
     f(
+        "rxe_post_send",
+        "drivers/infiniband/sw/rxe/rxe_verbs.c",
+        "soft-RoCE's doorbell: the posted send WQEs are taken and its requester sends them",
+    ),
+    f(
         "mlx5_ib_reg_user_mr",
         "drivers/infiniband/hw/mlx5/mr.c",
         "mlx5 registers the MR (builds the NIC's translation)",

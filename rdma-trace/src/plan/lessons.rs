@@ -95,6 +95,13 @@ hardware in the completion interrupt's softirq (the mlx5 CQ tasklet), on soft-Ro
 software NIC's tasks. ib_uverbs_comp_handler queues an event on the completion channel and wakes whoever sleeps \
 in read(2) on it.";
 
+pub const CQ_POST: &str = "A receive completion begins with a send on the other end of the connection: its \
+program posted a work request and rang the doorbell (on soft-RoCE a write(2) into rxe_post_send; on hardware a \
+store to the mapped doorbell page, with no kernel event). The sender's NIC read the WQE and put the message on \
+the wire; this host's NIC matched it to the QP its peer named at RTR, consumed a posted receive, wrote a CQE \
+and, the CQ being armed, raised the completion event. A send completion follows the QP's own post: the peer \
+acknowledged what it sent.";
+
 pub const CQ_LATER: &str = "The program wakes later: the scheduler has to run the woken thread, which then \
 returns from read(2) and from ibv_get_cq_event. That is the wakeup latency; busy polling (ibv_poll_cq in a loop) \
 avoids it at the cost of a CPU.";

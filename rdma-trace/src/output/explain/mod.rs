@@ -59,9 +59,24 @@ pub struct Input<'a> {
     /// The event the person chose (the TUI's selection): the occurrence explained is the
     /// one on its thread nearest to it, else the run's first.
     pub anchor: Option<usize>,
+    /// The hosts' names, in the order their captures were merged (`event::host_of`);
+    /// empty, or one, for a single host.
+    pub hosts: &'a [String],
+    /// The other hosts' clocks against the first's: the widest error bar of the offsets
+    /// measured (None: one host, or not measured).
+    pub clock_error_ns: Option<u64>,
 }
 
 impl Input<'_> {
+    /// A process as the explanation names it: its pid, with its host's name when the
+    /// events are of several hosts (`273@host-b`).
+    fn who(&self, pid: u32) -> String {
+        let local = crate::event::local_pid(pid);
+        match self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1) {
+            Some(h) => format!("{local}@{h}"),
+            None => local.to_string(),
+        }
+    }
     /// Of `candidates` (event indexes, in order), the one the anchor points at: on the
     /// anchor's thread, the last at or before it, else the first after it; without an
     /// anchor (or none on its thread), `None`.

@@ -302,9 +302,9 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
             "One real completion event: CQ {:#x} of {} [{}], raised by {} [{}].",
             c.cq_user_handle,
             crate::pipeline::render::printable(&ps.comm),
-            ps.pid,
+            input.who(ps.pid),
             crate::pipeline::render::printable(&comp.comm),
-            comp.tid
+            input.who(comp.tid)
         ),
         ..Default::default()
     };
@@ -316,7 +316,10 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
         ..Default::default()
     };
     x.stages.push(arm);
-    x.stages.push(cq_nic_side(comp));
+    if let Some(post) = cq_post(input, c.event, &mut x) {
+        x.stages.push(post);
+    }
+    x.stages.push(cq_nic_side(input, comp));
     x.stages.push(cq_handler(input, c.event));
     let w = c.wakeup.unwrap_or(c.event);
     let read = &ev[w];
@@ -326,8 +329,8 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
     wake.seen.push(format!(
         "{} [{}] thread {}: {} after the completion event",
         read.name,
-        read.pid,
-        read.tid,
+        input.who(read.pid),
+        crate::event::local_pid(read.tid),
         us(lat)
     ));
     x.values.insert("wakeup_ns".into(), lat);
@@ -379,18 +382,60 @@ fn chosen_completion<'a>(input: &Input<'a>) -> Option<Woke<'a>> {
         let by_read = input.anchored(&reads).and_then(|w| woke.iter().find(|(_, c)| c.wakeup == Some(w)));
         exact.or(by_handler).or(by_read).copied()
     });
-    chosen.or(woke.first().copied())
+    // Else the first that followed a post, where the posts were seen (soft-RoCE's doorbell).
+    let joined = |c: &crate::pipeline::correlate::story::Completion| {
+        input.story.qps.joins.iter().any(|j| j.completion == c.event)
+    };
+    chosen.or(woke.iter().find(|(_, c)| joined(c)).copied()).or(woke.first().copied())
+}
+
+/// The post that completion `i` followed (`correlate::qps`): on the peer QP (on another
+/// host, when the captures of both were merged) or the QP's own send.
+fn cq_post(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
+    let j = input.story.qps.joins.iter().find(|j| j.completion == i)?;
+    let post = input.events.get(j.post)?;
+    let comp = input.events.get(i)?;
+    let title = if j.across {
+        "The post — a send on the peer QP, then the wire"
+    } else {
+        "The post — this QP's own send, acknowledged"
+    };
+    let mut st = Stage { title: title.into(), ..Default::default() };
+    let function = post.symbol.as_deref().unwrap_or(post.name.as_str());
+    st.functions.push(named(function));
+    st.seen.push(format!(
+        "{function}({}) by {} [{}]",
+        fields(post, &["qp_num"]),
+        crate::pipeline::render::printable(&post.comm),
+        input.who(post.pid)
+    ));
+    let here = input.hosts.get(crate::event::host_of(comp.pid) as usize).filter(|_| input.hosts.len() > 1);
+    let other = crate::event::host_of(comp.pid) != crate::event::host_of(post.pid);
+    let clock = match input.clock_error_ns {
+        Some(e) if other => format!(" (on one clock to ± {}: the measured offset's error bar)", us(e)),
+        None if other => " (the hosts' clocks not measured: placed on their wall clocks)".into(),
+        _ => String::new(),
+    };
+    st.seen.push(format!(
+        "{} later, this completion{}{clock}",
+        us(j.latency_ns),
+        here.map(|h| format!(" on {h}")).unwrap_or_default()
+    ));
+    x.values.insert("post_to_completion_ns".into(), j.latency_ns);
+    x.values.insert("post_qp_num".into(), post.field("qp_num").unwrap_or(0));
+    st.text = L::CQ_POST.into();
+    Some(st)
 }
 
 /// Where the completion was noticed: the context and the frames under the handler.
-fn cq_nic_side(comp: &Event) -> Stage {
+fn cq_nic_side(input: &Input, comp: &Event) -> Stage {
     let ctx = comp.context.map(|c| format!("{c:?}").to_lowercase()).unwrap_or("unknown".into());
     let mut worker =
         Stage { title: format!("The NIC's side — in a {ctx}, not in the program"), ..Default::default() };
     worker.seen.push(format!(
         "{} [{}] on CPU {}",
         crate::pipeline::render::printable(&comp.comm),
-        comp.tid,
+        input.who(comp.tid),
         comp.cpu
     ));
     worker.functions =

@@ -68,7 +68,9 @@ pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
 }
 
 /// The story's explanation of `ask` (on the pipeline's thread, which owns the story).
-pub fn answer(live: &mut Live, ask: &Ask, kernel: &str) -> String {
+pub fn answer(live: &mut Live, ask: &Ask, m: &Model) -> String {
+    let hosts: Vec<String> = m.hosts.iter().map(|h| h.name.clone()).collect();
+    let clock_error_ns = m.hosts.iter().filter_map(|h| h.clock_error_ns).max();
     let (events, story, steps, at) = live.for_explain(ask.anchor);
     let Some(at) = at else {
         return format!(
@@ -78,9 +80,16 @@ pub fn answer(live: &mut Live, ask: &Ask, kernel: &str) -> String {
             events.len()
         );
     };
-    let header = crate::capture::Header { kernel_release: kernel.to_string(), ..Default::default() };
-    let input =
-        Input { events: &events, story: &story, steps: &steps, header: Some(&header), anchor: Some(at) };
+    let header = crate::capture::Header { kernel_release: m.kernel.clone(), ..Default::default() };
+    let input = Input {
+        events: &events,
+        story: &story,
+        steps: &steps,
+        header: Some(&header),
+        anchor: Some(at),
+        hosts: &hosts,
+        clock_error_ns,
+    };
     match explain::explain(ask.topic, &input) {
         Ok(x) => explain::text(&x),
         Err(why) => {

@@ -66,7 +66,7 @@ impl Feeder {
         let ask = self.control.ask.lock().ok().and_then(|mut a| a.take());
         let force = force || ask.is_some();
         if let Some(ask) = ask {
-            self.model.answer = Some((ask.id, lesson::answer(&mut self.live, &ask, &self.model.kernel)));
+            self.model.answer = Some((ask.id, lesson::answer(&mut self.live, &ask, &self.model)));
         }
         let now = Instant::now();
         if now.duration_since(self.window.0) >= Duration::from_secs(1) {

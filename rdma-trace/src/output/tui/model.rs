@@ -163,6 +163,8 @@ pub struct HostLine {
     /// it was not measured (empty for the first, or one of its boot).
     pub clock: String,
     pub clock_compact: String,
+    /// The measured offset's error bar, ns.
+    pub clock_error_ns: Option<u64>,
     pub lost: u64,
     /// Its stream ended (why).
     pub ended: Option<String>,
@@ -202,6 +204,7 @@ impl Model {
         let line = &mut self.hosts[i];
         line.name.clone_from(&h.hostname);
         line.kernel.clone_from(&h.kernel_release);
+        line.clock_error_ns = placement.and_then(|p| p.placed.as_ref()).map(|c| c.error_ns);
         (line.clock, line.clock_compact) = match placement {
             Some(p) if p.other_boot => match &p.placed {
                 Some(c) => (
