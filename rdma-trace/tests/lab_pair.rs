@@ -19,7 +19,10 @@
 //! (`pair_posts_…`): a daemon in each guest measures the other's clock, `ib_send_bw -e`
 //! and `rping` run across the wire, and `report` of both captures joins each completion
 //! to the peer's post (soft-RoCE's doorbell, `rxe_post_send`) through the QP pair the two
-//! kernels were told at RTR, with no completion before a post.
+//! kernels were told at RTR, with no completion before a post. Meanwhile host 1 shows
+//! both daemons on one `tui`, host 2's over `ssh://` through an sshd host 2 runs: the
+//! other host's clock offset as its daemon measured it, both ends' ib_send_bw named with
+//! their host, and the path of host 1's CQ beginning at the post on host 2's QP.
 //!
 //! And the fleet view: both guests' daemons scraped by one Prometheus (`pair_fleet_…`).
 
@@ -373,6 +376,195 @@ fn across(pair: &Pair, dir: &Path, name: &str, server: &str, client: &str) -> St
     printed
 }
 
+/// The peer's clock measured again at the end of the run, beside the daemon's measurement
+/// at its start (`said`): how far the guests' clocks drift apart over a run, which the
+/// placement (measured once) does not follow. Kept in clock.txt for the figures; the
+/// peer's daemon may be gone already (it stops 2 s after the workloads), so a failed
+/// measurement is written, not failed on.
+fn drift(dir: &Path, peer: &str, said: &str, started: Instant) {
+    let start = said.lines().find(|l| l.contains("the clock of")).unwrap_or("").to_string();
+    let end = match rdma_trace::clock::measure(peer, Duration::from_millis(1500)) {
+        Ok(c) => format!(
+            "{} after it: {}",
+            rdma_trace::units::duration(started.elapsed().as_nanos() as u64),
+            rdma_trace::clock::offset_text(c.offset_ns, c.error_ns())
+        ),
+        Err(e) => format!("not measured again: {e:#}"),
+    };
+    std::fs::write(dir.join("clock.txt"), format!("{start}\n{end}\n")).unwrap();
+}
+
+/// The offset host 1's screen must show for host 2's clock, from what each daemon said it
+/// measured of the other (`the clock of … is +1.234 ms ± 0.567 ms from this one's`): the
+/// measurement with the shorter round trip, host 1's on a tie (`clock::placed`), host 2's
+/// of host 1 turned around.
+fn shown_offset(mine: &str, theirs: &str) -> String {
+    let parse = |said: &str| -> (String, f64) {
+        let text = said
+            .lines()
+            .find_map(|l| l.split(" is ").nth(1)?.split(" from this one's").next())
+            .unwrap_or_else(|| panic!("no measurement in {said:?}"))
+            .to_string();
+        let error: f64 = text.split("± ").nth(1).and_then(|e| e.split(' ').next()).unwrap().parse().unwrap();
+        (text, error)
+    };
+    let ((m, me), (t, te)) = (parse(mine), parse(theirs));
+    if te < me {
+        match t.strip_prefix('+') {
+            Some(rest) => format!("-{rest}"),
+            None => format!("+{}", t.strip_prefix('-').unwrap()),
+        }
+    } else {
+        m
+    }
+}
+
+/// Both hosts on one screen, live: host 1 runs `rdma-trace tui` in tmux over its own
+/// daemon's socket and host 2's daemon reached with `ssh://` (the tool's own transport,
+/// through an sshd host 2 runs for it with a key host 1 made); host 2 serves the sshd.
+struct OneScreen {
+    me: u8,
+    dir: PathBuf,
+    sshd: Option<std::process::Child>,
+}
+
+/// A new key pair at `path` (an earlier run's, left in the output directory, removed:
+/// ssh-keygen would ask before overwriting it).
+fn keygen(path: &Path) {
+    std::fs::remove_file(path).ok();
+    std::fs::remove_file(path.with_extension("pub")).ok();
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen (a guest package)");
+    assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn pair_tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(["-L", "lab-pair"]).args(args).output().expect("tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl OneScreen {
+    fn open(pair: &Pair, dir: &Path, socket: &Path) -> OneScreen {
+        let key = dir.join("ssh_key");
+        let (pubkey, ready) = (pair.shared("joined.ssh.pub"), pair.shared("joined.sshd"));
+        let mut s = OneScreen { me: pair.me, dir: dir.to_path_buf(), sshd: None };
+        if pair.me == 2 {
+            pair.wait(&pubkey, 300);
+            std::fs::copy(&pubkey, dir.join("authorized_keys")).unwrap();
+            keygen(&dir.join("host_key"));
+            let config = dir.join("sshd_config");
+            std::fs::write(
+                &config,
+                format!(
+                    "Port 22\nListenAddress 10.0.0.2\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+                     PidFile {d}/sshd.pid\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+                     KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n",
+                    d = dir.display()
+                ),
+            )
+            .unwrap();
+            std::fs::create_dir_all("/run/sshd").unwrap();
+            let child = Command::new("/usr/sbin/sshd")
+                .args(["-D", "-e", "-f"])
+                .arg(&config)
+                .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+                .spawn()
+                .expect("sshd (a guest package)");
+            s.sshd = Some(child);
+            let t0 = Instant::now();
+            while std::net::TcpStream::connect("10.0.0.2:22").is_err() {
+                let log = std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default();
+                assert!(t0.elapsed() < Duration::from_secs(30), "sshd never listened:\n{log}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            publish(&ready, "");
+            return s;
+        }
+        keygen(&key);
+        publish(&pubkey, &std::fs::read_to_string(key.with_extension("pub")).unwrap());
+        pair.wait(&ready, 300);
+        let script = format!(
+            "RDMA_TRACE_SSH='ssh -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR' \
+             RDMA_TRACE_REMOTE_BIN={bin} {bin} tui --connect {sock} --connect ssh://root@10.0.0.2{sock} \
+             2> {d}/tui.stderr; echo $? > {d}/tui.code; sleep 120",
+            key = key.display(),
+            bin = tracer_bin().display(),
+            sock = socket.display(),
+            d = dir.display()
+        );
+        std::fs::remove_file(dir.join("tui.code")).ok();
+        pair_tmux(&["new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "sh", "-c", &script]);
+        s
+    }
+
+    /// Waits until the screen satisfies `ok` (saved as `name` either way).
+    fn wait_until(&self, name: &str, secs: u64, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = pair_tmux(&["capture-pane", "-p", "-t", "t"]);
+            std::fs::write(self.dir.join(format!("screen.{name}.txt")), &s).ok();
+            if ok(&s) {
+                return s;
+            }
+            let err = std::fs::read_to_string(self.dir.join("tui.stderr")).unwrap_or_default();
+            assert!(t0.elapsed() < Duration::from_secs(secs), "{name}: not on screen:\n{s}\n{err}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Host 1's screen: host 2's clock placed by the daemons' measurement (`offset`), both
+    /// hosts' ib_send_bw named with their host, and a CQ of host 1's ib_send_bw whose path
+    /// begins at the post on its peer, the QP on host 2 its perftest printed as the remote
+    /// one; `q` ends it with 0.
+    fn check(&self, remote: u64, offset: &str) {
+        self.wait_until("status", 120, |s| s.contains(&format!("rdma-lab-2 {offset}")));
+        self.wait_until("both-hosts", 120, |s| {
+            ["@rdma-lab-1", "@rdma-lab-2"]
+                .iter()
+                .all(|h| s.lines().any(|l| l.contains("ib_send_bw") && l.contains(h)))
+        });
+        pair_tmux(&["send-keys", "-t", "t", "4"]);
+        let want = format!("a post on its peer, qp {remote:#x} @rdma-lab-2 → this CQ");
+        let mut found = false;
+        for _ in 0..24 {
+            let s = pair_tmux(&["capture-pane", "-p", "-t", "t"]);
+            std::fs::write(self.dir.join("screen.completions.txt"), &s).ok();
+            if s.contains(&want) {
+                found = true;
+                break;
+            }
+            pair_tmux(&["send-keys", "-t", "t", "Down"]);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(found, "no CQ path begins {want:?} (screen.completions.txt)");
+        pair_tmux(&["send-keys", "-t", "t", "q"]);
+        let t0 = Instant::now();
+        while !self.dir.join("tui.code").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "q did not end the TUI");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let code = std::fs::read_to_string(self.dir.join("tui.code")).unwrap();
+        let err = std::fs::read_to_string(self.dir.join("tui.stderr")).unwrap_or_default();
+        assert_eq!(code.trim(), "0", "{err}");
+    }
+}
+
+impl Drop for OneScreen {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.sshd {
+            c.kill().ok();
+            c.wait().ok();
+        }
+        if self.me == 1 {
+            pair_tmux(&["kill-server"]);
+        }
+    }
+}
+
 /// The report's row of the QP numbered `qpn` on `host` driven by `comm`.
 fn qp_row<'a>(qps: &'a [serde_json::Value], host: &str, comm: &str) -> Vec<&'a serde_json::Value> {
     qps.iter().filter(|q| q["hostname"] == host && q["comm"] == comm).collect()
@@ -390,8 +582,13 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     let peer_addr = format!("10.0.0.{peer}:9464");
     let args = ["--metrics", "0.0.0.0:9464", "--clock-peer", &peer_addr];
     let mut daemon = start_daemon(&args, socket, Some(&capture), &derr, "the clock of");
+    let daemon_started = Instant::now();
     let said = std::fs::read_to_string(&derr).unwrap();
     assert!(said.contains("from this one's"), "host {me}: the peer's clock measured:\n{said}");
+    // What this daemon measured, for the other host's screen check.
+    publish(&pair.shared(&format!("joined.clock{me}")), &said);
+    // Host 1 watches both daemons on one screen, host 2's over ssh (see `OneScreen`).
+    let screen = OneScreen::open(&pair, &dir, socket);
 
     let printed = across(
         &pair,
@@ -404,8 +601,14 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     publish(&pair.file(me), &format!("{local} {remote}\n"));
     pair.wait(&pair.file(peer), 300);
     across(&pair, &dir, "rping", "rping -s -a 10.0.0.1 -C 5 -v", "rping -c -a 10.0.0.1 -C 5 -v");
+    drift(&dir, &peer_addr, &said, daemon_started);
     // A stats tick, so the last events are through the reorder window and written.
     std::thread::sleep(Duration::from_secs(2));
+    if me == 1 {
+        pair.wait(&pair.shared("joined.clock2"), 60);
+        let theirs = std::fs::read_to_string(pair.shared("joined.clock2")).unwrap();
+        screen.check(remote, &shown_offset(&said, &theirs));
+    }
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);

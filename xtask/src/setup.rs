@@ -42,6 +42,8 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("bpftrace", "an independent tracer for side-by-side counts"),
     ("prometheus", "scrapes the daemon's metrics; promtool checks their format"),
     ("tmux", "drives the live TUI in a terminal in the lab test"),
+    ("openssh-server", "sshd on host 2 of the pair: host 1's `tui --connect ssh://` reaches its daemon"),
+    ("openssh-client", "ssh and ssh-keygen for `--connect ssh://` between the pair's guests"),
 ];
 
 /// The bpf-linker release the aya 0.14 line is verified with.
