@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod kprobe_events;
 pub mod privilege;
+mod run_loop;
 pub mod seed;
 pub mod spawn;
 pub mod trace;

@@ -6,27 +6,19 @@
 //! final `RunAccount`, which the command layer formats.
 
 use super::attach::{Loaded, Outcome};
+use super::run_loop::{RunLoop, event_loop, monotonic_ns, shutdown};
 use super::spawn::spawn_held;
-use crate::capture::{self, Header, Loss, ProbeStatus, SiteCount, Stats};
+use crate::capture::{Header, ProbeStatus};
 use crate::clock::clock_ns;
-use crate::event::Event;
 use crate::output::Sink;
-use crate::output::jsonl::FLUSH_EVERY;
-use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
-use crate::pipeline::correlate::Correlator;
-use crate::pipeline::decode;
-use crate::pipeline::enrich::Enricher;
-use crate::pipeline::fds::FdCache;
+use crate::output::summary::RunAccount;
 use crate::pipeline::ksyms::Ksyms;
 use crate::plan::here::Planning;
 use crate::plan::{kernel, syscalls};
-use crate::source::{AsyncRing, Leftover, Ring};
+use crate::source::Ring;
 use anyhow::{Context, Result, bail};
-use std::cell::RefCell;
 use std::io::Write;
 use std::time::Duration;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::MissedTickBehavior;
 
 pub struct TraceOptions {
     pub probes: Vec<String>,
@@ -208,110 +200,31 @@ impl Tracer {
     /// tick every 50 ms to `sink`, then shuts down. A sink error stops the run at once.
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
         let Self { opts, planning, mut loaded, ring, child, ksyms, .. } = self;
-        let mut enricher = Enricher {
-            plan: &planning.plan,
-            ksyms: &ksyms,
-            fds: FdCache::default(),
-            memlock: Default::default(),
-            frames: Default::default(),
-            cgroups: Default::default(),
-        };
-        let mut correlator = Correlator::default();
-        let tally = RefCell::new(Tally::default());
-        let sink = RefCell::new(sink);
-        let failed: RefCell<Option<std::io::Error>> = RefCell::new(None);
-        let keep = |r: std::io::Result<()>| {
-            if let Err(e) = r {
-                failed.borrow_mut().get_or_insert(e);
-            }
-        };
-        // Verbs users seen, and those still to be added to the watch map (at the next tick).
-        let users = RefCell::new((std::collections::HashSet::<u32>::new(), Vec::<u32>::new()));
-        let mut handle = |b: &[u8]| {
-            let ev = match to_item(b, &mut tally.borrow_mut(), &mut enricher) {
-                Some(Item::Event(ev)) => ev,
-                Some(Item::Step(s)) => {
-                    if failed.borrow().is_none() {
-                        keep(sink.borrow_mut().step(&s));
-                    }
-                    return;
-                }
-                None => return,
-            };
-            let ev = correlator.feed(ev);
-            if opts.watch_verbs_users && uses_verbs(&ev) {
-                let (seen, new) = &mut *users.borrow_mut();
-                if seen.insert(ev.pid) {
-                    new.push(ev.pid);
-                }
-            }
-            if failed.borrow().is_none() {
-                keep(sink.borrow_mut().event(&std::sync::Arc::new(ev)));
-            }
-        };
+        let mut run = RunLoop::new(&planning, &ksyms, sink, opts.watch_verbs_users);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        // The loss already said in the stream, per row and reason: what is new is said next.
-        let mut losses = LossWatch::default();
         let (stopped, end) = rt.block_on(async {
             let mut ring = ring.into_async()?;
             let mut child = child.map(|(c, mut release)| {
                 release.write_all(b"\n").ok(); // lets the child run (a dead child is seen below)
                 c
             });
-            let stopped = {
-                let mut periodic = |p: Periodic| match p {
-                    Periodic::Tick => {
-                        for pid in std::mem::take(&mut users.borrow_mut().1) {
-                            // A process gone by now cannot be watched: nothing to say.
-                            loaded.watch(pid).ok();
-                        }
-                        keep(sink.borrow_mut().tick())
-                    }
-                    Periodic::Stats => {
-                        let counters = loaded.counters().unwrap_or_default();
-                        let missed = loaded.kernel_missed();
-                        let sites =
-                            summary::per_site(&planning.plan, &counters, &tally.borrow(), missed.as_deref());
-                        let ts_ns = monotonic_ns();
-                        let mut counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
-                        counts.extend(summary::program_counts(&loaded.program_costs()));
-                        let mut out = sink.borrow_mut();
-                        for l in losses.new_losses(ts_ns, &counts) {
-                            keep(out.loss(&l));
-                        }
-                        keep(out.stats(&Stats { ts_ns, sites: counts, ..Default::default() }));
-                    }
-                };
-                event_loop(&mut ring, &mut handle, &mut periodic, &failed, opts.duration, &mut child).await?
-            };
+            let stopped = event_loop(&mut ring, &mut run, &mut loaded, opts.duration, &mut child).await?;
             let still_running =
                 child.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
             notice(Notice::Stopped { why: stopped.why.clone(), still_running });
-            let end = shutdown(loaded, &mut ring, &mut handle, &tally).await?;
+            let end = shutdown(loaded, &mut ring, &mut run).await?;
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
-        let account = end.account(&planning, &tally.into_inner());
-        // What was lost since the last stats record (at shutdown: runs the kernel skipped,
-        // records held past it) is said before the trailer, so the stream's loss records
-        // add up to the trailer's account.
-        for l in losses.new_losses(monotonic_ns(), &account.counts()) {
-            keep(sink.borrow_mut().loss(&l));
-        }
+        let account = end.account(&planning, &run.tally);
+        run.last_losses(&account);
         Ok(Finished {
             stopped,
             ended_ns: monotonic_ns(),
             account,
-            consumer_error: failed.into_inner(),
+            consumer_error: run.failed,
             stopping: end.stopping,
         })
     }
-}
-
-/// An event that shows its process using verbs (it runs in the process, not a kworker).
-fn uses_verbs(ev: &Event) -> bool {
-    use crate::event::ProbeId;
-    ev.kind == crate::event::EventKind::Entry
-        && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
 }
 
 /// `rdma sys show`'s copy-on-fork (iproute2's rdma tool: `… copy-on-fork on`), if it
@@ -385,185 +298,6 @@ fn read_trimmed(path: &str) -> String {
 fn realtime_offset_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
-
-/// What the event loop does on its timers besides reading the ring.
-enum Periodic {
-    /// Every 50 ms: buffering outputs write out.
-    Tick,
-    /// Every second: the accounting so far (and any new loss).
-    Stats,
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of the events' `ts_ns`.
-fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC) as u64
-}
-
-/// The loss counts last reported, per probe and reason: a loss notice says what is new.
-#[derive(Default)]
-struct LossWatch {
-    seen: std::collections::HashMap<(String, String), u64>,
-}
-
-impl LossWatch {
-    fn new_losses(&mut self, ts_ns: u64, counts: &[SiteCount]) -> Vec<Loss> {
-        let mut out = Vec::new();
-        for c in counts {
-            for (reason, n) in &c.lost {
-                let before = self.seen.insert((c.site.clone(), reason.clone()), *n).unwrap_or(0);
-                if *n > before {
-                    out.push(Loss {
-                        ts_ns,
-                        site: c.site.clone(),
-                        reason: reason.clone(),
-                        count: n - before,
-                        ..Default::default()
-                    });
-                }
-            }
-        }
-        out
-    }
-}
-
-/// What a ring record becomes.
-#[allow(clippy::large_enum_variant)] // events are nearly every record: not boxed per event
-enum Item {
-    Event(Event),
-    Step(Box<crate::steps::StepRecord>),
-}
-
-/// One raw record through decode and enrich, counted in `tally` whatever becomes of it.
-fn to_item(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Item> {
-    let hdr = decode::header(b);
-    t.read(hdr.as_ref());
-    let Ok(raw) = decode::decode(b) else {
-        t.undecodable(hdr.as_ref());
-        return None;
-    };
-    if let decode::Raw::Step { json, .. } = &raw {
-        let Some(step) = crate::pipeline::enrich::step(json) else {
-            t.undecodable(hdr.as_ref());
-            return None;
-        };
-        t.delivered(raw.header());
-        return Some(Item::Step(Box::new(step)));
-    }
-    let Some(ev) = enricher.event(&raw) else {
-        t.enrich_dropped(raw.header());
-        return None;
-    };
-    t.delivered(raw.header());
-    Some(Item::Event(ev))
-}
-
-/// The event loop: reads the ring in bounded batches and checks, between batches, the
-/// signals, the duration, the command's exit and the outputs, so a stop is honoured at
-/// any event rate.
-async fn event_loop(
-    ring: &mut AsyncRing,
-    handle: &mut impl FnMut(&[u8]),
-    periodic: &mut impl FnMut(Periodic),
-    failed: &RefCell<Option<std::io::Error>>,
-    duration: Option<Duration>,
-    child: &mut Option<std::process::Child>,
-) -> Result<Stopped> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
-    tokio::pin!(deadline);
-    let every = |period, missed| {
-        let mut i = tokio::time::interval(period);
-        i.set_missed_tick_behavior(missed);
-        i
-    };
-    let (mut watchdog, mut child_check) = (
-        every(Duration::from_millis(250), MissedTickBehavior::Delay),
-        every(Duration::from_millis(100), MissedTickBehavior::Delay),
-    );
-    // On a fixed schedule (a late tick does not push the next one back): the bounds the
-    // capture format promises.
-    let (mut flush, mut stats) =
-        (every(FLUSH_EVERY, MissedTickBehavior::Skip), every(capture::STATS_EVERY, MissedTickBehavior::Skip));
-    loop {
-        if let Some(e) = failed.borrow().as_ref() {
-            return Ok(Stopped { why: format!("an output failed ({e})"), code: 1 });
-        }
-        tokio::select! {
-            biased;
-            _ = sigint.recv() => return Ok(Stopped { why: "SIGINT".into(), code: 0 }),
-            _ = sigterm.recv() => return Ok(Stopped { why: "SIGTERM".into(), code: 0 }),
-            _ = &mut deadline, if duration.is_some() => {
-                return Ok(Stopped { why: "the duration elapsed".into(), code: 0 });
-            }
-            _ = child_check.tick(), if child.is_some() => {
-                if let Some(c) = child.as_mut()
-                    && let Some(st) = c.try_wait()?
-                {
-                    // Give in-flight completions (kworkers) a moment, then stop.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    let why = format!("the command exited (pid {}, {st})", c.id());
-                    return Ok(Stopped { why, code: st.code().unwrap_or(1) });
-                }
-            }
-            _ = flush.tick() => periodic(Periodic::Tick),
-            _ = stats.tick() => periodic(Periodic::Stats),
-            // A wakeup can be missed while the reader waits on a record being written.
-            _ = watchdog.tick() => { ring.drain_now(&mut *handle); }
-            r = ring.next_batch(&mut *handle) => { r?; }
-        }
-    }
-}
-
-/// What shutdown gathered: the final counters and what the ring and the kernel said.
-struct End {
-    counters: Vec<u64>,
-    left: Leftover,
-    programs: Vec<ProgramCost>,
-    missed: Option<Vec<u64>>,
-    waits: crate::source::Waits,
-    stopping: Vec<(&'static str, Duration)>,
-}
-
-impl End {
-    fn account(&self, planning: &Planning, tally: &Tally) -> RunAccount {
-        let (forks, forks_unwatched) = summary::forks(&self.counters);
-        RunAccount {
-            sites: summary::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
-            headerless: tally.headerless,
-            reader_waits: self.waits.records,
-            reader_longest_wait_ns: self.waits.longest.as_nanos() as u64,
-            uncommitted_at_exit: self.left.uncommitted,
-            blocked_at_exit: self.left.blocked,
-            forks,
-            forks_unwatched,
-            programs: self.programs.clone(),
-            kernel_missed_known: self.missed.is_some(),
-        }
-    }
-}
-
-/// Detaches the programs, then reads the ring until every record they committed is read
-/// (or a deadline passes).
-async fn shutdown(
-    loaded: Loaded,
-    ring: &mut AsyncRing,
-    handle: &mut impl FnMut(&[u8]),
-    tally: &RefCell<Tally>,
-) -> Result<End> {
-    let t = std::time::Instant::now();
-    let programs = loaded.program_costs();
-    let missed = loaded.kernel_missed();
-    let counters = loaded.detach_keep_counters()?;
-    let detached = t.elapsed();
-    let pending = || counters.read().map(|c| tally.borrow().pending(&c)).unwrap_or(0);
-    let left = ring.finish(&mut *handle, pending, HELD_DEADLINE).await;
-    let stopping = vec![("detaching", detached), ("draining the ring", t.elapsed() - detached)];
-    Ok(End { counters: counters.read()?, left, programs, missed, waits: ring.waits().clone(), stopping })
-}
-
-/// How long shutdown waits for records still being written after the programs detach.
-const HELD_DEADLINE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

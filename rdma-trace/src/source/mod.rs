@@ -293,20 +293,21 @@ impl AsyncRing {
         &self.fd.get_ref().view.waits
     }
 
-    /// At shutdown, with the programs detached: reads until `pending()` (records the
-    /// programs committed and the reader has not read) is zero and the ring is empty, or
-    /// `deadline` passes; then says what was left.
-    pub async fn finish(
+    /// At shutdown, with the programs detached: reads each record into `state` with `f`
+    /// until `pending(state)` (records the programs committed and the reader has not read)
+    /// is zero and the ring is empty, or `deadline` passes; then says what was left.
+    pub async fn finish<S>(
         &mut self,
-        mut f: impl FnMut(&[u8]),
-        pending: impl Fn() -> u64,
+        state: &mut S,
+        mut f: impl FnMut(&mut S, &[u8]),
+        pending: impl Fn(&S) -> u64,
         deadline: Duration,
     ) -> Leftover {
         let t0 = Instant::now();
         loop {
-            while self.drain_now(&mut f).more {}
+            while self.drain_now(|b| f(state, b)).more {}
             let left = self.fd.get_ref().view.leftover();
-            let done = left == Leftover::default() && pending() == 0;
+            let done = left == Leftover::default() && pending(state) == 0;
             if done || t0.elapsed() > deadline {
                 return left;
             }

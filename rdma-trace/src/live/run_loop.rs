@@ -1,0 +1,322 @@
+//! The tracer's run: the ring read in bounded batches on one thread, each record through
+//! decode → enrich → correlate to the sink (`RunLoop::record`), the timers' ticks and
+//! stats between batches (`RunLoop::periodic`), and at shutdown the ring drained until
+//! every record the detached programs committed is read. One owner of the run's state,
+//! borrowed by one branch of the loop at a time.
+
+use super::attach::Loaded;
+use crate::capture::{self, Loss, SiteCount, Stats};
+use crate::clock::clock_ns;
+use crate::event::Event;
+use crate::output::Sink;
+use crate::output::jsonl::FLUSH_EVERY;
+use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
+use crate::pipeline::correlate::Correlator;
+use crate::pipeline::decode;
+use crate::pipeline::enrich::Enricher;
+use crate::pipeline::fds::FdCache;
+use crate::pipeline::ksyms::Ksyms;
+use crate::plan::here::Planning;
+use crate::source::{AsyncRing, Leftover};
+use anyhow::Result;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::MissedTickBehavior;
+
+use super::trace::Stopped;
+
+/// What the event loop does on its timers besides reading the ring.
+enum Periodic {
+    /// Every 50 ms: buffering outputs write out.
+    Tick,
+    /// Every second: the accounting so far (and any new loss).
+    Stats,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the events' `ts_ns`.
+pub(super) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+/// The loss counts last reported, per probe and reason: a loss notice says what is new.
+#[derive(Default)]
+struct LossWatch {
+    seen: std::collections::HashMap<(String, String), u64>,
+}
+
+impl LossWatch {
+    fn new_losses(&mut self, ts_ns: u64, counts: &[SiteCount]) -> Vec<Loss> {
+        let mut out = Vec::new();
+        for c in counts {
+            for (reason, n) in &c.lost {
+                let before = self.seen.insert((c.site.clone(), reason.clone()), *n).unwrap_or(0);
+                if *n > before {
+                    out.push(Loss {
+                        ts_ns,
+                        site: c.site.clone(),
+                        reason: reason.clone(),
+                        count: n - before,
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a ring record becomes.
+#[allow(clippy::large_enum_variant)] // events are nearly every record: not boxed per event
+enum Item {
+    Event(Event),
+    Step(Box<crate::steps::StepRecord>),
+}
+
+/// One raw record through decode and enrich, counted in `tally` whatever becomes of it.
+fn to_item(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Item> {
+    let hdr = decode::header(b);
+    t.read(hdr.as_ref());
+    let Ok(raw) = decode::decode(b) else {
+        t.undecodable(hdr.as_ref());
+        return None;
+    };
+    if let decode::Raw::Step { json, .. } = &raw {
+        let Some(step) = crate::pipeline::enrich::step(json) else {
+            t.undecodable(hdr.as_ref());
+            return None;
+        };
+        t.delivered(raw.header());
+        return Some(Item::Step(Box::new(step)));
+    }
+    let Some(ev) = enricher.event(&raw) else {
+        t.enrich_dropped(raw.header());
+        return None;
+    };
+    t.delivered(raw.header());
+    Some(Item::Event(ev))
+}
+
+/// An event that shows its process using verbs (it runs in the process, not a kworker).
+fn uses_verbs(ev: &Event) -> bool {
+    use crate::event::ProbeId;
+    ev.kind == crate::event::EventKind::Entry
+        && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
+}
+
+/// The run's state: the pipeline's stages, the tally of every record read, the sink and
+/// the first error it gave (which stops the run).
+pub(super) struct RunLoop<'a> {
+    planning: &'a Planning,
+    enricher: Enricher<'a>,
+    correlator: Correlator,
+    pub(super) tally: Tally,
+    sink: &'a mut dyn Sink,
+    pub(super) failed: Option<std::io::Error>,
+    /// Watch the syscalls of every process seen using verbs (the daemon).
+    watch_verbs_users: bool,
+    /// Verbs users seen, and those still to be added to the watch map (at the next tick).
+    users_seen: std::collections::HashSet<u32>,
+    users_new: Vec<u32>,
+    /// The loss already said in the stream, per row and reason: what is new is said next.
+    losses: LossWatch,
+}
+
+impl<'a> RunLoop<'a> {
+    pub(super) fn new(
+        planning: &'a Planning,
+        ksyms: &'a Ksyms,
+        sink: &'a mut dyn Sink,
+        watch_verbs_users: bool,
+    ) -> Self {
+        RunLoop {
+            planning,
+            enricher: Enricher {
+                plan: &planning.plan,
+                ksyms,
+                fds: FdCache::default(),
+                memlock: Default::default(),
+                frames: Default::default(),
+                cgroups: Default::default(),
+            },
+            correlator: Correlator::default(),
+            tally: Tally::default(),
+            sink,
+            failed: None,
+            watch_verbs_users,
+            users_seen: Default::default(),
+            users_new: Vec::new(),
+            losses: LossWatch::default(),
+        }
+    }
+
+    /// Keeps the sink's first error; after one, nothing more is written.
+    fn keep(&mut self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    /// One ring record through decode → enrich → correlate, to the sink.
+    fn record(&mut self, b: &[u8]) {
+        let ev = match to_item(b, &mut self.tally, &mut self.enricher) {
+            Some(Item::Event(ev)) => ev,
+            Some(Item::Step(s)) => {
+                if self.failed.is_none() {
+                    let r = self.sink.step(&s);
+                    self.keep(r);
+                }
+                return;
+            }
+            None => return,
+        };
+        let ev = self.correlator.feed(ev);
+        if self.watch_verbs_users && uses_verbs(&ev) && self.users_seen.insert(ev.pid) {
+            self.users_new.push(ev.pid);
+        }
+        if self.failed.is_none() {
+            let r = self.sink.event(&std::sync::Arc::new(ev));
+            self.keep(r);
+        }
+    }
+
+    /// A timer's turn: the tick (new verbs users watched, outputs written out) or the
+    /// stats (the accounting so far, and what loss is new).
+    fn periodic(&mut self, p: Periodic, loaded: &mut Loaded) {
+        match p {
+            Periodic::Tick => {
+                for pid in std::mem::take(&mut self.users_new) {
+                    // A process gone by now cannot be watched: nothing to say.
+                    loaded.watch(pid).ok();
+                }
+                let r = self.sink.tick();
+                self.keep(r);
+            }
+            Periodic::Stats => {
+                let counters = loaded.counters().unwrap_or_default();
+                let missed = loaded.kernel_missed();
+                let sites = summary::per_site(&self.planning.plan, &counters, &self.tally, missed.as_deref());
+                let ts_ns = monotonic_ns();
+                let mut counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
+                counts.extend(summary::program_counts(&loaded.program_costs()));
+                for l in self.losses.new_losses(ts_ns, &counts) {
+                    let r = self.sink.loss(&l);
+                    self.keep(r);
+                }
+                let r = self.sink.stats(&Stats { ts_ns, sites: counts, ..Default::default() });
+                self.keep(r);
+            }
+        }
+    }
+
+    /// What was lost since the last stats record (at shutdown: runs the kernel skipped,
+    /// records held past it), said before the trailer, so that the stream's loss records
+    /// add up to the trailer's account.
+    pub(super) fn last_losses(&mut self, account: &RunAccount) {
+        for l in self.losses.new_losses(monotonic_ns(), &account.counts()) {
+            let r = self.sink.loss(&l);
+            self.keep(r);
+        }
+    }
+}
+
+/// The event loop: reads the ring in bounded batches and checks, between batches, the
+/// signals, the duration, the command's exit and the outputs, so a stop is honoured at
+/// any event rate.
+pub(super) async fn event_loop(
+    ring: &mut AsyncRing,
+    run: &mut RunLoop<'_>,
+    loaded: &mut Loaded,
+    duration: Option<Duration>,
+    child: &mut Option<std::process::Child>,
+) -> Result<Stopped> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
+    tokio::pin!(deadline);
+    let every = |period, missed| {
+        let mut i = tokio::time::interval(period);
+        i.set_missed_tick_behavior(missed);
+        i
+    };
+    let (mut watchdog, mut child_check) = (
+        every(Duration::from_millis(250), MissedTickBehavior::Delay),
+        every(Duration::from_millis(100), MissedTickBehavior::Delay),
+    );
+    // On a fixed schedule (a late tick does not push the next one back): the bounds the
+    // capture format promises.
+    let (mut flush, mut stats) =
+        (every(FLUSH_EVERY, MissedTickBehavior::Skip), every(capture::STATS_EVERY, MissedTickBehavior::Skip));
+    loop {
+        if let Some(e) = run.failed.as_ref() {
+            return Ok(Stopped { why: format!("an output failed ({e})"), code: 1 });
+        }
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => return Ok(Stopped { why: "SIGINT".into(), code: 0 }),
+            _ = sigterm.recv() => return Ok(Stopped { why: "SIGTERM".into(), code: 0 }),
+            _ = &mut deadline, if duration.is_some() => {
+                return Ok(Stopped { why: "the duration elapsed".into(), code: 0 });
+            }
+            _ = child_check.tick(), if child.is_some() => {
+                if let Some(c) = child.as_mut()
+                    && let Some(st) = c.try_wait()?
+                {
+                    // Give in-flight completions (kworkers) a moment, then stop.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let why = format!("the command exited (pid {}, {st})", c.id());
+                    return Ok(Stopped { why, code: st.code().unwrap_or(1) });
+                }
+            }
+            _ = flush.tick() => run.periodic(Periodic::Tick, loaded),
+            _ = stats.tick() => run.periodic(Periodic::Stats, loaded),
+            // A wakeup can be missed while the reader waits on a record being written.
+            _ = watchdog.tick() => { ring.drain_now(|b| run.record(b)); }
+            r = ring.next_batch(|b| run.record(b)) => { r?; }
+        }
+    }
+}
+
+/// What shutdown gathered: the final counters and what the ring and the kernel said.
+pub(super) struct End {
+    counters: Vec<u64>,
+    left: Leftover,
+    programs: Vec<ProgramCost>,
+    missed: Option<Vec<u64>>,
+    waits: crate::source::Waits,
+    pub(super) stopping: Vec<(&'static str, Duration)>,
+}
+
+impl End {
+    pub(super) fn account(&self, planning: &Planning, tally: &Tally) -> RunAccount {
+        let (forks, forks_unwatched) = summary::forks(&self.counters);
+        RunAccount {
+            sites: summary::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
+            headerless: tally.headerless,
+            reader_waits: self.waits.records,
+            reader_longest_wait_ns: self.waits.longest.as_nanos() as u64,
+            uncommitted_at_exit: self.left.uncommitted,
+            blocked_at_exit: self.left.blocked,
+            forks,
+            forks_unwatched,
+            programs: self.programs.clone(),
+            kernel_missed_known: self.missed.is_some(),
+        }
+    }
+}
+
+/// Detaches the programs, then reads the ring until every record they committed is read
+/// (or a deadline passes).
+pub(super) async fn shutdown(loaded: Loaded, ring: &mut AsyncRing, run: &mut RunLoop<'_>) -> Result<End> {
+    let t = std::time::Instant::now();
+    let programs = loaded.program_costs();
+    let missed = loaded.kernel_missed();
+    let counters = loaded.detach_keep_counters()?;
+    let detached = t.elapsed();
+    let pending = |run: &RunLoop| counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0);
+    let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
+    let stopping = vec![("detaching", detached), ("draining the ring", t.elapsed() - detached)];
+    Ok(End { counters: counters.read()?, left, programs, missed, waits: ring.waits().clone(), stopping })
+}
+
+/// How long shutdown waits for records still being written after the programs detach.
+const HELD_DEADLINE: Duration = Duration::from_secs(1);
