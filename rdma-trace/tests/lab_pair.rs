@@ -21,8 +21,9 @@
 //! to the peer's post (soft-RoCE's doorbell, `rxe_post_send`) through the QP pair the two
 //! kernels were told at RTR, with no completion before a post. Meanwhile host 1 shows
 //! both daemons on one `tui`, host 2's over `ssh://` through an sshd host 2 runs: the
-//! other host's clock offset as its daemon measured it, both ends' ib_send_bw named with
-//! their host, and the path of host 1's CQ beginning at the post on host 2's QP.
+//! other host's clock offset as the daemons measured it, both ends' ib_send_bw and each
+//! host's companion named with their host, and the path of host 1's CQ beginning at the
+//! post on host 2's QP.
 //!
 //! And the fleet view: both guests' daemons scraped by one Prometheus (`pair_fleet_…`).
 
@@ -516,15 +517,17 @@ impl OneScreen {
     }
 
     /// Host 1's screen: host 2's clock placed by the daemons' measurement (`offset`), both
-    /// hosts' ib_send_bw named with their host, and a CQ of host 1's ib_send_bw whose path
+    /// hosts' ib_send_bw and companion named with their host, and a CQ of host 1's ib_send_bw whose path
     /// begins at the post on its peer, the QP on host 2 its perftest printed as the remote
     /// one; `q` ends it with 0.
     fn check(&self, remote: u64, offset: &str) {
         self.wait_until("status", 120, |s| s.contains(&format!("rdma-lab-2 {offset}")));
+        // ib_send_bw and the companion of each host, named with it.
         self.wait_until("both-hosts", 120, |s| {
+            let named = |comm: &str, h: &str| s.lines().any(|l| l.contains(comm) && l.contains(h));
             ["@rdma-lab-1", "@rdma-lab-2"]
                 .iter()
-                .all(|h| s.lines().any(|l| l.contains("ib_send_bw") && l.contains(h)))
+                .all(|h| named("ib_send_bw", h) && named("rdma-trace-wor", h))
         });
         pair_tmux(&["send-keys", "-t", "t", "4"]);
         let want = format!("a post on its peer, qp {remote:#x} @rdma-lab-2 → this CQ");
@@ -601,6 +604,14 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     publish(&pair.file(me), &format!("{local} {remote}\n"));
     pair.wait(&pair.file(peer), 300);
     across(&pair, &dir, "rping", "rping -s -a 10.0.0.1 -C 5 -v", "rping -c -a 10.0.0.1 -C 5 -v");
+    // The companion on each host too (its own QPs, on its own host), for the one screen.
+    let mut companion = Command::new(workload_bin())
+        .args(["--mr-sizes", "4K,64K", "--iterations", "2", "--announce", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
+        .spawn()
+        .expect("start the companion");
+    assert!(wait_timeout(&mut companion, 120).success(), "host {me}: the companion");
     drift(&dir, &peer_addr, &said, daemon_started);
     // A stats tick, so the last events are through the reorder window and written.
     std::thread::sleep(Duration::from_secs(2));
@@ -637,10 +648,17 @@ fn pair_posts_on_one_host_complete_on_the_other() {
 
     let qps = r["qps"].as_array().expect("the report's queue pairs");
     // ib_send_bw: the server's QP (host 1) is paired with the client's (host 2); every
-    // completion on the server's receive CQ follows a post on the client's QP.
-    let server = qp_row(qps, "rdma-lab-1", "ib_send_bw");
-    let client = qp_row(qps, "rdma-lab-2", "ib_send_bw");
-    assert_eq!((server.len(), client.len()), (1, 1), "one QP each end: {qps:?}");
+    // completion on the server's receive CQ follows a post on the client's QP. (A client
+    // attempt made before the server listened leaves a QP moved to INIT that never
+    // connected: unpaired, and it posted nothing.)
+    let paired = |h: &str| -> Vec<&serde_json::Value> {
+        qp_row(qps, h, "ib_send_bw").into_iter().filter(|q| q["peer"].is_object()).collect()
+    };
+    let (server, client) = (paired("rdma-lab-1"), paired("rdma-lab-2"));
+    assert_eq!((server.len(), client.len()), (1, 1), "one connected QP each end: {qps:?}");
+    for q in qp_row(qps, "rdma-lab-2", "ib_send_bw").into_iter().filter(|q| !q["peer"].is_object()) {
+        assert_eq!(q["posts"].as_u64(), Some(0), "a failed attempt's QP posted nothing: {q}");
+    }
     let (server, client) = (server[0], client[0]);
     assert_eq!(server["qpn"].as_u64(), Some(local), "the server's QP is the one its perftest printed");
     assert_eq!(client["qpn"].as_u64(), Some(remote));

@@ -341,3 +341,47 @@ fn explain_cq_begins_at_the_post_on_the_other_host() {
         }
     }
 }
+
+/// The companion's two QPs share their send CQ (host 1 of a 6.12 pair run, where the
+/// companion ran beside the pair's workloads): a completion event names the CQ, not the
+/// QP, so each is counted once, on the QP whose post came last, and none is "before any
+/// post" for the QP that never posted. Counted against the capture's own events: the
+/// handler's runs on that CQ.
+#[test]
+fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
+    let file = fixture("pair-6.12.companion.host1.jsonl.zst");
+    let events: Vec<Event> = records(&file)
+        .into_iter()
+        .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+        .collect();
+    let companion = |e: &&Event| e.comm == "rdma-trace-work";
+    let send_cqs: std::collections::BTreeSet<u64> = events
+        .iter()
+        .filter(companion)
+        .filter(|e| e.is(rdma_trace::event::ProbeId::ModifyQp))
+        .filter_map(|e| e.field("send_cq"))
+        .collect();
+    assert_eq!(send_cqs.len(), 1, "the companion's QPs share one send CQ: {send_cqs:?}");
+    let cq = *send_cqs.first().unwrap();
+    let handled = events
+        .iter()
+        .filter(|e| {
+            e.is(rdma_trace::event::ProbeId::CompHandler) && e.kind == rdma_trace::event::EventKind::Entry
+        })
+        .filter(|e| e.field("cq") == Some(cq))
+        .count() as u64;
+    assert!(handled > 0);
+    let r = build(&[file], OPTS).unwrap();
+    let rows: Vec<&QpReport> = r.qps.iter().filter(|q| q.comm == "rdma-trace-work").collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        rows.iter().map(|q| q.completions).sum::<u64>(),
+        handled,
+        "each completion counted once: {rows:?}"
+    );
+    for q in &rows {
+        assert_eq!(q.before_any_post, 0, "{q:?}");
+        assert_eq!(q.completions, q.after_own_post, "joined to the QP's own posts: {q:?}");
+        assert_eq!(q.completions > 0, q.posts > 0, "counted on the QP that posted: {q:?}");
+    }
+}

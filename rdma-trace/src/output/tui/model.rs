@@ -137,7 +137,7 @@ pub struct Model {
     pub mrs: VecDeque<MrRow>,
     pub maps: VecDeque<MapRow>,
     pub cqs: BTreeMap<u64, CqRow>,
-    pub events: VecDeque<Event>,
+    pub events: VecDeque<std::sync::Arc<Event>>,
     /// The story's index of each of `events` (what `e` anchors on).
     pub indices: VecDeque<usize>,
     pub steps: VecDeque<StepRow>,
@@ -295,8 +295,9 @@ impl Model {
         self.lost_total = s.sites.iter().flat_map(|c| c.lost.values()).sum();
     }
 
-    /// An event arrived, which the story knows as `index`.
-    pub fn event(&mut self, e: &Event, index: usize) {
+    /// An event arrived, which the story knows as `index`: kept as the pointer the
+    /// pipeline shares (a snapshot copies pointers, not events).
+    pub fn event(&mut self, e: &std::sync::Arc<Event>, index: usize) {
         self.events_total += 1;
         push_capped(&mut self.events, EVENTS, e.clone());
         push_capped(&mut self.indices, EVENTS, index);

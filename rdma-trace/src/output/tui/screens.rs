@@ -477,6 +477,7 @@ pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
     m.events
         .iter()
         .rev()
+        .map(|e| e.as_ref())
         .filter(|e| matches(ui, &[m.tags(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
         .collect()
 }

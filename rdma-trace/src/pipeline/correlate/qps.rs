@@ -185,9 +185,13 @@ impl Qps {
         }
     }
 
-    /// A completion on a CQ: joined, through each QP the CQ serves, to the newest post that
-    /// can have caused it (the peer's for a receive CQ, its own for a send CQ; the newer of
-    /// the two where one CQ is both).
+    /// A completion on a CQ: joined to the newest post that can have caused it, of the QPs
+    /// the CQ serves (the peer's post for a receive CQ, the QP's own for a send CQ), and
+    /// counted once, on the QP of that post. A completion event names a CQ, not a QP: where
+    /// one CQ serves several QPs (the companion's two QPs share their send CQ), the newest
+    /// post among them is the one that can have caused it. With no post before it, it is
+    /// counted on the first QP: a flush in ERR, a receive whose peer is not known, or
+    /// before any post.
     fn completion(
         story: &mut QpStory,
         by_cq: &HashMap<(u32, u64), Vec<QpKey>>,
@@ -197,35 +201,39 @@ impl Qps {
     ) {
         let Some(cq) = e.field("cq") else { return };
         let Some(qps) = by_cq.get(&(host_of(e.pid), cq)) else { return };
-        for key in qps {
-            let Some(row) = story.rows.get(key) else { continue };
+        let candidates = qps.iter().filter_map(|key| {
+            let row = story.rows.get(key)?;
             let own = (row.send_cq == cq).then_some(row.last_post).flatten().map(|p| (p, false));
             let peer = row.peer.and_then(|p| story.rows.get(&p));
             let across =
                 (row.recv_cq == cq).then(|| peer.and_then(|p| p.last_post)).flatten().map(|p| (p, true));
-            let best = [own, across].into_iter().flatten().max_by_key(|((ts, _), _)| *ts);
-            let row = story.rows.get_mut(key).expect("above");
+            Some([own, across].into_iter().flatten().map(move |c| (*key, c)))
+        });
+        let best = candidates.flatten().max_by_key(|(_, ((ts, _), _))| *ts);
+        let Some((key, ((post_ts, post), across))) = best else {
+            let Some(first) = qps.iter().find(|k| story.rows.contains_key(k)) else { return };
+            let row = story.rows.get_mut(first).expect("found");
             row.completions += 1;
-            let Some(((post_ts, post), across)) = best else {
-                if row.state == Some(IB_QPS_ERR) {
-                    row.flushed += 1;
-                } else if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
-                    row.peer_unknown += 1;
-                } else {
-                    row.before_any_post += 1;
-                }
-                continue;
-            };
-            let latency_ns = e.ts_ns.saturating_sub(post_ts);
-            if across {
-                row.after_peer_post += 1;
-                row.across_ns.push(latency_ns);
+            if row.state == Some(IB_QPS_ERR) {
+                row.flushed += 1;
+            } else if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
+                row.peer_unknown += 1;
             } else {
-                row.after_own_post += 1;
-                row.own_ns.push(latency_ns);
+                row.before_any_post += 1;
             }
-            push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
-            story.joins_total += 1;
+            return;
+        };
+        let row = story.rows.get_mut(&key).expect("a candidate's row");
+        row.completions += 1;
+        let latency_ns = e.ts_ns.saturating_sub(post_ts);
+        if across {
+            row.after_peer_post += 1;
+            row.across_ns.push(latency_ns);
+        } else {
+            row.after_own_post += 1;
+            row.own_ns.push(latency_ns);
         }
+        push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
+        story.joins_total += 1;
     }
 }
