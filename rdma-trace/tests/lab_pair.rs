@@ -21,8 +21,8 @@
 //! to the peer's post (soft-RoCE's doorbell, `rxe_post_send`) through the QP pair the two
 //! kernels were told at RTR, with no completion before a post. Meanwhile host 1 shows
 //! both daemons on one `tui`, host 2's over `ssh://` through an sshd host 2 runs: the
-//! other host's clock offset as the daemons measured it, both ends' ib_send_bw and each
-//! host's companion named with their host, and the path of host 1's CQ beginning at the
+//! other host's clock offset as the daemons measured it, both ends' ib_send_bw and rping
+//! and each host's companion named with their host, and the path of host 1's CQ beginning at the
 //! post on host 2's QP.
 //!
 //! And the fleet view: both guests' daemons scraped by one Prometheus (`pair_fleet_…`).
@@ -517,17 +517,17 @@ impl OneScreen {
     }
 
     /// Host 1's screen: host 2's clock placed by the daemons' measurement (`offset`), both
-    /// hosts' ib_send_bw and companion named with their host, and a CQ of host 1's ib_send_bw whose path
+    /// hosts' ib_send_bw, rping and companion named with their host, and a CQ of host 1's ib_send_bw whose path
     /// begins at the post on its peer, the QP on host 2 its perftest printed as the remote
     /// one; `q` ends it with 0.
     fn check(&self, remote: u64, offset: &str) {
         self.wait_until("status", 120, |s| s.contains(&format!("rdma-lab-2 {offset}")));
-        // ib_send_bw and the companion of each host, named with it.
+        // ib_send_bw, rping and the companion of each host, named with it.
         self.wait_until("both-hosts", 120, |s| {
             let named = |comm: &str, h: &str| s.lines().any(|l| l.contains(comm) && l.contains(h));
             ["@rdma-lab-1", "@rdma-lab-2"]
                 .iter()
-                .all(|h| named("ib_send_bw", h) && named("rdma-trace-wor", h))
+                .all(|h| named("ib_send_bw", h) && named("rping", h) && named("rdma-trace-wor", h))
         });
         pair_tmux(&["send-keys", "-t", "t", "4"]);
         let want = format!("a post on its peer, qp {remote:#x} @rdma-lab-2 → this CQ");
