@@ -18,3 +18,12 @@ pub fn host_of(pid: u32) -> u32 {
 pub fn local_pid(pid: u32) -> u32 {
     pid & ((1 << PID_SHIFT) - 1)
 }
+
+/// A merged pid as the screens and explanations name it: its own host's number, and the
+/// host's name where several are merged (`273@host-b`).
+pub fn pid_at(pid: u32, host: Option<&str>) -> String {
+    match host {
+        Some(h) => format!("{}@{h}", local_pid(pid)),
+        None => local_pid(pid).to_string(),
+    }
+}

@@ -29,6 +29,7 @@
 
 mod common;
 
+use common::sshd;
 use common::*;
 use rdma_trace::capture::Record;
 use rdma_trace::event::{Event, EventKind, ProbeId};
@@ -426,25 +427,11 @@ fn shown_offset(mine: &str, theirs: &str) -> String {
 struct OneScreen {
     me: u8,
     dir: PathBuf,
-    sshd: Option<std::process::Child>,
-}
-
-/// A new key pair at `path` (an earlier run's, left in the output directory, removed:
-/// ssh-keygen would ask before overwriting it).
-fn keygen(path: &Path) {
-    std::fs::remove_file(path).ok();
-    std::fs::remove_file(path.with_extension("pub")).ok();
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .output()
-        .expect("ssh-keygen (a guest package)");
-    assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+    sshd: Option<sshd::Sshd>,
 }
 
 fn pair_tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(["-L", "lab-pair"]).args(args).output().expect("tmux");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    tmux("lab-pair", args)
 }
 
 impl OneScreen {
@@ -454,37 +441,11 @@ impl OneScreen {
         let mut s = OneScreen { me: pair.me, dir: dir.to_path_buf(), sshd: None };
         if pair.me == 2 {
             pair.wait(&pubkey, 300);
-            std::fs::copy(&pubkey, dir.join("authorized_keys")).unwrap();
-            keygen(&dir.join("host_key"));
-            let config = dir.join("sshd_config");
-            std::fs::write(
-                &config,
-                format!(
-                    "Port 22\nListenAddress 10.0.0.2\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
-                     PidFile {d}/sshd.pid\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                     KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n",
-                    d = dir.display()
-                ),
-            )
-            .unwrap();
-            std::fs::create_dir_all("/run/sshd").unwrap();
-            let child = Command::new("/usr/sbin/sshd")
-                .args(["-D", "-e", "-f"])
-                .arg(&config)
-                .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
-                .spawn()
-                .expect("sshd (a guest package)");
-            s.sshd = Some(child);
-            let t0 = Instant::now();
-            while std::net::TcpStream::connect("10.0.0.2:22").is_err() {
-                let log = std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default();
-                assert!(t0.elapsed() < Duration::from_secs(30), "sshd never listened:\n{log}");
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            s.sshd = Some(sshd::start(dir, "10.0.0.2", 22, &pubkey, Duration::from_secs(30)));
             publish(&ready, "");
             return s;
         }
-        keygen(&key);
+        sshd::keygen(&key);
         publish(&pubkey, &std::fs::read_to_string(key.with_extension("pub")).unwrap());
         pair.wait(&ready, 300);
         let script = format!(
@@ -558,10 +519,6 @@ impl OneScreen {
 
 impl Drop for OneScreen {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.sshd {
-            c.kill().ok();
-            c.wait().ok();
-        }
         if self.me == 1 {
             pair_tmux(&["kill-server"]);
         }

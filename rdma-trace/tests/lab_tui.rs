@@ -5,13 +5,10 @@
 mod common;
 
 use common::*;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn tmux(args: &[&str]) -> String {
-    let out =
-        Command::new("tmux").args(["-L", "lab-tui"]).args(args).output().expect("tmux (a guest package)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::tmux("lab-tui", args)
 }
 
 fn wait_screen(needle: &str, secs: u64) -> String {

@@ -5,69 +5,29 @@
 //! streams a two-host lab capture: the file holds that capture byte for byte. A socket with
 //! no daemon behind it gives the far side's one line and exit 2.
 
+mod common;
+
+use common::sshd;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-trace"))
 }
 
-fn run(c: &mut Command) {
-    let out = c.output().expect("run");
-    assert!(out.status.success(), "{c:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// An sshd on 127.0.0.1:`port` letting `key` in as root, until dropped.
-struct Sshd(Child);
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
-fn sshd(dir: &Path) -> (Sshd, u16, PathBuf) {
-    let sshd = Path::new("/usr/sbin/sshd");
-    assert!(sshd.exists(), "no {} (cargo xtask setup installs openssh-server)", sshd.display());
-    let (host_key, user_key) = (dir.join("host_key"), dir.join("user_key"));
-    for k in [&host_key, &user_key] {
-        run(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(k));
-    }
-    std::fs::copy(user_key.with_extension("pub"), dir.join("authorized_keys")).unwrap();
+/// An sshd on 127.0.0.1 (a free port) letting a key made here in as root: (it, the port,
+/// the key).
+fn sshd(dir: &Path) -> (sshd::Sshd, u16, PathBuf) {
+    let user_key = dir.join("user_key");
+    sshd::keygen(&user_key);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let config = dir.join("sshd_config");
-    std::fs::write(
-        &config,
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\nPidFile {}\n\
-             PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             UsePAM no\nStrictModes no\n",
-            host_key.display(),
-            dir.join("authorized_keys").display(),
-            dir.join("sshd.pid").display()
-        ),
+    (
+        sshd::start(dir, "127.0.0.1", port, &user_key.with_extension("pub"), Duration::from_secs(10)),
+        port,
+        user_key,
     )
-    .unwrap();
-    std::fs::create_dir_all("/run/sshd").unwrap();
-    let child = Command::new(sshd)
-        .args(["-D", "-e", "-f"])
-        .arg(&config)
-        .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
-        .spawn()
-        .expect("start sshd");
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "sshd never listened: {:?}",
-            std::fs::read_to_string(dir.join("sshd.log"))
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (Sshd(child), port, user_key)
 }
 
 /// A stand-in daemon: takes the subscriber's hello, streams `text`, closes.

@@ -292,15 +292,7 @@ fn shown_from(
             writeln!(out, "{host:<12} {}", crate::output::text::step_line(&s.step))?;
         }
         Record::Loss(l) => {
-            writeln!(
-                out,
-                "{host:<12} {:>14.6} {:<10} ! {} events of {} lost: {}",
-                l.ts_ns as f64 / 1e9,
-                "lost",
-                l.count,
-                l.site,
-                l.reason
-            )?;
+            writeln!(out, "{host:<12} {}", crate::output::text::loss_line(&l))?;
         }
         _ => {}
     }

@@ -250,7 +250,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             let mut w = Dist::default();
             ps.wakeup_latencies_ns.iter().for_each(|&l| w.observe(l));
             ProcessReport {
-                pid: ps.pid & ((1 << PID_SHIFT) - 1),
+                pid: crate::event::local_pid(ps.pid),
                 hostname: host(ps.pid),
                 comm: ps.comm.clone(),
                 cgroup: ps.cgroup.as_deref().map(str::to_string),

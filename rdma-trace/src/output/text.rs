@@ -88,6 +88,12 @@ pub fn step_line(s: &crate::steps::StepRecord) -> String {
     )
 }
 
+/// One line for a loss notice (no trailing newline).
+pub fn loss_line(l: &crate::capture::Loss) -> String {
+    let secs = l.ts_ns as f64 / 1e9;
+    format!("{secs:>14.6} {:<10} ! {} events of {} lost: {}", "lost", l.count, l.site, l.reason)
+}
+
 impl<W: Write> Sink for Text<W> {
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
         writeln!(self.out, "{}", step_line(s))
@@ -107,12 +113,7 @@ impl<W: Write> Sink for Text<W> {
     }
     /// Loss is never silent: a line in the stream where it was seen.
     fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
-        let secs = l.ts_ns as f64 / 1e9;
-        writeln!(
-            self.out,
-            "{secs:>14.6} {:<10} ! {} events of {} lost: {}",
-            "lost", l.count, l.site, l.reason
-        )
+        writeln!(self.out, "{}", loss_line(l))
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()

@@ -4,11 +4,18 @@
 pub mod fixture_plan;
 pub mod prom;
 pub mod raw_records;
+pub mod sshd;
 pub mod trace_events;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// `tmux -L server ARGS…` (a tmux server of the test's own), its stdout.
+pub fn tmux(server: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux").args(["-L", server]).args(args).output().expect("tmux (a guest package)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
 pub const IGNORE: &str = "lab: needs the soft-RoCE guest (cargo xtask vm-test)";
 

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const DEMO_SH: &str = include_str!("guest/demo.sh");
-const DEMO_TUI_SH: &str = include_str!("guest/demo-tui.sh");
-const DEMO_PAIR_SH: &str = include_str!("guest/demo-pair.sh");
+/// The TUI demos' guest scripts, each after the lines that find the virtio port.
+const DEMO_TUI_SH: &str = concat!(include_str!("guest/demo-port.sh"), include_str!("guest/demo-tui.sh"));
+const DEMO_PAIR_SH: &str = concat!(include_str!("guest/demo-port.sh"), include_str!("guest/demo-pair.sh"));
 
 pub fn demo(a: DemoArgs) -> Result<()> {
     let series = a.kernel.unwrap_or(Series::TrixieBackports);

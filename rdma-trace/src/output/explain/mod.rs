@@ -71,11 +71,14 @@ impl Input<'_> {
     /// A process as the explanation names it: its pid, with its host's name when the
     /// events are of several hosts (`273@host-b`).
     fn who(&self, pid: u32) -> String {
-        let local = crate::event::local_pid(pid);
-        match self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1) {
-            Some(h) => format!("{local}@{h}"),
-            None => local.to_string(),
-        }
+        crate::event::pid_at(pid, self.host(pid))
+    }
+    /// The name of the host `pid` ran on, where the events are of several hosts.
+    fn host(&self, pid: u32) -> Option<&str> {
+        self.hosts
+            .get(crate::event::host_of(pid) as usize)
+            .filter(|_| self.hosts.len() > 1)
+            .map(String::as_str)
     }
     /// Of `candidates` (event indexes, in order), the one the anchor points at: on the
     /// anchor's thread, the last at or before it, else the first after it; without an

@@ -409,7 +409,7 @@ fn cq_post(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
         crate::pipeline::render::printable(&post.comm),
         input.who(post.pid)
     ));
-    let here = input.hosts.get(crate::event::host_of(comp.pid) as usize).filter(|_| input.hosts.len() > 1);
+    let here = input.host(comp.pid);
     let other = crate::event::host_of(comp.pid) != crate::event::host_of(post.pid);
     let clock = match input.clock_error_ns {
         Some(e) if other => format!(" (on one clock to ± {}: the measured offset's error bar)", us(e)),

@@ -255,11 +255,8 @@ impl Model {
     /// A process as the screens name it: its pid, and with several hosts the host's name
     /// (merged pids carry their source, `event::host_of`).
     pub fn who(&self, pid: u32) -> String {
-        let local = crate::event::local_pid(pid);
-        match self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1) {
-            Some(h) => format!("{local}@{}", h.name),
-            None => local.to_string(),
-        }
+        let host = self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1);
+        crate::event::pid_at(pid, host.map(|h| h.name.as_str()))
     }
 
     /// What the filter matches a process by besides its pid and name: `pid@host`, and its

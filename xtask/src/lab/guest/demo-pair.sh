@@ -1,4 +1,3 @@
-#!/bin/bash
 # The two-host TUI demo's guest side, run in both guests of a pair (LAB_HOST 1 or 2): the
 # daemon serves the host through this guest's virtio port and measures the peer's clock
 # (its metrics port answers the peer's), the companion loops here, and the perftest and
@@ -6,16 +5,6 @@
 # the guests off.
 TRACER=$RDMA_TRACE_BIN
 W=${TRACER%/*}/rdma-trace-workload
-modprobe virtio_console
-PORT=
-for ((i = 0; i < 100; i++)); do
-  for d in /sys/class/virtio-ports/*; do
-    [ "$(cat "$d/name" 2>/dev/null)" = rdma-trace ] && PORT=/dev/${d##*/}
-  done
-  [ -n "$PORT" ] && [ -e "$PORT" ] && break
-  sleep 0.2
-done
-[ -n "$PORT" ] && [ -e "$PORT" ] || { echo "[demo] no virtio-serial port named rdma-trace"; exit 2; }
 echo "[demo] host $LAB_HOST: the host's port: $PORT"
 "$TRACER" daemon --virtio-port "$PORT" --metrics 0.0.0.0:9464 --clock-peer "$LAB_PEER:9464" 2>/tmp/daemon.stderr &
 for ((i = 0; i < 360; i++)); do

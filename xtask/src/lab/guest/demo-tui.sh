@@ -1,19 +1,7 @@
-#!/bin/bash
 # The TUI demo's guest side: the daemon serves the host through the virtio port while the
 # companion workload loops and a perftest pair repeats, until the host powers the guest off.
 TRACER=$RDMA_TRACE_BIN
 W=${TRACER%/*}/rdma-trace-workload
-# The port QEMU named rdma-trace (no udev here: its /dev node is found through sysfs).
-modprobe virtio_console
-PORT=
-for ((i = 0; i < 100; i++)); do
-  for d in /sys/class/virtio-ports/*; do
-    [ "$(cat "$d/name" 2>/dev/null)" = rdma-trace ] && PORT=/dev/${d##*/}
-  done
-  [ -n "$PORT" ] && [ -e "$PORT" ] && break
-  sleep 0.2
-done
-[ -n "$PORT" ] && [ -e "$PORT" ] || { echo "[demo] no virtio-serial port named rdma-trace"; exit 2; }
 echo "[demo] the host's port: $PORT"
 "$TRACER" daemon --virtio-port "$PORT" 2>/tmp/daemon.stderr &
 for ((i = 0; i < 360; i++)); do
