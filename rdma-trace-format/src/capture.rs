@@ -12,10 +12,11 @@
 //! (bare events, `"v":0`) are still read.
 
 use crate::event::Event;
+pub use crate::event::KernelError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = crate::event::FORMAT_VERSION;
 
 /// Stats records come this often while a run lasts (the format promises at most a second
 /// between two; the margin absorbs a late timer).
@@ -248,15 +249,6 @@ impl Record {
             Record::Trailer(t) => Some(t.seq),
         }
     }
-}
-
-/// A kernel function's ERR_PTR return, as a capture writes it: never a pointer-sized number.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KernelError {
-    /// "ENOMEM".
-    pub err: String,
-    /// 12.
-    pub errno: i64,
 }
 
 /// For reading: `errors` back into the ERR_PTR values the pipeline works on.

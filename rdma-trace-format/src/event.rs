@@ -1,7 +1,7 @@
 //! The event record: what the pipeline after decode consumes and emits, and what capture
 //! files hold (JSON Lines, version 0; see docs/event-format.md).
 
-pub use crate::fields::Fields;
+pub use crate::fields::{Fields, Key, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -107,16 +107,13 @@ impl serde::Serialize for ProbeId {
     }
 }
 
-/// A name the catalog knows (a field, a kernel symbol) is borrowed from it when an event
-/// is made; one read from a file is owned.
-pub type Key = std::borrow::Cow<'static, str>;
-
 /// One frame of a symbolized kernel stack, `function+0xoff [module]`: shared, since the
 /// same return addresses recur in every stack of a path.
 pub type Frame = std::sync::Arc<str>;
 
-/// The version events are written with (`capture::VERSION`).
-pub const FORMAT_VERSION: u32 = crate::capture::VERSION;
+/// The version of capture format the events (and `capture`'s other records) are written
+/// with: docs/event-format.md.
+pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,23 +133,6 @@ pub enum ExecContext {
     Process,
     Kworker,
     Softirq,
-}
-
-/// A field value: unsigned (addresses, lengths, keys) or signed (return codes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Value {
-    U(u64),
-    I(i64),
-}
-
-impl Value {
-    pub fn as_u64(self) -> u64 {
-        match self {
-            Value::U(v) => v,
-            Value::I(v) => v as u64,
-        }
-    }
 }
 
 /// What an event is named by: the catalog probe it came from, set once when it is
@@ -292,7 +272,7 @@ pub struct Event {
     /// v1 files: pointer fields that held an ERR_PTR, as errors (in memory they stay in
     /// `fields`; `capture::join_errors`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub errors: BTreeMap<String, crate::capture::KernelError>,
+    pub errors: BTreeMap<String, KernelError>,
 }
 
 /// An event as a v1 record writes it, borrowed: the writer's version and place in the
@@ -331,7 +311,7 @@ pub struct Numbered<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup: &'a Option<Frame>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    errors: &'a BTreeMap<String, crate::capture::KernelError>,
+    errors: &'a BTreeMap<String, KernelError>,
 }
 
 impl<'a> Numbered<'a> {
@@ -429,16 +409,40 @@ pub fn parse_lines<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
-/// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged
-/// line is an error naming it. Streams are read with `source::capture::Reader`.
-pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
-    let mut out = Vec::new();
-    for r in crate::reader::Reader::new(text.as_bytes(), true) {
-        if let crate::capture::Record::Event(e) = r.map_err(|e| e.to_string())? {
-            out.push(*e);
-        }
+/// A kernel function's ERR_PTR return, as a capture writes it: never a pointer-sized number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelError {
+    /// "ENOMEM".
+    pub err: String,
+    /// 12.
+    pub errno: i64,
+}
+
+/// The errno a kernel error names (`ENOMEM`), or "errno" for one not in this list.
+pub fn errno_name(e: i64) -> &'static str {
+    match e {
+        1 => "EPERM",
+        2 => "ENOENT",
+        4 => "EINTR",
+        5 => "EIO",
+        11 => "EAGAIN",
+        12 => "ENOMEM",
+        13 => "EACCES",
+        14 => "EFAULT",
+        16 => "EBUSY",
+        17 => "EEXIST",
+        19 => "ENODEV",
+        22 => "EINVAL",
+        28 => "ENOSPC",
+        95 => "EOPNOTSUPP",
+        _ => "errno",
     }
-    Ok(out)
+}
+
+/// An ERR_PTR value (the top 4095 addresses) as its negative errno.
+pub fn err_ptr(v: u64) -> Option<i64> {
+    let s = v as i64;
+    (-4095..0).contains(&s).then_some(s)
 }
 
 #[cfg(test)]

@@ -2,10 +2,30 @@
 //! than a tree (one allocation, no nodes to free). It reads, writes and compares as the
 //! JSON object `{name: value, …}` with its names in order, as a `BTreeMap` would.
 
-use crate::event::{Key, Value};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A name the catalog knows (a field, a kernel symbol) is borrowed from it when an event
+/// is made; one read from a file is owned.
+pub type Key = std::borrow::Cow<'static, str>;
+
+/// A field value: unsigned (addresses, lengths, keys) or signed (return codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    U(u64),
+    I(i64),
+}
+
+impl Value {
+    pub fn as_u64(self) -> u64 {
+        match self {
+            Value::U(v) => v,
+            Value::I(v) => v as u64,
+        }
+    }
+}
 
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Fields(Vec<(Key, Value)>);

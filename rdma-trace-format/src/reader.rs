@@ -322,3 +322,15 @@ impl<R: BufRead> Iterator for Reader<R> {
         None
     }
 }
+
+/// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged
+/// line is an error naming it. Streams are read with `Reader`.
+pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    for r in Reader::new(text.as_bytes(), true) {
+        if let Record::Event(e) = r.map_err(|e| e.to_string())? {
+            out.push(*e);
+        }
+    }
+    Ok(out)
+}

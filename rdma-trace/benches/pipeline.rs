@@ -27,12 +27,13 @@ mod lab_copies;
 #[allow(dead_code)]
 mod raw_records;
 
-use rdma_trace::output::{Sink, jsonl::Jsonl, target::Target};
+use rdma_trace::output::{jsonl::Jsonl, target::Target};
 use rdma_trace::pipeline::correlate::Correlator;
 use rdma_trace::pipeline::correlate::live::{Limits, Live, StorySink};
 use rdma_trace::pipeline::enrich::Enricher;
 use rdma_trace::pipeline::{decode, ksyms::Ksyms};
 use rdma_trace::plan::select::Plan;
+use rdma_trace::sink::Sink;
 use rdma_trace_common::{EventHeader, KIND_SYS_ENTER, ProbeHead, SyscallEvent};
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,8 @@
 
 use rdma_trace::capture::{Header, Trailer};
 use rdma_trace::event::{Event, Value};
-use rdma_trace::output::{Sink, jsonl::Jsonl};
+use rdma_trace::output::jsonl::Jsonl;
+use rdma_trace::sink::Sink;
 
 #[path = "../tests/common/lab_copies.rs"]
 mod lab_copies;

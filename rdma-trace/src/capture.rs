@@ -19,19 +19,19 @@ fn pointer_fields(ev: &Event) -> impl Iterator<Item = &'static str> {
 
 /// Whether writing `ev` moves anything to `errors` (`split_errors`).
 pub fn has_errors(ev: &Event) -> bool {
-    pointer_fields(ev).any(|n| ev.field(n).and_then(crate::pipeline::render::err_ptr).is_some())
+    pointer_fields(ev).any(|n| ev.field(n).and_then(rdma_trace_format::event::err_ptr).is_some())
 }
 
 /// For writing: ERR_PTR values of pointer fields move to `errors`, by name.
 pub fn split_errors(ev: &mut Event) {
     let names: Vec<&'static str> = pointer_fields(ev).collect();
     for name in names {
-        let Some(e) = ev.field(name).and_then(crate::pipeline::render::err_ptr) else { continue };
+        let Some(e) = ev.field(name).and_then(rdma_trace_format::event::err_ptr) else { continue };
         ev.fields.remove(name);
         let errno = -e;
         ev.errors.insert(
             name.to_string(),
-            KernelError { err: crate::pipeline::render::errno_name(errno).to_string(), errno },
+            KernelError { err: rdma_trace_format::event::errno_name(errno).to_string(), errno },
         );
     }
 }

@@ -3,9 +3,11 @@
 //! on across files, only the newest kept), and following a file still being written.
 
 use rdma_trace::capture::{Header, ProbeStatus, Record, SiteCount, Stats, Trailer};
-use rdma_trace::event::{Event, parse_jsonl};
+use rdma_trace::event::Event;
+use rdma_trace::output::jsonl::Jsonl;
 use rdma_trace::output::target::{Rotation, rotated_name};
-use rdma_trace::output::{Sink, jsonl::Jsonl};
+use rdma_trace::sink::Sink;
+use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::source::capture::{ReadReport, Reader, open};
 use std::path::{Path, PathBuf};
 

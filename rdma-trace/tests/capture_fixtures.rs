@@ -1,7 +1,8 @@
 //! The pipeline after decode, on captures recorded in the lab (both kernels): parsing,
 //! pairing, rendering, the replay command, and corrupt input.
 
-use rdma_trace::event::{Event, EventKind, parse_jsonl};
+use rdma_trace::event::{Event, EventKind};
+use rdma_trace::source::capture::parse_jsonl;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -4,8 +4,10 @@
 //! pipe, v0 files).
 
 use rdma_trace::capture::{Header, Loss, ProbeStatus, Record, SiteCount, Stats, Trailer};
-use rdma_trace::event::{Event, EventKind, parse_jsonl};
-use rdma_trace::output::{Sink, jsonl::Jsonl};
+use rdma_trace::event::{Event, EventKind};
+use rdma_trace::output::jsonl::Jsonl;
+use rdma_trace::sink::Sink;
+use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::source::capture::{MAX_LINE, ReadError, Reader};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -201,7 +203,7 @@ fn replay_reads_stdin() {
 
 #[test]
 fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
-    use rdma_trace::pipeline::correlate::story;
+    use rdma_trace::pipeline::correlate::live;
     use rdma_trace::pipeline::redact::{KERNEL_HALF, KERNEL_STAND_IN, Redactor};
     for name in ["companion-7.3.jsonl", "companion-6.12.jsonl", "memlock-7.3.jsonl"] {
         let events = lab_events(name);
@@ -226,7 +228,7 @@ fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
                 assert!(!kernel_values.contains(&v) || v >= KERNEL_STAND_IN, "{name}: {k} = {v:#x} kept");
             }
         }
-        let (a, b) = (story::build(&events, &[]), story::build(&redacted, &[]));
+        let (a, b) = (live::build(&events, &[]), live::build(&redacted, &[]));
         assert_eq!(a.unjoined, b.unjoined, "{name}");
         assert_eq!(a.processes.len(), b.processes.len(), "{name}");
         for (pa, pb) in a.processes.values().zip(b.processes.values()) {

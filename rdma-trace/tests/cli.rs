@@ -198,7 +198,7 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_accounts_for_every_committed_e
     assert!(!err.contains("held past shutdown"), "{err}");
     let delivered = summary_delivered(&err);
     let text = std::fs::read_to_string(&cap).unwrap();
-    let events = rdma_trace::event::parse_jsonl(&text).unwrap().len() as u64;
+    let events = rdma_trace::source::capture::parse_jsonl(&text).unwrap().len() as u64;
     assert!(delivered > 1000, "{err}");
     // The capture's writer has a bounded queue: under a flood it may fall behind the ring
     // reader, and then says in the file how many events it left out.

@@ -7,11 +7,11 @@ mod common;
 
 use common::fixture_plan::{K73, K612, fixture as btf_fixture};
 use rdma_trace::cmd::explain::all;
-use rdma_trace::event::parse_jsonl;
 use rdma_trace::output::explain;
 use rdma_trace::pipeline::correlate::story::read_steps;
 use rdma_trace::plan::btf::{self, BtfSource};
 use rdma_trace::plan::lessons::Topic;
+use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::{StepName, StepRecord};
 use std::path::{Path, PathBuf};
 

@@ -97,8 +97,9 @@ fn the_report_counts_what_the_story_counts() {
     for k in ["6.12", "7.3"] {
         let file = fixture(&format!("companion-{k}.jsonl"));
         let r = build(std::slice::from_ref(&file), OPTS).unwrap();
-        let events = rdma_trace::event::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
+        let events =
+            rdma_trace::source::capture::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
         for p in &r.processes {
             let s = &story.processes[&p.pid];
             assert_eq!(

@@ -201,16 +201,8 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert!(p.mrs.iter().all(|m| m.lkey.is_some_and(|k| k != 0)), "the tables' lkeys: {p:?}");
     // The TUI on this stream: the three rows from the tables end; nothing stays pinned.
     let (mut f, _slot) = rdma_trace::output::tui::channel("lab".into(), false);
-    for r in &recs {
-        match r {
-            Record::State(s) => f.seed(s),
-            Record::Event(e) => rdma_trace::output::Sink::event(
-                &mut f,
-                &std::sync::Arc::new(rdma_trace::event::Event::clone(e)),
-            )
-            .unwrap(),
-            _ => {}
-        }
+    for r in recs.iter().filter(|r| matches!(r, Record::State(_) | Record::Event(_))) {
+        rdma_trace::sink::Sink::record(&mut f, r.clone()).unwrap();
     }
     f.caught_up();
     let m = &f.model;
@@ -295,7 +287,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
             _ => None,
         })
         .collect();
-    let story = rdma_trace::pipeline::correlate::story::build(&events, &[]);
+    let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
     let ps = &story.processes[&cpid];
     std::fs::write(
         dir.join("metrics-vs-story.txt"),

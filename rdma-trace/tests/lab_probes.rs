@@ -8,7 +8,8 @@
 mod common;
 
 use common::*;
-use rdma_trace::event::{Event, EventKind, ExecContext, parse_jsonl};
+use rdma_trace::event::{Event, EventKind, ExecContext};
+use rdma_trace::source::capture::parse_jsonl;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use rdma_trace::event::parse_jsonl;
+use rdma_trace::source::capture::parse_jsonl;
 use std::process::Child;
 use std::time::{Duration, Instant};
 

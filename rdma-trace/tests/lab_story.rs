@@ -8,9 +8,11 @@
 mod common;
 
 use common::*;
-use rdma_trace::event::{Event, EventKind, parse_jsonl};
+use rdma_trace::event::{Event, EventKind};
+use rdma_trace::pipeline::correlate::live;
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::plan::catalog::ProbeId;
+use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::{StepName, StepRecord};
 use std::path::Path;
 use std::process::Command;
@@ -60,7 +62,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
         ],
     );
     let steps = story::read_steps(&steps_file).expect("steps parse");
-    let st = story::build(&events, &steps);
+    let st = live::build(&events, &steps);
     report(&dir, "companion", &st, &events, &steps);
     // The marker announced every step while the run went on: the capture carries the
     // records the companion wrote to its file, and `story` of the capture alone tells the
@@ -202,8 +204,8 @@ fn mappings_are_the_queues_it_made(events: &[Event], steps: &[StepRecord], pid: 
     want.sort_by_key(|w| format!("{w:?}"));
     assert!(want.len() >= 4, "the companion makes CQs and a QP: {want:?}");
     for (how, st) in [
-        ("with the step file", story::build(events, steps)),
-        ("from the probes alone", story::build(events, &[])),
+        ("with the step file", live::build(events, steps)),
+        ("from the probes alone", live::build(events, &[])),
     ] {
         let maps = &st.processes[&pid].mappings;
         let unnamed: Vec<_> =
@@ -243,7 +245,7 @@ fn lab_story_perftest_and_rping_traced_by_command() {
     let bt_out = std::fs::read_to_string(dir.join("bpftrace.out")).unwrap();
     assert!(status.success(), "{status}\n{stderr}");
     std::fs::copy("/tmp/perftest-rping.sh.log", dir.join("perftest-rping.sh.log")).ok();
-    let st = story::build(&events, &[]);
+    let st = live::build(&events, &[]);
     report(&dir, "perftest-rping", &st, &events, &[]);
     assert!(
         st.unjoined.is_empty(),
@@ -327,7 +329,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     assert_eq!(st.code(), Some(1), "the workload fails its reg_mr:\n{stderr}");
     std::fs::copy("/tmp/memlock-steps.jsonl", &steps_file).expect("steps written");
     let steps = story::read_steps(&steps_file).unwrap();
-    let st = story::build(&events, &steps);
+    let st = live::build(&events, &steps);
     report(&dir, "memlock", &st, &events, &steps);
     let reg = steps.iter().find(|s| s.name == StepName::RegMr).expect("a reg_mr step");
     assert!(!reg.ok && reg.errno == Some(12), "{reg:?}");
@@ -347,7 +349,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     // The TUI's refusal row has the limit too (its model fed the same capture).
     let (mut tui, _slot) = rdma_trace::output::tui::channel("memlock".into(), false);
     for e in &events {
-        rdma_trace::output::Sink::event(&mut tui, &std::sync::Arc::new(e.clone())).unwrap();
+        rdma_trace::sink::Sink::event(&mut tui, &std::sync::Arc::new(e.clone())).unwrap();
     }
     tui.caught_up();
     let refused: Vec<_> = tui.model.mrs.iter().filter(|r| r.pid == reg.pid && r.refused.is_some()).collect();
@@ -411,7 +413,7 @@ fn lab_story_odp_registrations_show_as_odp() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let steps = story::read_steps(&steps_file).unwrap();
-    let st = story::build(&events, &steps);
+    let st = live::build(&events, &steps);
     report(&dir, "odp", &st, &events, &steps);
     let regs: Vec<&StepRecord> = steps.iter().filter(|s| s.name == StepName::RegMr).collect();
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

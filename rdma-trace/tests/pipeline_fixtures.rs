@@ -11,11 +11,12 @@ mod common;
 
 use common::fixture_plan::{K73, K612, plan_for};
 use common::raw_records::{Frames, probe_record};
-use rdma_trace::event::{Event, EventKind, Value, parse_jsonl};
+use rdma_trace::event::{Event, EventKind, Value};
 use rdma_trace::pipeline::correlate::Correlator;
 use rdma_trace::pipeline::enrich::Enricher;
 use rdma_trace::pipeline::{decode, ksyms::Ksyms};
 use rdma_trace::plan::select::Plan;
+use rdma_trace::source::capture::parse_jsonl;
 use std::path::Path;
 
 fn capture(name: &str) -> Vec<Event> {

@@ -4,10 +4,11 @@
 //! reading loses records and is told how many, while the other loses nothing.
 
 use rdma_trace::capture::{Header, Record};
-use rdma_trace::event::{Event, parse_jsonl};
-use rdma_trace::output::Sink;
+use rdma_trace::event::Event;
 use rdma_trace::serve::{Broadcaster, Hello, Joining, Want};
+use rdma_trace::sink::Sink;
 use rdma_trace::source::capture::Reader;
+use rdma_trace::source::capture::parse_jsonl;
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::Path;

@@ -1,9 +1,10 @@
 //! The correlation engine on runs recorded in the lab (both kernels): the companion
 //! workload with its step records, and perftest + rping traced by command.
 
-use rdma_trace::event::{Event, parse_jsonl};
-use rdma_trace::pipeline::correlate::live::{Limits, Live};
+use rdma_trace::event::Event;
+use rdma_trace::pipeline::correlate::live::{self, Limits, Live};
 use rdma_trace::pipeline::correlate::story::{self, Story};
+use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::StepName;
 use std::path::{Path, PathBuf};
 
@@ -26,7 +27,7 @@ fn companion_steps_all_join_with_equal_values() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
         let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
-        let st = story::build(&evs, &steps);
+        let st = live::build(&evs, &steps);
         assert!(st.unjoined.is_empty(), "{k}");
         let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();
         assert!(checks.len() >= 27, "{k}: {} checks", checks.len());
@@ -55,7 +56,7 @@ fn companion_steps_all_join_with_equal_values() {
 
 fn perftest_rping(k: &str) -> (Vec<Event>, Story) {
     let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
-    let st = story::build(&evs, &[]);
+    let st = live::build(&evs, &[]);
     (evs, st)
 }
 
@@ -103,7 +104,7 @@ fn perftest_and_rping_every_completion_joins_its_process() {
 fn companion_story_report_golden() {
     let evs = events("companion-7.3.jsonl");
     let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
-    let text = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
+    let text = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
     let golden = fixture("companion-7.3.story.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
@@ -124,7 +125,7 @@ fn pinning_over_memlock_is_explained() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("memlock-{k}.jsonl"));
         let steps = story::read_steps(&fixture(&format!("memlock-{k}.steps.jsonl"))).unwrap();
-        let st = story::build(&evs, &steps);
+        let st = live::build(&evs, &steps);
         let reg = steps.iter().find(|s| s.name == StepName::RegMr).unwrap();
         let ps = &st.processes[&reg.pid];
         assert_eq!(
@@ -167,7 +168,7 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
     for (capture, steps) in cases {
         let evs = events(capture);
         let steps = steps.map(|s| story::read_steps(&fixture(s)).unwrap()).unwrap_or_default();
-        let whole = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
+        let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
         assert_eq!(streamed(&evs, &steps, Limits::default()), whole, "{capture}");
     }
 }
@@ -175,7 +176,7 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
 #[test]
 fn a_bounded_story_keeps_its_counts_and_says_what_it_let_go() {
     let evs = events("perftest-rping-7.3.jsonl.zst");
-    let whole = story::build(&evs, &[]);
+    let whole = live::build(&evs, &[]);
     let small =
         Limits { events: 200, per_list: 50, processes: 100, reorder_ns: 1_000_000_000, reorder_max: 1000 };
     let text = streamed(&evs, &[], small);
@@ -217,7 +218,7 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
     let (st, kept, steps) = live.finish();
     assert_eq!(st.processes.len(), 2);
     assert!(st.processes.keys().all(|&p| p >= 400_000), "the last run's are kept: {:?}", st.processes.keys());
-    let whole = story::build(&evs, &[]);
+    let whole = live::build(&evs, &[]);
     assert_eq!(st.retired_processes as usize, 5 * whole.processes.len() - 2);
     let text = rdma_trace::output::report::text(&st, &kept, &steps);
     assert!(text.contains("processes were retired"), "{text}");
@@ -228,12 +229,12 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
 /// joined once.
 #[test]
 fn steps_announced_live_tell_the_story_the_step_file_tells() {
-    use rdma_trace::output::Sink;
+    use rdma_trace::sink::Sink;
     for k in ["6.12", "7.3"] {
         for name in ["companion", "memlock"] {
             let evs = events(&format!("{name}-{k}.jsonl"));
             let steps = story::read_steps(&fixture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
-            let whole = rdma_trace::output::report::text(&story::build(&evs, &steps), &evs, &steps);
+            let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
             let mut sink =
                 rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
             let mut pending = steps.iter().peekable();
@@ -296,7 +297,7 @@ fn companion_mappings_are_named_by_their_queues() {
         want.sort();
         assert_eq!(want.len(), 6, "{k}: two CQs and two QPs");
         for with in [&steps[..], &[]] {
-            let st = story::build(&evs, with);
+            let st = live::build(&evs, with);
             let ps = st.processes.values().find(|p| p.mappings_total > 0).expect("a process that mapped");
             let mut got: Vec<String> = ps
                 .mappings
@@ -324,7 +325,7 @@ fn perftest_and_rping_mappings_are_named() {
     use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
-        let st = story::build(&evs, &[]);
+        let st = live::build(&evs, &[]);
         let mut by_handle = 0;
         for ps in st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping") {
             assert!(ps.mappings.len() >= 3, "{k} {} {}: a CQ and a QP's queues", ps.comm, ps.pid);
@@ -356,7 +357,7 @@ fn the_storys_rows_are_what_the_companion_announced() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
         let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
-        let st = story::build(&evs, &steps);
+        let st = live::build(&evs, &steps);
         let ps = &st.processes[&steps[0].pid];
         let announced: Vec<_> =
             steps.iter().filter(|s| s.name == StepName::RegMr).filter_map(|s| s.mr.as_ref()).collect();

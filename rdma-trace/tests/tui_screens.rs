@@ -4,9 +4,10 @@
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
-use rdma_trace::output::Sink;
-use rdma_trace::output::tui::screens::{self, Ui};
+use rdma_trace::output::tui::screens;
+use rdma_trace::output::tui::ui::{Screen, Ui};
 use rdma_trace::output::tui::{self, lesson, model::Model};
+use rdma_trace::sink::Sink;
 
 use rdma_trace::pipeline::correlate::story;
 use rdma_trace::source::capture::{Reader, open};
@@ -29,7 +30,7 @@ fn fed(capture: &str) -> tui::Feeder {
                 }
                 f.event(&std::sync::Arc::from(e.clone())).unwrap();
             }
-            Record::Header(h) => f.header(&h),
+            Record::Header(h) => f.header(&h).unwrap(),
             _ => {}
         }
     }
@@ -58,8 +59,8 @@ fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
 #[test]
 fn every_screen_of_the_companion_run_at_80x24() {
     let m = model("companion-7.3.jsonl");
-    for (i, name) in screens::SCREENS.iter().enumerate() {
-        let ui = Ui { screen: i, ..Default::default() };
+    for screen in Screen::ALL {
+        let (name, ui) = (screen.name(), Ui { screen, ..Default::default() });
         insta::assert_snapshot!(format!("companion-7.3-{name}-80x24"), render(&m, &ui, 80, 24));
     }
 }
@@ -67,8 +68,8 @@ fn every_screen_of_the_companion_run_at_80x24() {
 #[test]
 fn every_screen_of_perftest_and_rping_at_120x40() {
     let m = model("perftest-rping-6.12.jsonl.zst");
-    for (i, name) in screens::SCREENS.iter().enumerate() {
-        let ui = Ui { screen: i, ..Default::default() };
+    for screen in Screen::ALL {
+        let (name, ui) = (screen.name(), Ui { screen, ..Default::default() });
         insta::assert_snapshot!(format!("perftest-rping-6.12-{name}-120x40"), render(&m, &ui, 120, 40));
     }
 }
@@ -80,7 +81,7 @@ fn the_steps_screen_shows_a_registration_and_its_checks() {
     let m = model("companion-6.12.jsonl");
     let newest_first: Vec<_> = m.steps.iter().rev().collect();
     let selected = newest_first.iter().position(|s| s.name == "reg_mr").expect("a reg_mr step");
-    let screen = render(&m, &Ui { screen: 5, selected, ..Default::default() }, 120, 40);
+    let screen = render(&m, &Ui { screen: Screen::Steps, selected, ..Default::default() }, 120, 40);
     let reg = newest_first[selected];
     assert!(reg.checks.len() >= 5 && reg.checks.iter().all(|c| c.ok), "{:?}", reg.checks);
     assert!(screen.contains("✓ umem size"), "{screen}");
@@ -90,13 +91,17 @@ fn the_steps_screen_shows_a_registration_and_its_checks() {
 #[test]
 fn a_refused_pin_is_explained_and_help_and_filter_show() {
     let m = model("memlock-7.3.jsonl");
-    let pinning = render(&m, &Ui { screen: 1, ..Default::default() }, 120, 30);
+    let pinning = render(&m, &Ui { screen: Screen::Pinning, ..Default::default() }, 120, 30);
     assert!(pinning.contains("REFUSED ENOMEM"), "{pinning}");
     insta::assert_snapshot!("memlock-7.3-Pinning-120x30", pinning);
     let help = render(&m, &Ui { help: true, ..Default::default() }, 80, 24);
     assert!(help.contains("? esc       close this help; q quits"), "{help}");
-    let filtered =
-        render(&m, &Ui { screen: 4, filter: "no-such-process".into(), ..Default::default() }, 80, 24);
+    let filtered = render(
+        &m,
+        &Ui { screen: Screen::Events, filter: "no-such-process".into(), ..Default::default() },
+        80,
+        24,
+    );
     assert!(filtered.contains("events (0 kept"), "{filtered}");
 }
 
@@ -109,8 +114,8 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
     for k in ["6.12", "7.3"] {
         let mut f = fed(&format!("companion-{k}.jsonl"));
         let m = f.model.clone();
-        let ui = Ui { screen: 4, ..Default::default() };
-        let shown = screens::shown_events(&m, &ui);
+        let ui = Ui { screen: Screen::Events, ..Default::default() };
+        let shown = rdma_trace::output::tui::ui::shown_events(&m, &ui);
         // The newest pin entry shown, and the oldest completion handler shown.
         let pin = shown.iter().position(|e| e.is(ProbeId::UmemGet) && e.kind == EventKind::Entry).unwrap();
         let comp =
@@ -144,9 +149,8 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     let json = std::fs::read_to_string(dir.join("session-6.12.rdma-res-mr.json")).unwrap();
     let processes = seed::group(seed::parse_res_mr(&json).unwrap(), |_| Vec::new());
     let (mut f, _slot) = tui::channel("daemon (lab session 6.12)".into(), false);
-    f.seed(&State { processes, ..Default::default() });
-    let pinning = screens::SCREENS.iter().position(|s| *s == "Pinning").unwrap();
-    let ui = Ui { screen: pinning, ..Default::default() };
+    f.state(&State { processes, ..Default::default() }).unwrap();
+    let ui = Ui { screen: Screen::Pinning, ..Default::default() };
     insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&f.model, &ui, 80, 24));
     assert_eq!(f.model.procs[&236].pinned, 131072);
     let deregs: Vec<_> = Reader::new(open(&dir.join("session-6.12.jsonl")).unwrap(), true)
@@ -185,12 +189,11 @@ fn row_of<'a>(screen: &'a str, key: &str) -> Option<&'a str> {
 /// to a plausible shorter one (`0x7fd062d6c000` as `0x7fd062d6c00`) must fail here.
 #[test]
 fn addresses_keys_and_latencies_stay_whole_on_narrow_terminals() {
-    let screen = |name: &str| screens::SCREENS.iter().position(|s| *s == name).unwrap();
     for capture in ["companion-7.3.jsonl", "perftest-rping-6.12.jsonl.zst"] {
         let mut m = model(capture);
         m.source = "daemon /work/main/target/lab/run/trixie-backports/rdma-trace.sock".into();
         for w in [80, 60, 40] {
-            let pinning = render(&m, &Ui { screen: screen("Pinning"), ..Default::default() }, w, 24);
+            let pinning = render(&m, &Ui { screen: Screen::Pinning, ..Default::default() }, w, 24);
             let header = pinning.lines().nth(2).unwrap();
             for r in m.mrs.iter().rev().take(20) {
                 let addr = format!("{:#x}", r.addr);
@@ -209,17 +212,17 @@ fn addresses_keys_and_latencies_stay_whole_on_narrow_terminals() {
                 w >= 80 || pinning.contains("hidden") || pinning.contains("no room for"),
                 "{capture} at {w}: a hidden column unnamed:\n{pinning}"
             );
-            let mmap = render(&m, &Ui { screen: screen("Mmap"), ..Default::default() }, w, 24);
+            let mmap = render(&m, &Ui { screen: Screen::Mmap, ..Default::default() }, w, 24);
             for r in m.maps.iter().rev().take(20) {
                 let start = format!("{:#x}", r.start);
                 assert!(mmap.contains(&start), "{capture} at {w}: mapping {start} not whole:\n{mmap}");
             }
             // The CQ table (above the selected CQ's path): a CQ's row has its own p99.
-            let cqs = render(&m, &Ui { screen: screen("Completions"), ..Default::default() }, w, 30);
+            let cqs = render(&m, &Ui { screen: Screen::Completions, ..Default::default() }, w, 30);
             let table = cqs.split("completion path of").next().unwrap();
             for c in m.cqs.values() {
                 let handle = format!("{:#x}", c.handle);
-                let p99 = screens::ns(c.wakeup_ns.quantile(0.99));
+                let p99 = rdma_trace::output::tui::format::ns(c.wakeup_ns.quantile(0.99));
                 let row = row_of(table, &format!("{handle} "))
                     .unwrap_or_else(|| panic!("{capture} at {w}: CQ {handle}:\n{cqs}"));
                 assert!(row.contains(&format!(" {p99} ")), "{capture} at {w}: CQ {handle} p99 {p99}: {row}");
@@ -259,7 +262,7 @@ fn the_overview_shows_whole_items_and_counts_the_rest() {
             shown += 1;
             let label: String = lines[at..(at + 6).min(lines.len())].iter().map(|l| right(l)).collect();
             for q in [0.5, 0.99] {
-                let v = screens::ns(c.wakeup_ns.quantile(q));
+                let v = rdma_trace::output::tui::format::ns(c.wakeup_ns.quantile(q));
                 let name = if q == 0.5 { "p50" } else { "p99" };
                 assert!(
                     label.contains(&format!("{name} {v}")),
@@ -296,7 +299,7 @@ fn every_screen_draws_at_tiny_sizes() {
     let models =
         [Model::new(String::new()), model("companion-7.3.jsonl"), model("perftest-rping-6.12.jsonl.zst")];
     for m in &models {
-        for screen in 0..screens::SCREENS.len() {
+        for screen in Screen::ALL {
             for help in [false, true] {
                 const SIZES: [u16; 8] = [0, 1, 2, 3, 5, 8, 13, 30];
                 for (w, h) in SIZES.iter().flat_map(|&w| SIZES.iter().map(move |&h| (w + w / 2, h))) {
@@ -339,7 +342,7 @@ fn the_status_line_keeps_loss_skips_filter_and_help_when_narrow() {
 fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
     let m = model("companion-7.3.jsonl");
     for w in [24, 30, 40, 60] {
-        for screen in 0..screens::SCREENS.len() {
+        for screen in Screen::ALL {
             let s = render(&m, &Ui { screen, ..Default::default() }, w, 12);
             let tabs = s.lines().next().unwrap();
             let mut at = 0;
@@ -348,11 +351,11 @@ fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
                 assert!(found.is_some(), "at {w}: tab {k} missing: {tabs}");
                 at += found.unwrap() + 1;
             }
-            let name = screens::SCREENS[screen];
+            let name = screen.name();
             assert!(tabs.contains(name) || tabs.contains('…'), "at {w}: {name} cut silently: {tabs}");
         }
     }
-    let cq = render(&m, &Ui { screen: 3, ..Default::default() }, 30, 24);
+    let cq = render(&m, &Ui { screen: Screen::Completions, ..Default::default() }, 30, 24);
     let title = cq.lines().find(|l| l.contains("┌comp")).unwrap_or_else(|| panic!("{cq}"));
     assert!(title.contains('…'), "the CQ box's title is cut without …: {title}");
     let help = render(&m, &Ui { help: true, ..Default::default() }, 40, 12);

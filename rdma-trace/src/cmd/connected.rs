@@ -4,9 +4,10 @@
 
 use crate::capture::Record;
 use crate::cli::TraceArgs;
-use crate::output::{Sink, text::Text};
+use crate::output::text::Text;
 use crate::pipeline::correlate::live::{Limits, Live, StorySink};
 use crate::serve::client::Source;
+use crate::sink::Sink;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::path::{Path, PathBuf};

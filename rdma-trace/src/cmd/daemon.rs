@@ -2,16 +2,18 @@
 //! a Unix socket until SIGINT/SIGTERM (or `--duration`); then every subscriber gets the
 //! trailer.
 
-use super::trace::{print_notice, trailer};
+use super::start::print_notice;
+use super::trace::trailer;
 use crate::capture::{ClockSample, Header, Loss, Stats, Trailer};
 use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::TraceOptions;
+use crate::output::jsonl::Jsonl;
 use crate::output::queued::{QUEUE, Queued};
-use crate::output::{Sink, jsonl::Jsonl};
 use crate::serve::socket::Listener;
 use crate::serve::{Broadcaster, ServeNotice};
+use crate::sink::Sink;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::sync::mpsc::Receiver;
@@ -98,7 +100,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         watch_verbs_users: true,
         command_log: None,
     };
-    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
+    let Some(tracer) = super::start::tracer(opts)? else { return Ok(2) };
     let listener = Listener::bind(&a.socket, &a.allow_uids)
         .with_context(|| format!("listening on {}", a.socket.display()))?;
     eprintln!("rdma-trace daemon: serving on {} (SIGINT or SIGTERM stops)", listener.path().display());

@@ -4,9 +4,10 @@
 use crate::capture::Header;
 use crate::cli::{ExplainArgs, ReadOpts};
 use crate::event::Event;
+use crate::output::explain::Explanation;
 use crate::output::explain::{self, Input};
-use crate::output::{Sink, explain::Explanation};
 use crate::plan::lessons::Topic;
+use crate::sink::Sink;
 use crate::steps::StepRecord;
 use anyhow::{Result, bail};
 
@@ -67,10 +68,10 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
         watch_verbs_users: false,
         command_log: None,
     };
-    let Some(tracer) = super::start_tracer(opts)? else { return Ok(None) };
+    let Some(tracer) = super::start::tracer(opts)? else { return Ok(None) };
     let header = tracer.header();
     let mut sink = Collect::default();
-    let finished = tracer.run(&mut super::trace::print_notice, &mut sink)?;
+    let finished = tracer.run(&mut super::start::print_notice, &mut sink)?;
     eprint!("{}", finished.account.summary());
     Ok(Some(Run {
         events: sink.0,
@@ -96,7 +97,7 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
     let mut steps = run.steps;
     let mut seen = std::collections::HashSet::new();
     steps.retain(|s| seen.insert((s.pid, s.run, s.step)));
-    let story = crate::pipeline::correlate::story::build(&run.events, &steps);
+    let story = crate::pipeline::correlate::live::build(&run.events, &steps);
     let input = Input {
         events: &run.events,
         story: &story,
@@ -122,7 +123,7 @@ pub fn all(
     steps: &[StepRecord],
     header: Option<&Header>,
 ) -> Vec<(Topic, Result<Explanation, String>)> {
-    let story = crate::pipeline::correlate::story::build(events, steps);
+    let story = crate::pipeline::correlate::live::build(events, steps);
     let input =
         Input { events, story: &story, steps, header, anchor: None, hosts: &[], clock_error_ns: None };
     Topic::ALL.iter().map(|t| (*t, explain::explain(*t, &input))).collect()

@@ -3,9 +3,10 @@
 
 use crate::cli::ReadOpts;
 use crate::event::Event;
-use crate::output::{Sink, text::Text};
+use crate::output::text::Text;
 use crate::pipeline::correlate::live::{Limits, Live, StorySink};
 use crate::pipeline::feed;
+use crate::sink::Sink;
 use crate::source::capture::{ReadReport, Reader};
 use crate::steps::StepRecord;
 use anyhow::{Context, Result};

@@ -5,12 +5,13 @@ use crate::capture::{Loss, Stats, Trailer};
 use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::live::trace::{Finished, Notice, TraceOptions, Tracer};
+use crate::live::trace::{Finished, TraceOptions, Tracer};
 use crate::output::queued::{QUEUE, Queued};
 use crate::output::target::{Rotation, parse_size};
-use crate::output::{Sink, jsonl::Jsonl, text::Text};
+use crate::output::{jsonl::Jsonl, text::Text};
 use crate::pipeline::correlate::live::{Limits, Live, StorySink};
 use crate::pipeline::redact::Redactor;
+use crate::sink::Sink;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::time::Duration;
@@ -176,50 +177,14 @@ pub(super) fn trailer(f: &Finished) -> Trailer {
     }
 }
 
-/// One line of stderr per notice.
-pub(super) fn print_notice(n: Notice) {
-    match n {
-        Notice::Blocked(why) => eprintln!("rdma-trace: {why}"),
-        Notice::StaleEvents(Ok(0)) => {}
-        Notice::StaleEvents(Ok(n)) => {
-            eprintln!("rdma-trace: removed {n} kprobe events left by runs that were killed")
-        }
-        Notice::StaleEvents(Err(e)) => {
-            eprintln!("rdma-trace: cannot check kprobe_events for stale events: {e}")
-        }
-        Notice::Skipped { id, reason } => eprintln!("rdma-trace: skip {id:<13} {reason}"),
-        Notice::Attach(o) => match &o.attached {
-            Err(e) => {
-                eprintln!("rdma-trace: skip {:<13} {} ({}): attach failed: {e}", o.id, o.symbol, o.module)
-            }
-            Ok(()) => {
-                if let Some(note) = &o.note {
-                    eprintln!("rdma-trace: note {:<13} {}: {note}", o.id, o.symbol);
-                }
-            }
-        },
-        Notice::StepMarker(Ok(_)) => {}
-        Notice::StepMarker(Err(why)) => eprintln!("rdma-trace: skip {:<13} {why}", "companion_step"),
-        Notice::Tracing { attached, skipped, planned, syscalls } => eprintln!(
-            "rdma-trace: tracing ({attached} probes attached, {skipped} skipped; planned in {} ms){}",
-            planned.as_millis(),
-            if syscalls { ", watching syscalls" } else { "" }
-        ),
-        Notice::Stopped { why, still_running: Some(pid) } => {
-            eprintln!("rdma-trace: stopped on {why}; the command (pid {pid}) is still running")
-        }
-        Notice::Stopped { why, still_running: None } => eprintln!("rdma-trace: stopped on {why}"),
-    }
-}
-
 pub fn run(a: TraceArgs) -> Result<i32> {
     if !a.connect.is_empty() {
         return super::connected::run(&a);
     }
     let opts = options(&a)?;
-    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
+    let Some(tracer) = super::start::tracer(opts)? else { return Ok(2) };
     let mut out = Outputs::open(&a, &tracer)?;
-    let mut finished = tracer.run(&mut print_notice, &mut out)?;
+    let mut finished = tracer.run(&mut super::start::print_notice, &mut out)?;
     let t = std::time::Instant::now();
     // After a failed write only the summary is still worth trying for.
     let closed = match &finished.consumer_error {

@@ -3,8 +3,8 @@
 
 use crate::capture::Record;
 use crate::cli::TuiArgs;
-use crate::output::Sink;
 use crate::output::tui::{self, Control, Feeder};
+use crate::sink::Sink;
 use crate::source::capture::Reader;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -143,16 +143,14 @@ fn feed_one(feeder: &mut Feeder, merge: &crate::serve::merge::Merge, i: usize, r
             let placement = merge.placements[i].as_ref();
             feeder.model.host(i, &h, placement);
             if i == 0 {
-                feeder.header(&h);
+                feeder.header(&h).ok();
             }
             feeder.model.finished = None;
         }
-        Record::State(st) => feeder.seed(&st),
-        Record::Event(e) => drop(feeder.event(&std::sync::Arc::from(e))),
-        Record::Step(s) => drop(feeder.step(&s.step)),
         Record::Stats(s) => feeder.model.host_stats(i, &s),
-        Record::Loss(l) => drop(feeder.loss(&l)),
         Record::Trailer(t) => feeder.model.hosts[i].ended = Some(format!("stopped on {}", t.stopped)),
+        // the feeder's methods cannot fail
+        r => drop(feeder.record(r)),
     }
 }
 
@@ -228,7 +226,7 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                 continue 'again;
             }
             match rec.with_context(|| file.display().to_string())? {
-                Record::Header(h) => feeder.header(&h),
+                Record::Header(h) => feeder.header(&h)?,
                 Record::Event(e) => {
                     if !c.to_end.load(Ordering::Relaxed) {
                         if !wait_paused(&c, &mut feeder) {
@@ -267,25 +265,8 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
 fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feeder) {
     for rec in reader.by_ref() {
         let Ok(rec) = rec else { break };
-        match rec {
-            Record::Header(h) => feeder.header(&h),
-            Record::State(st) => feeder.seed(&st),
-            Record::Event(e) => {
-                feeder.event(&std::sync::Arc::from(e)).ok();
-            }
-            Record::Step(s) => {
-                feeder.step(&s.step).ok();
-            }
-            Record::Stats(s) => {
-                feeder.stats(&s).ok();
-            }
-            Record::Trailer(t) => {
-                feeder.trailer(&t).ok();
-            }
-            Record::Loss(l) => {
-                feeder.loss(&l).ok();
-            }
-        }
+        // the feeder's methods cannot fail
+        feeder.record(rec).ok();
     }
     if feeder.model.finished.is_none() {
         feeder.finished("the daemon's stream ended".into());
@@ -308,9 +289,9 @@ fn live(a: TuiArgs) -> Result<i32> {
         watch_verbs_users: false,
         command_log: (!a.command.is_empty()).then(|| log.clone()),
     };
-    let Some(tracer) = super::start_tracer(opts)? else { return Ok(2) };
+    let Some(tracer) = super::start::tracer(opts)? else { return Ok(2) };
     let (mut feeder, rx) = tui::channel("live".into(), false);
-    feeder.header(&tracer.header());
+    feeder.header(&tracer.header())?;
     let control = feeder.control.clone();
     let screen = std::thread::spawn(move || {
         let r = tui::screen(rx, control, false);

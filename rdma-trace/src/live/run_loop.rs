@@ -8,8 +8,6 @@ use super::attach::Loaded;
 use crate::capture::{self, Loss, SiteCount, Stats};
 use crate::clock::clock_ns;
 use crate::event::Event;
-use crate::output::Sink;
-use crate::output::jsonl::FLUSH_EVERY;
 use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
 use crate::pipeline::correlate::Correlator;
 use crate::pipeline::decode;
@@ -17,13 +15,18 @@ use crate::pipeline::enrich::Enricher;
 use crate::pipeline::fds::FdCache;
 use crate::pipeline::ksyms::Ksyms;
 use crate::plan::here::Planning;
+use crate::sink::Sink;
 use crate::source::{AsyncRing, Leftover};
 use anyhow::Result;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::MissedTickBehavior;
 
-use super::trace::Stopped;
+/// Why the run stopped, and the code to exit with (the traced command's).
+pub struct Stopped {
+    pub why: String,
+    pub code: i32,
+}
 
 /// What the event loop does on its timers besides reading the ring.
 enum Periodic {
@@ -244,8 +247,10 @@ pub(super) async fn event_loop(
     );
     // On a fixed schedule (a late tick does not push the next one back): the bounds the
     // capture format promises.
-    let (mut flush, mut stats) =
-        (every(FLUSH_EVERY, MissedTickBehavior::Skip), every(capture::STATS_EVERY, MissedTickBehavior::Skip));
+    let (mut flush, mut stats) = (
+        every(crate::sink::TICK_EVERY, MissedTickBehavior::Skip),
+        every(capture::STATS_EVERY, MissedTickBehavior::Skip),
+    );
     loop {
         if let Some(e) = run.failed.as_ref() {
             return Ok(Stopped { why: format!("an output failed ({e})"), code: 1 });

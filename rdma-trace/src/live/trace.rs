@@ -6,15 +6,16 @@
 //! final `RunAccount`, which the command layer formats.
 
 use super::attach::{Loaded, Outcome};
+pub use super::run_loop::Stopped;
 use super::run_loop::{RunLoop, event_loop, monotonic_ns, shutdown};
 use super::spawn::spawn_held;
 use crate::capture::{Header, ProbeStatus};
 use crate::clock::clock_ns;
-use crate::output::Sink;
 use crate::output::summary::RunAccount;
 use crate::pipeline::ksyms::Ksyms;
 use crate::plan::here::Planning;
 use crate::plan::{kernel, syscalls};
+use crate::sink::Sink;
 use crate::source::Ring;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -62,12 +63,6 @@ pub enum Notice {
         why: String,
         still_running: Option<u32>,
     },
-}
-
-/// Why the run stopped, and the code to exit with (the traced command's).
-pub struct Stopped {
-    pub why: String,
-    pub code: i32,
 }
 
 /// A finished run: why it stopped, its account, and the first error the event consumer

@@ -2,21 +2,13 @@
 //! events, stats every 800 ms, loss notices, a trailer; each record numbered.
 //! Written to a file (mode 0600: it holds kernel addresses) or any writer (stdout, a socket).
 
-use super::Sink;
 use super::target::{CaptureFile, Rotation, Target};
 use crate::capture::{self, Header, Loss, Stats, Trailer};
 use crate::event::Event;
+use crate::sink::Sink;
 use serde::Serialize;
 use std::io;
 use std::path::Path;
-use std::time::Duration;
-
-/// How often buffered records are written out. A killed run's file must reach to within
-/// 100 ms of the kill, and an event waits in the ring and the output queue before the writer
-/// has it (tens of ms on an emulated CPU): a 100 ms period left no room for that, and a
-/// 6.12 guest's file ended 109 ms before its kill. Half of it leaves the other half for the
-/// way there.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 pub struct Jsonl<W: Target> {
     out: W,
@@ -60,13 +52,6 @@ impl<W: Target> Jsonl<W> {
         std::mem::take(&mut self.out)
     }
 
-    /// The state of a daemon's story when a subscriber joins.
-    pub fn state(&mut self, st: &crate::capture::State) -> io::Result<()> {
-        let st =
-            crate::capture::State { v: capture::VERSION, seq: self.seq, ty: "state".into(), ..st.clone() };
-        self.line(&st)
-    }
-
     /// The writer, for a stream written to memory.
     pub fn into_inner(self) -> W {
         self.out
@@ -82,13 +67,6 @@ impl<W: Target> Jsonl<W> {
         self.seq += 1;
         self.dirty = true;
         res.map_err(|e| self.named(e))
-    }
-
-    /// The header: the first record (written out with the first tick).
-    pub fn header(&mut self, h: &Header) -> io::Result<()> {
-        let h = Header { v: capture::VERSION, seq: self.seq, ty: "header".into(), ..h.clone() };
-        self.header = Some(h.clone());
-        self.line(&h)
     }
 
     /// At a record boundary: a full file is closed with a trailer (the counts so far) and
@@ -120,6 +98,18 @@ impl<W: Target> Jsonl<W> {
 }
 
 impl<W: Target> Sink for Jsonl<W> {
+    /// The header: the first record (written out with the first tick).
+    fn header(&mut self, h: &Header) -> io::Result<()> {
+        let h = Header { v: capture::VERSION, seq: self.seq, ty: "header".into(), ..h.clone() };
+        self.header = Some(h.clone());
+        self.line(&h)
+    }
+    /// The state of a daemon's story when a subscriber joins.
+    fn state(&mut self, st: &crate::capture::State) -> io::Result<()> {
+        let st =
+            crate::capture::State { v: capture::VERSION, seq: self.seq, ty: "state".into(), ..st.clone() };
+        self.line(&st)
+    }
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         if capture::has_errors(ev) {
             // Rare (a failed call): the errors are split out of a copy.
@@ -152,7 +142,7 @@ impl<W: Target> Sink for Jsonl<W> {
         self.dirty = false;
         self.out.finish().map_err(|e| self.named(e))
     }
-    /// Called every `FLUSH_EVERY`: what was written since is written out.
+    /// Called every `sink::TICK_EVERY`: what was written since is written out.
     fn tick(&mut self) -> io::Result<()> {
         if self.dirty { self.flush() } else { Ok(()) }
     }
@@ -174,7 +164,8 @@ mod tests {
         let mut checked = 0;
         let mut split = 0;
         for f in ["companion-7.3.jsonl", "companion-6.12.jsonl", "memlock-7.3.jsonl", "session-6.12.jsonl"] {
-            let events = crate::event::parse_jsonl(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
+            let events =
+                crate::source::capture::parse_jsonl(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
             let mut w = Jsonl::new(Vec::new());
             let mut want = Vec::new();
             for (seq, ev) in events.iter().enumerate() {

@@ -5,9 +5,9 @@
 //! goes into its own stream before the next record it gets. The end of a run (trailer,
 //! flush) waits for the queue to drain: nothing is left behind then.
 
-use super::Sink;
 use crate::capture::{Loss, Stats, Trailer};
 use crate::event::Event;
+use crate::sink::Sink;
 use crate::steps::StepRecord;
 use std::io;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};

@@ -1,8 +1,8 @@
 //! The human text stream: one line per event, values in RDMA terms.
 
-use super::Sink;
 use crate::event::{Event, EventKind, Path};
 use crate::pipeline::render;
+use crate::sink::Sink;
 use std::io::Write;
 
 pub struct Text<W: Write> {

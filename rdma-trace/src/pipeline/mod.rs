@@ -20,18 +20,10 @@ pub mod render;
 /// the reader or of the sink (a closed pipe included).
 pub fn feed<R: std::io::BufRead>(
     reader: &mut crate::source::capture::Reader<R>,
-    sink: &mut dyn crate::output::Sink,
+    sink: &mut dyn crate::sink::Sink,
 ) -> anyhow::Result<()> {
-    use crate::capture::Record;
     for r in reader.by_ref() {
-        match r? {
-            Record::Event(e) => sink.event(&std::sync::Arc::from(e))?,
-            Record::Step(s) => sink.step(&s.step)?,
-            Record::Stats(s) => sink.stats(&s)?,
-            Record::Loss(l) => sink.loss(&l)?,
-            Record::Trailer(t) => sink.trailer(&t)?,
-            Record::Header(_) | Record::State(_) => {}
-        }
+        sink.record(r?)?;
     }
     sink.flush()?;
     Ok(())

@@ -3,6 +3,7 @@
 
 use crate::event::Value;
 use crate::plan::catalog::Render;
+pub use rdma_trace_format::event::{err_ptr, errno_name};
 
 /// `enum ib_access_flags` (include/rdma/ib_verbs.h).
 const ACCESS: &[(u64, &str)] = &[
@@ -113,32 +114,6 @@ pub fn mlx5_pgoff(pgoff: u64) -> String {
         Some((_, what)) => format!("{pgoff:#x} ({what}, index {index})"),
         None => format!("{pgoff:#x} (unknown mlx5 mmap command {cmd})"),
     }
-}
-
-pub fn errno_name(e: i64) -> &'static str {
-    match e {
-        1 => "EPERM",
-        2 => "ENOENT",
-        4 => "EINTR",
-        5 => "EIO",
-        11 => "EAGAIN",
-        12 => "ENOMEM",
-        13 => "EACCES",
-        14 => "EFAULT",
-        16 => "EBUSY",
-        17 => "EEXIST",
-        19 => "ENODEV",
-        22 => "EINVAL",
-        28 => "ENOSPC",
-        95 => "EOPNOTSUPP",
-        _ => "errno",
-    }
-}
-
-/// An ERR_PTR value (the top 4095 addresses) as its negative errno.
-pub fn err_ptr(v: u64) -> Option<i64> {
-    let s = v as i64;
-    (-4095..0).contains(&s).then_some(s)
 }
 
 /// The value as stored in the event: signed for return codes, unsigned otherwise.

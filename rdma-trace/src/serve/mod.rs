@@ -16,8 +16,9 @@ pub mod virtio;
 
 use crate::capture::{Header, Loss, Stats, Trailer};
 use crate::event::Event;
-use crate::output::{Sink, jsonl::Jsonl};
+use crate::output::jsonl::Jsonl;
 use crate::pipeline::correlate::live::{Limits, Live};
+use crate::sink::Sink;
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};

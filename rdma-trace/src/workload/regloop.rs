@@ -47,7 +47,7 @@ pub fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>>
         let buf = Buffer::map(len, cfg.hugepages).map_err(|e| anyhow!(e))?;
         let mut t = Timing { size, pairs_ns: Vec::with_capacity(pairs as usize) };
         for _ in 0..pairs {
-            if super::STOP.load(Ordering::SeqCst) {
+            if super::signals::STOP.load(Ordering::SeqCst) {
                 break;
             }
             let t0 = now_ns();

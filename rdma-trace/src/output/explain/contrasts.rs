@@ -1,7 +1,7 @@
 //! The contrasts that make it click: the data phase with and without the kernel (bypass,
 //! event mode against busy polling), and fork() with pinned memory.
 
-use super::{Explanation, Input, Stage};
+use super::parts::{Explanation, Input, Stage};
 use crate::event::EventKind;
 use crate::plan::lessons as L;
 use crate::steps::{Mode, StepName};

@@ -4,7 +4,7 @@
 //! hardware NIC shows. Every `##` section quotes values of its captures as code spans
 //! (`` `4096` ``), so a reader (and the test) can tell measured numbers from prose.
 
-use super::{Explanation, Stage};
+use super::parts::{Explanation, Stage};
 use crate::plan::lessons::{self as L, Topic};
 use std::fmt::Write;
 
@@ -100,7 +100,7 @@ fn kv(k: &str, v: u64) -> String {
     } else if ["addr", "key", "handle"].iter().any(|w| k.contains(w)) {
         format!("{k} `{v:#x}`")
     } else if k.ends_with("_ns") {
-        format!("{k} {} ({})", code(v), super::us(v))
+        format!("{k} {} ({})", code(v), crate::units::duration(v))
     } else {
         format!("{k} {}", code(v))
     }

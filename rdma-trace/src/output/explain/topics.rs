@@ -1,10 +1,11 @@
 //! The three paths, each walked through one real occurrence: MR registration, a mmap on
 //! the uverbs fd, a completion event.
 
-use super::{Explanation, Input, Stage, bytes, fields, named, named_frames, us};
+use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::pipeline::correlate::mmaps::Object;
 use crate::plan::lessons as L;
+use crate::units::{bytes, duration as us};
 
 fn is(e: &Event, ids: &[ProbeId], kind: EventKind) -> bool {
     e.is_any(ids) && e.kind == kind
@@ -92,7 +93,7 @@ library turn it into a uverbs command on the device's fd."
 fn mr_provider(
     input: &Input,
     pin: usize,
-    below: Vec<super::Named>,
+    below: Vec<Named>,
     v: &mut std::collections::BTreeMap<String, u64>,
 ) -> Stage {
     let provider = input.prev_on(pin, input.events[pin].tid, |e| is(e, &REG_MR, EventKind::Entry));

@@ -5,7 +5,7 @@
 //! story, answers (`answer`) in its next snapshot.
 
 use super::model::Model;
-use super::screens::{self, SCREENS, Ui};
+use super::ui::{self, Screen, Ui};
 use crate::output::explain::{self, Input};
 use crate::pipeline::correlate::live::Live;
 use crate::plan::lessons::Topic;
@@ -27,28 +27,28 @@ pub struct Ask {
 /// What `e` explains on the screen shown: a topic and the story's index of the event to
 /// anchor it on, or why there is nothing to explain.
 pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
-    match SCREENS[ui.screen] {
-        "Pinning" => {
-            let rows = screens::shown_mrs(m, ui);
+    match ui.screen {
+        Screen::Pinning => {
+            let rows = ui::shown_mrs(m, ui);
             let r = ui.pick(&rows).ok_or("No MR selected.")?;
             let why = "This MR was registered before this viewer joined (it is known from the kernel's \
                        tables): its pin was not seen, so there is nothing to explain.";
             Ok((Topic::Mr, r.event.ok_or(why)?))
         }
-        "Mmap" => {
-            let rows = screens::shown_maps(m, ui);
+        Screen::Mmap => {
+            let rows = ui::shown_maps(m, ui);
             let r = ui.pick(&rows).ok_or("No mapping selected.")?;
             let why = "This mapping was made before this viewer joined: its mmap was not seen, so \
                        there is nothing to explain.";
             Ok((Topic::Mmap, r.event.ok_or(why)?))
         }
-        "Completions" => {
-            let rows = screens::shown_cqs(m, ui);
+        Screen::Completions => {
+            let rows = ui::shown_cqs(m, ui);
             let c = ui.pick(&rows).ok_or("No CQ selected.")?;
             Ok((Topic::Cq, c.latest.ok_or("No completion of this CQ was seen.")?))
         }
-        "Events" => {
-            let shown = screens::shown_events(m, ui);
+        Screen::Events => {
+            let shown = ui::shown_events(m, ui);
             let sel = ui.pick(&shown).ok_or("No event selected.")?;
             let Some(topic) = Topic::of_path(sel.path) else {
                 return Err(format!(
@@ -63,7 +63,8 @@ pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
         }
         other => Err(format!(
             "`e` explains the selected row of Pinning, Mmap, Completions or Events (screens 2 \
-             to 5), not of {other}."
+             to 5), not of {}.",
+            other.name()
         )),
     }
 }

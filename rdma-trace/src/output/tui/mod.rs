@@ -10,22 +10,24 @@
 //! keys that steer a replay back.
 
 pub mod fit;
+pub mod format;
 pub mod lesson;
 pub mod model;
 pub mod overview;
 pub mod screens;
+pub mod ui;
 
 use crate::capture::{Header, Stats, Trailer};
 use crate::event::Event;
-use crate::output::Sink;
 use crate::pipeline::correlate::live::{Limits, Live};
+use crate::sink::Sink;
 pub use model::HostLine;
 use model::Model;
-use screens::Ui;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use ui::{Screen, Ui};
 
 /// At most this many frames (and snapshots) a second.
 pub const FRAME: Duration = Duration::from_millis(33);
@@ -89,11 +91,6 @@ impl Feeder {
         }
     }
 
-    pub fn header(&mut self, h: &Header) {
-        self.model.header(h);
-        self.offer(true);
-    }
-
     /// The source ended (`why`): shown until the person quits.
     pub fn finished(&mut self, why: String) {
         self.live.flush();
@@ -111,6 +108,17 @@ impl Feeder {
 }
 
 impl Sink for Feeder {
+    fn header(&mut self, h: &Header) -> std::io::Result<()> {
+        self.model.header(h);
+        self.offer(true);
+        Ok(())
+    }
+    /// A daemon's state when this viewer joined: what was pinned and mapped before.
+    fn state(&mut self, st: &crate::capture::State) -> std::io::Result<()> {
+        self.live.seed(st);
+        self.offer(true);
+        Ok(())
+    }
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
         let index = self.live.push(ev.clone());
         self.model.event(ev, index);
@@ -166,12 +174,6 @@ pub fn limits() -> Limits {
 }
 
 impl Feeder {
-    /// A daemon's state when this viewer joined: what was pinned and mapped before.
-    pub fn seed(&mut self, st: &crate::capture::State) {
-        self.live.seed(st);
-        self.offer(true);
-    }
-
     /// Answers the screen until it quits (a source that ended: its story stays asked).
     pub fn serve_until_quit(&mut self) {
         while !self.control.quit.load(Ordering::Relaxed) {
@@ -340,12 +342,13 @@ fn key(
         }
         return false;
     }
-    let n = screens::SCREENS.len();
     match code {
         KeyCode::Char('q') => return true,
-        KeyCode::Tab => (ui.screen, ui.selected) = ((ui.screen + 1) % n, 0),
-        KeyCode::BackTab => (ui.screen, ui.selected) = ((ui.screen + n - 1) % n, 0),
-        KeyCode::Char(c @ '1'..='6') => (ui.screen, ui.selected) = (c as usize - '1' as usize, 0),
+        KeyCode::Tab => (ui.screen, ui.selected) = (ui.screen.turned(1), 0),
+        KeyCode::BackTab => (ui.screen, ui.selected) = (ui.screen.turned(-1), 0),
+        KeyCode::Char(c @ '1'..='6') => {
+            (ui.screen, ui.selected) = (Screen::ALL[c as usize - '1' as usize], 0)
+        }
         KeyCode::Down | KeyCode::Char('j') => ui.selected += 1,
         KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
         KeyCode::Char('/') => {
@@ -368,8 +371,8 @@ fn key(
             };
             (ui.explain, ui.explain_title, ui.explain_scroll) = (Some(text), None, 0);
         }
-        KeyCode::Enter if screens::SCREENS[ui.screen] == "Events" => {
-            let shown = screens::shown_events(model, ui);
+        KeyCode::Enter if ui.screen == Screen::Events => {
+            let shown = ui::shown_events(model, ui);
             if let Some(e) = ui.pick(&shown) {
                 let title = format!("{} whole (↑↓ scroll, enter or esc close)", e.name);
                 ui.explain = Some(screens::event_detail(model, e).join("\n"));

@@ -10,8 +10,9 @@ use crate::event::Event;
 use crate::pipeline::correlate::checks::Check;
 use crate::pipeline::correlate::live::Live;
 use crate::pipeline::correlate::pins::MrStory;
-use crate::pipeline::correlate::story::{Joined, MapStory, ProcessStory, push_capped};
+use crate::pipeline::correlate::story::{Joined, MapStory, ProcessStory};
 use crate::pipeline::render;
+use crate::util::push_capped;
 use std::collections::{BTreeMap, VecDeque};
 
 pub use crate::pipeline::correlate::cqs::{CqStory, SAMPLES, SECONDS, Samples, cq_handle};

@@ -2,8 +2,9 @@
 //! (whole items, the rest counted, lines wrapped between figures).
 
 use super::fit;
+use super::format::{bytes, ns, titled};
 use super::model::{CqRow, Model};
-use super::screens::{SCREENS, bytes, ns, titled};
+use super::ui::Screen;
 use crate::pipeline::render;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -59,8 +60,8 @@ fn fitting<T>(
 }
 
 /// "+N more … (K Screen)" in `w` cells, for a box that shows only the first items.
-fn more(n: usize, what: &str, screen: &str, w: u16) -> Line<'static> {
-    let k = SCREENS.iter().position(|s| *s == screen).map_or(0, |i| i + 1);
+fn more(n: usize, what: &str, screen: Screen, w: u16) -> Line<'static> {
+    let (k, screen) = (screen.index() + 1, screen.name());
     let forms = [format!("+{n} more {what} ({k} {screen})"), format!("+{n} more ({k} {screen})")];
     let text = forms.iter().find(|t| fit::width(t) <= w).cloned().unwrap_or_else(|| fit::cut(&forms[1], w));
     Line::styled(text, Style::new().add_modifier(Modifier::DIM))
@@ -120,7 +121,10 @@ fn overview_pinning(f: &mut Frame, pin: Rect, m: &Model) {
     rows.push(Constraint::Min(0));
     let parts = Layout::vertical(rows).split(inner);
     if more_row {
-        f.render_widget(Paragraph::new(more(procs.len() - n, "processes", "Pinning", inner.width)), parts[n]);
+        f.render_widget(
+            Paragraph::new(more(procs.len() - n, "processes", Screen::Pinning, inner.width)),
+            parts[n],
+        );
     }
     let n_rows = n + more_row as usize;
     for (i, (p, label)) in procs.iter().zip(labels).enumerate() {
@@ -182,7 +186,7 @@ fn overview_mmap(f: &mut Frame, map: Rect, m: &Model) {
         let keep = inner.height.saturating_sub(1) as usize;
         let rest = text.len() - keep;
         text.truncate(keep);
-        text.push(more(rest, "lines", "Mmap", inner.width));
+        text.push(more(rest, "lines", Screen::Mmap, inner.width));
     }
     f.render_widget(Paragraph::new(text).block(block), map);
 }
@@ -218,7 +222,10 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
     )
     .split(inner);
     if n < cqs.len() && inner.height > 0 {
-        f.render_widget(Paragraph::new(more(cqs.len() - n, "CQs", "Completions", inner.width)), parts[n]);
+        f.render_widget(
+            Paragraph::new(more(cqs.len() - n, "CQs", Screen::Completions, inner.width)),
+            parts[n],
+        );
     }
     for (i, (c, label)) in cqs.iter().zip(labels).enumerate() {
         let [text, spark] =

@@ -2,7 +2,9 @@
 //! TestBackend and insta snapshots on lab captures).
 
 use super::fit::{self, Col, Text};
-use super::model::{CqRow, MapRow, Model, MrRow, Samples};
+use super::format::{bytes, ns, titled};
+use super::model::{Model, MrRow, Samples};
+use super::ui::{Screen, Ui, shown_cqs, shown_events, shown_maps, shown_mrs, shown_steps};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
 use ratatui::Frame;
@@ -11,79 +13,29 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState, Tabs, Wrap};
 
-pub const SCREENS: [&str; 6] = ["Overview", "Pinning", "Mmap", "Completions", "Events", "Steps"];
-
-/// What the person looking has chosen: the screen, the selected row, a filter, pause.
-#[derive(Clone, Debug, Default)]
-pub struct Ui {
-    pub screen: usize,
-    pub selected: usize,
-    /// Rows whose pid, comm or object (lkey, rkey, CQ handle) contain it.
-    pub filter: String,
-    pub editing_filter: bool,
-    pub help: bool,
-    pub paused: bool,
-    /// Replay speed ×10 (10 = real time), for the status line.
-    pub speed_x10: Option<u32>,
-    /// The text open over the screen (`e`: an explanation; enter: an event whole), its
-    /// title when it is not an explanation, and how far it is scrolled.
-    pub explain: Option<String>,
-    pub explain_title: Option<String>,
-    pub explain_scroll: u16,
-    /// The last `e` asked of the story, and the last whose answer was shown.
-    pub asked: Option<u64>,
-    pub answered: Option<u64>,
-}
-
-impl Ui {
-    /// The selected row of a list of `len` rows: the last when the list has shrunk below
-    /// the selection, `None` when it is empty.
-    pub fn row(&self, len: usize) -> Option<usize> {
-        len.checked_sub(1).map(|last| self.selected.min(last))
-    }
-
-    /// The selected item of `rows`.
-    pub fn pick<'a, T>(&self, rows: &'a [T]) -> Option<&'a T> {
-        rows.get(self.row(rows.len())?)
-    }
-}
-
-/// A bordered box whose title fits it (cut with `…` when the box is narrow).
-pub fn titled(title: &str, area: Rect) -> Block<'static> {
-    Block::bordered().title(fit::cut(title, area.width.saturating_sub(2)))
-}
-
-/// A duration as the screens write it (`-` when there is none yet).
-pub fn ns(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".into(), crate::units::duration_compact)
-}
-
-pub(super) use crate::units::bytes_compact as bytes;
-
 fn p50_p99(s: &Samples) -> String {
     let of = if s.windowed() { format!(" of the last {}", s.0.len()) } else { String::new() };
     format!("p50 {} p99 {}{of}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
 }
 
-fn matches(ui: &Ui, fields: &[String]) -> bool {
-    ui.filter.is_empty() || fields.iter().any(|f| f.contains(&ui.filter))
-}
-
 pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     let [tabs, body, status] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(f.area());
-    let titles = fit::tabs(&SCREENS, ui.screen, tabs.width);
+    let names = Screen::ALL.map(Screen::name);
+    let titles = fit::tabs(&names, ui.screen.index(), tabs.width);
     f.render_widget(
-        Tabs::new(titles).select(ui.screen).highlight_style(Style::new().add_modifier(Modifier::REVERSED)),
+        Tabs::new(titles)
+            .select(ui.screen.index())
+            .highlight_style(Style::new().add_modifier(Modifier::REVERSED)),
         tabs,
     );
     match ui.screen {
-        0 => super::overview::draw(f, body, m),
-        1 => pinning(f, body, m, ui),
-        2 => mmap(f, body, m, ui),
-        3 => completions(f, body, m, ui),
-        4 => events(f, body, m, ui),
-        _ => steps(f, body, m, ui),
+        Screen::Overview => super::overview::draw(f, body, m),
+        Screen::Pinning => pinning(f, body, m, ui),
+        Screen::Mmap => mmap(f, body, m, ui),
+        Screen::Completions => completions(f, body, m, ui),
+        Screen::Events => events(f, body, m, ui),
+        Screen::Steps => steps(f, body, m, ui),
     }
     status_line(f, status, m, ui);
     if let Some(text) = &ui.explain {
@@ -229,30 +181,6 @@ fn table<'a>(cols: &[Col], rows: Vec<Vec<Text>>, title: String, area: Rect) -> T
 
 fn table_state(ui: &Ui, len: usize) -> TableState {
     TableState::default().with_selected(ui.row(len))
-}
-
-/// The MRs the Pinning screen lists, newest first, filtered: its rows, and what `e`
-/// explains.
-pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
-    let key = |k: Option<u64>| k.map(|k| format!("{k:#x}")).unwrap_or_default();
-    m.mrs
-        .iter()
-        .rev()
-        .filter(|r| matches(ui, &[m.tags(r.pid), r.comm.clone(), key(r.lkey), key(r.rkey)]))
-        .collect()
-}
-
-/// The mappings the Mmap screen lists, newest first, filtered.
-pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
-    m.maps.iter().rev().filter(|r| matches(ui, &[m.tags(r.pid), r.comm.clone()])).collect()
-}
-
-/// The CQs the Completions screen lists, filtered.
-pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
-    m.cqs
-        .values()
-        .filter(|c| matches(ui, &[format!("{:#x}", c.handle), c.comm.clone(), m.tags(c.pid.unwrap_or(0))]))
-        .collect()
 }
 
 /// An MR's state as its row says it: live or deregistered, and what it is when it pins
@@ -472,16 +400,6 @@ pub fn axis_line(left: &str, right: &str, w: u16) -> String {
     format!("{left}{}{right}", " ".repeat(gap as usize))
 }
 
-/// The events the Events screen lists, newest first, filtered.
-pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
-    m.events
-        .iter()
-        .rev()
-        .map(|e| e.as_ref())
-        .filter(|e| matches(ui, &[m.tags(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
-        .collect()
-}
-
 fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let shown = shown_events(m, ui);
     let [list, detail] =
@@ -553,8 +471,7 @@ pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
 
 /// The companion's steps, newest first; the selected one's events and checks below.
 fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let shown: Vec<&super::model::StepRow> =
-        m.steps.iter().rev().filter(|s| matches(ui, &[m.tags(s.pid), s.name.clone()])).collect();
+    let shown = shown_steps(m, ui);
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     let rows: Vec<Vec<Text>> = shown

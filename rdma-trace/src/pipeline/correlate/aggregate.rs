@@ -20,7 +20,7 @@ pub struct Dist {
     samples: Vec<u64>,
     stride: u64,
     /// The fixed buckets a histogram is drawn from (`story::BUCKETS_NS`).
-    pub histogram: super::story::Histogram,
+    pub histogram: super::rows::Histogram,
 }
 
 impl Dist {
@@ -56,7 +56,7 @@ impl Dist {
         self.samples.extend(o.samples.iter().copied().step_by((stride / theirs) as usize));
         self.stride = stride;
         if self.histogram.counts.is_empty() {
-            self.histogram.counts = vec![0; super::story::BUCKETS_NS.len() + 1];
+            self.histogram.counts = vec![0; super::rows::BUCKETS_NS.len() + 1];
         }
         for (a, b) in self.histogram.counts.iter_mut().zip(&o.histogram.counts) {
             *a += b;

@@ -1,7 +1,7 @@
 //! What a companion step says, against what the kernel did: one check per value both
 //! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
 
-use super::live::Events;
+use super::kept::Events;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 

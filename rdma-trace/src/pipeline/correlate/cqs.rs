@@ -2,8 +2,8 @@
 //! second, and the three hops — the handler's own time, completion → the channel read
 //! that woke the program, and that read → `ibv_get_cq_event` returning.
 
-use super::story::push_capped;
 use crate::event::{Event, EventKind, ExecContext, ProbeId};
+use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Latency samples kept per hop (the newest).

@@ -7,78 +7,13 @@
 //! `Limits::per_list`; what was let go is counted. Counts, peaks and the data-phase
 //! syscalls are aggregates and never let go of anything.
 
+pub use super::kept::{Events, Limits};
 use super::story::{Builder, Story};
 use crate::event::Event;
 use crate::steps::StepRecord;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
-
-/// Events a story can look up by the index it gives them (the order they were fed in).
-pub trait Events {
-    fn ev(&self, i: usize) -> Option<&Event>;
-    /// Every event still kept, with its index, in the order fed.
-    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_>;
-}
-
-impl Events for [Event] {
-    fn ev(&self, i: usize) -> Option<&Event> {
-        self.get(i)
-    }
-    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
-        Box::new(self.iter().enumerate())
-    }
-}
-
-impl Events for Vec<Event> {
-    fn ev(&self, i: usize) -> Option<&Event> {
-        self.get(i)
-    }
-    fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
-        Box::new(self.iter().enumerate())
-    }
-}
-
-/// What the story keeps, and how long it waits for a late record.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Events kept for lookups (the report's call lines, step joins).
-    pub events: usize,
-    /// Entries kept per list (a process's events, calls, completions, refused pins).
-    pub per_list: usize,
-    /// Processes followed at once: past it, the one quiet longest is retired.
-    pub processes: usize,
-    /// An event is joined once one this much newer has arrived…
-    pub reorder_ns: u64,
-    /// …or once this many wait.
-    pub reorder_max: usize,
-}
-
-impl Default for Limits {
-    /// Bounded: about 100 MiB at most on an endless stream of lab-sized events.
-    fn default() -> Self {
-        Limits {
-            events: 20_000,
-            per_list: 2_000,
-            processes: 1_000,
-            reorder_ns: 1_000_000_000,
-            reorder_max: 50_000,
-        }
-    }
-}
-
-impl Limits {
-    /// Everything kept, everything sorted before joining: a whole capture in memory.
-    pub fn unbounded() -> Self {
-        Limits {
-            events: usize::MAX,
-            per_list: usize::MAX,
-            processes: usize::MAX,
-            reorder_ns: u64::MAX,
-            reorder_max: usize::MAX,
-        }
-    }
-}
 
 /// The events kept, by index; the oldest joined are let go first.
 #[derive(Default)]
@@ -106,7 +41,7 @@ impl Store {
 /// The story as an output of the pipeline: every event is fed to it.
 pub struct StorySink(pub Live);
 
-impl crate::output::Sink for StorySink {
+impl crate::sink::Sink for StorySink {
     fn event(&mut self, ev: &Arc<Event>) -> std::io::Result<()> {
         self.0.push(Arc::clone(ev));
         Ok(())
@@ -373,4 +308,13 @@ impl Live {
 
 fn step_key(s: &StepRecord) -> (u32, u32, u32) {
     (s.pid, s.run, s.step)
+}
+
+/// A story of the whole capture at once: every event kept, all sorted by time before joining.
+pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
+    let mut live = Live::new(steps.to_vec(), Limits::unbounded());
+    for e in events {
+        live.push(e.clone());
+    }
+    live.finish().0
 }

@@ -7,9 +7,9 @@
 //! Pure and bounded: events in, `Named` updates out (a mapping named, or its object learned
 //! later, when the verbs call returns), for whoever keeps mapping rows.
 
-use super::story::push_capped;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
+use crate::util::push_capped;
 use std::collections::{HashMap, VecDeque};
 
 /// Queues remembered (keys waiting for their mmap, mappings waiting for their object).

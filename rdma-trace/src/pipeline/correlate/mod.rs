@@ -5,10 +5,12 @@
 pub mod aggregate;
 pub mod checks;
 pub mod cqs;
+pub mod kept;
 pub mod live;
 pub mod mmaps;
 pub mod pins;
 pub mod qps;
+pub mod rows;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};

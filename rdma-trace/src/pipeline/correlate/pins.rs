@@ -6,90 +6,13 @@
 //! `mr_dereg` tracepoint for an MR known only from the kernel's tables). Pinned bytes are
 //! whole pages of live pinned umems.
 
-use super::story::{ProcessStory, push_capped};
+use super::rows::ProcessStory;
+pub use super::rows::{MrKind, MrStory};
 use crate::capture::{PinnedRange, ProcessState};
 use crate::event::{Event, EventKind, ProbeId};
 use crate::units::PAGE;
+use crate::util::push_capped;
 use std::collections::HashMap;
-
-/// What an MR's memory is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MrKind {
-    /// User pages pinned (`ib_umem_get`), charged to RLIMIT_MEMLOCK.
-    #[default]
-    Pinned,
-    /// On-demand paging (`ib_umem_odp_get`): nothing pinned; pages are mapped as the
-    /// device faults on them.
-    Odp,
-    /// A dma-buf exporter's memory (`ib_umem_dmabuf_get`: GPU memory, say), moved when the
-    /// exporter says so.
-    DmaBuf { fd: u64 },
-    /// A dma-buf the exporter pins for the MR's life (`ib_umem_dmabuf_get_pinned`).
-    DmaBufPinned { fd: u64 },
-}
-
-impl MrKind {
-    /// As a table cell says it.
-    pub fn brief(self) -> String {
-        match self {
-            MrKind::Pinned => "pinned".into(),
-            MrKind::Odp => "ODP".into(),
-            MrKind::DmaBuf { fd } => format!("dma-buf fd {fd}"),
-            MrKind::DmaBufPinned { fd } => format!("dma-buf fd {fd}, pinned"),
-        }
-    }
-}
-
-/// One MR: its umem and what became of it.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct MrStory {
-    pub kind: MrKind,
-    pub pid: u32,
-    /// The thread that registered it.
-    pub tid: u32,
-    /// The pin's return event (none for an MR known only from the kernel's tables).
-    pub event: Option<usize>,
-    pub addr: u64,
-    pub length: u64,
-    pub pages: Option<u64>,
-    pub access: Option<u64>,
-    pub latency_ns: Option<u64>,
-    pub lkey: Option<u64>,
-    pub rkey: Option<u64>,
-    /// Pinned now (not yet released).
-    pub live: bool,
-    /// A refused pin: the errno (12 for ENOMEM), and the memlock limit it was held to.
-    pub refused: Option<i64>,
-    pub memlock_limit: Option<u64>,
-    /// The kernel's `struct ib_umem *`, which its release names.
-    #[serde(skip)]
-    pub umem: Option<u64>,
-    /// The restrack id of an MR from the tables (`rdma res`): its `mr_dereg` ends it.
-    pub mr_id: Option<u32>,
-    /// The kernel's `struct ib_mr *` (from the provider's reg_mr), which a rereg names.
-    #[serde(skip)]
-    pub mr: Option<u64>,
-    /// ODP: the times its pages were mapped for the device (faults or prefetches), and
-    /// the pages those mapped.
-    pub faults: u64,
-    pub faulted_pages: u64,
-    /// Re-registrations asked of it (`ibv_rereg_mr`), and how many the provider refused.
-    pub rereg: u64,
-    pub rereg_refused: u64,
-}
-
-impl MrStory {
-    /// Known only from the kernel's tables (`rdma res`: no address, no pin seen).
-    pub fn from_tables(&self) -> bool {
-        self.mr_id.is_some()
-    }
-
-    /// What it charges against the memlock limit: whole pages.
-    pub fn charged(&self) -> u64 {
-        self.pages.map(|p| p * PAGE).unwrap_or(self.length)
-    }
-}
 
 /// What the pins need between events.
 #[derive(Default)]

@@ -20,8 +20,8 @@
 //! posts to join, and the rows say so by their zero.
 
 use super::cqs::Samples;
-use super::story::push_capped;
 use crate::event::{Event, EventKind, ProbeId, host_of};
+use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// `enum ib_qp_state`: RTR, the state at which the peer is named; ERR, where the work

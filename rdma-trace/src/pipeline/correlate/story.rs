@@ -4,173 +4,21 @@
 //! workload's step records) each step joined to the kernel events it caused.
 //!
 //! Pure: events (and steps) in, story out. Time is the events' own clock. The builder takes
-//! one event at a time in time order (`live::Live` feeds it, bounded); `build` is the whole
+//! one event at a time in time order (`live::Live` feeds it, bounded); `live::build` is the whole
 //! capture at once.
 
 use super::checks::{Check, checks_for};
 use super::cqs::{CqRows, Cqs, Samples, context_name};
-use super::live::{Events, Limits, Live};
-use super::mmaps::{Named, Namer, Queue};
-use super::pins::{MrStory, Pins};
+use super::kept::Events;
+use super::mmaps::{Named, Namer};
+use super::pins::Pins;
 use super::qps::{PostJoin, QpStory, Qps};
+pub use super::rows::{BUCKETS_NS, Call, Completion, Histogram, MapStory, ProcessStory};
 use crate::capture::{Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
+use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-
-/// A libibverbs call (uprobe entry/return) and the kernel events on its thread inside it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Call {
-    pub name: crate::event::Name,
-    pub tid: u32,
-    pub entry: usize,
-    pub ret: Option<usize>,
-    pub nested: Vec<usize>,
-    #[serde(skip)]
-    pid: u32,
-    #[serde(skip)]
-    entry_ts_ns: u64,
-}
-
-/// A completion event and, when seen, the workload's wakeup that consumed it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Completion {
-    pub event: usize,
-    pub cq_user_handle: u64,
-    /// The completion-channel read (or ibv_get_cq_event) return that delivered it.
-    pub wakeup: Option<usize>,
-    pub wakeup_latency_ns: Option<u64>,
-}
-
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct ProcessStory {
-    pub pid: u32,
-    pub comm: String,
-    /// The cgroup its own events ran in, latest (a container's names the container).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<crate::event::Frame>,
-    /// Its latest event's time.
-    pub last_ts_ns: u64,
-    /// Events attributed to the process (completions included), by index: the newest
-    /// `Limits::per_list`; `event_count` counts them all.
-    pub events: VecDeque<usize>,
-    pub event_count: u64,
-    /// Its libibverbs calls (the newest kept; `calls_total` counts them all).
-    pub calls: VecDeque<Call>,
-    pub calls_total: u64,
-    pub completions: VecDeque<Completion>,
-    pub completions_total: u64,
-    /// Wakeup latencies (ns) of its completions, in order (up to `Limits::per_list`).
-    pub wakeup_latencies_ns: Vec<u64>,
-    /// Completions by the context they ran in (kworker, softirq, process).
-    pub completions_by_context: BTreeMap<String, u64>,
-    /// How long the umem function took per pin, and completion → wakeup.
-    pub pin_latency: Histogram,
-    pub wakeup_latency: Histogram,
-    /// Pins the kernel made (the umem function returned a umem).
-    pub pins_total: u64,
-    /// Its MRs, pinned or refused, the newest kept (the rest are counted in `pins_total`,
-    /// `failed_pins_total` and `mrs_seeded`).
-    pub mrs: VecDeque<MrStory>,
-    /// MRs pinned now.
-    pub mrs_live: u64,
-    /// MRs known from the kernel's tables when the story began (a daemon's state).
-    pub mrs_seeded: u64,
-    /// MRs registered without pinning: on-demand paging, and dma-buf (none of it charged
-    /// to the memlock limit); the ODP mappings the device's faults made.
-    pub odp_total: u64,
-    pub dmabuf_total: u64,
-    pub odp_faults: u64,
-    /// Re-registrations asked (`ibv_rereg_mr`), and those the provider refused.
-    pub rereg_total: u64,
-    pub rereg_refused: u64,
-    /// Largest sum of pinned bytes (whole pages of live umems) over the run.
-    pub pinned_peak_bytes: u64,
-    /// Bytes pinned now (live umems).
-    pub pinned_bytes: u64,
-    /// RLIMIT_MEMLOCK the pins are charged against (`u64::MAX`: unlimited), when known.
-    pub memlock_limit: Option<u64>,
-    /// Pins the kernel refused (the umem function returned an error, e.g. -ENOMEM over
-    /// the memlock limit).
-    pub failed_pins: VecDeque<usize>,
-    pub failed_pins_total: u64,
-    /// Its uverbs mappings, the newest kept (`mappings_total` counts them all).
-    pub mappings: VecDeque<MapStory>,
-    pub mappings_total: u64,
-    /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`:
-    /// on soft-RoCE the doorbell is a write(2) on the uverbs fd; a NIC's is an MMIO store.
-    pub data_phase_syscalls: BTreeMap<String, u64>,
-}
-
-/// A uverbs mapping: the mmap that made it, the verbs call it was made in, and what it
-/// maps where that is known (see `mmaps`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct MapStory {
-    /// The `uverbs_mmap` entry (none for a mapping made before the story began).
-    pub event: Option<usize>,
-    pub start: u64,
-    pub end: u64,
-    pub pgoff: u64,
-    /// What the offset selects, from the driver on the mapping's stack (mlx5's command
-    /// decoded; rxe's offset is a queue's key, named in `queue` once known).
-    pub kind: String,
-    /// The cache mode the driver chose (from the mapping's page protection).
-    pub cache: Option<String>,
-    pub call: Option<crate::event::Name>,
-    pub queue: Option<Queue>,
-    /// A munmap of its start was seen.
-    pub unmapped: bool,
-}
-
-impl MapStory {
-    /// What it maps, as briefly as a table row says it: the queue once named, else what the
-    /// offset selects.
-    pub fn what(&self) -> String {
-        self.queue.as_ref().map_or_else(|| self.kind.clone(), |q| q.brief())
-    }
-}
-
-/// Latencies in fixed buckets (upper bounds in ns), with their count and sum: what a
-/// metrics endpoint serves as a histogram.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Histogram {
-    /// Counts per bucket of `BUCKETS_NS` (not cumulative), the last for larger values.
-    pub counts: Vec<u64>,
-    pub count: u64,
-    pub sum_ns: u64,
-}
-
-/// 1 µs to 1 s, about three buckets a decade.
-pub const BUCKETS_NS: [u64; 16] = [
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    50_000_000,
-    250_000_000,
-    1_000_000_000,
-];
-
-impl Histogram {
-    pub fn observe(&mut self, ns: u64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS_NS.len() + 1];
-        }
-        let b = BUCKETS_NS.iter().position(|&u| ns <= u).unwrap_or(BUCKETS_NS.len());
-        self.counts[b] += 1;
-        self.count += 1;
-        self.sum_ns = self.sum_ns.saturating_add(ns);
-    }
-}
 
 /// A companion step, joined once the story has passed its end: the kernel events it
 /// caused, and its checks as judged then.
@@ -210,13 +58,6 @@ pub struct Story {
     pub evicted_steps: u64,
     /// Processes no longer followed (the quietest, past `Limits::processes`).
     pub retired_processes: u64,
-}
-
-impl ProcessStory {
-    /// Every MR it registered (pinned, ODP, dma-buf, or known from the tables).
-    pub fn mrs_total(&self) -> u64 {
-        self.pins_total + self.odp_total + self.dmabuf_total + self.mrs_seeded
-    }
 }
 
 impl Story {
@@ -264,14 +105,6 @@ fn is_user_call(e: &Event) -> bool {
 
 fn is_completion(e: &Event) -> bool {
     e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry
-}
-
-/// Appends to a bounded list, letting the oldest go.
-pub fn push_capped<T>(list: &mut VecDeque<T>, cap: usize, v: T) {
-    list.push_back(v);
-    if list.len() > cap {
-        list.pop_front();
-    }
 }
 
 /// Which process owns each CQ: by the user handle (ibv_create_cq, companion steps) and
@@ -358,15 +191,6 @@ pub(super) struct Builder {
     /// Steps joined, in the order they were (the newest `per_list`), and how many ever.
     joins: VecDeque<Joined>,
     joins_total: u64,
-}
-
-/// The whole capture at once: every event kept, all sorted by time before joining.
-pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
-    let mut live = Live::new(steps.to_vec(), Limits::unbounded());
-    for e in events {
-        live.push(e.clone());
-    }
-    live.finish().0
 }
 
 impl Builder {

@@ -1,0 +1,128 @@
+//! What an explanation is made of (its stages, the functions it names) and from (the
+//! events, the story, the steps, the header, the anchor), shared by every topic.
+
+use crate::capture::Header;
+use crate::event::{Event, EventKind};
+use crate::pipeline::correlate::story::Story;
+use crate::plan::frames;
+use crate::steps::StepRecord;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A kernel function named by an explanation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Named {
+    pub function: String,
+    pub file: String,
+    pub what: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stage {
+    pub title: String,
+    /// The values seen, one line each.
+    pub seen: Vec<String>,
+    pub functions: Vec<Named>,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Explanation {
+    pub topic: String,
+    pub title: String,
+    /// The kernel the capture was made on (its header), when known.
+    pub kernel: Option<String>,
+    pub occurrence: String,
+    pub stages: Vec<Stage>,
+    /// Why, with this run's numbers: (heading, text).
+    pub notes: Vec<(String, String)>,
+    /// The numbers, by name, for scripts and tests (bytes, pages, ns, counts, keys).
+    pub values: BTreeMap<String, u64>,
+    /// Every kernel function it names (see `functions_named`).
+    pub functions: Vec<String>,
+}
+
+/// What an explanation is made from.
+pub struct Input<'a> {
+    pub events: &'a [Event],
+    pub story: &'a Story,
+    pub steps: &'a [StepRecord],
+    pub header: Option<&'a Header>,
+    /// The event the person chose (the TUI's selection): the occurrence explained is the
+    /// one on its thread nearest to it, else the run's first.
+    pub anchor: Option<usize>,
+    /// The hosts' names, in the order their captures were merged (`event::host_of`);
+    /// empty, or one, for a single host.
+    pub hosts: &'a [String],
+    /// The other hosts' clocks against the first's: the widest error bar of the offsets
+    /// measured (None: one host, or not measured).
+    pub clock_error_ns: Option<u64>,
+}
+
+impl Input<'_> {
+    /// A process as the explanation names it: its pid, with its host's name when the
+    /// events are of several hosts (`273@host-b`).
+    pub(super) fn who(&self, pid: u32) -> String {
+        crate::event::pid_at(pid, self.host(pid))
+    }
+    /// The name of the host `pid` ran on, where the events are of several hosts.
+    pub(super) fn host(&self, pid: u32) -> Option<&str> {
+        self.hosts
+            .get(crate::event::host_of(pid) as usize)
+            .filter(|_| self.hosts.len() > 1)
+            .map(String::as_str)
+    }
+    /// Of `candidates` (event indexes, in order), the one the anchor points at: on the
+    /// anchor's thread, the last at or before it, else the first after it; without an
+    /// anchor (or none on its thread), `None`.
+    pub(super) fn anchored(&self, candidates: &[usize]) -> Option<usize> {
+        let a = self.anchor?;
+        let tid = self.events.get(a)?.tid;
+        let on = |i: &&usize| self.events[**i].tid == tid;
+        candidates
+            .iter()
+            .filter(|i| **i <= a)
+            .rfind(on)
+            .or(candidates.iter().find(|i| **i > a && on(i)))
+            .copied()
+    }
+    /// The first event after `i` on `tid` that `ok` accepts.
+    pub(super) fn next_on(&self, i: usize, tid: u32, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
+        self.events.iter().enumerate().skip(i + 1).find(|(_, e)| e.tid == tid && ok(e))
+    }
+    /// The last event before `i` on `tid` that `ok` accepts.
+    pub(super) fn prev_on(&self, i: usize, tid: u32, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
+        self.events[..i].iter().enumerate().rev().find(|(_, e)| e.tid == tid && ok(e))
+    }
+    /// The return that ends the call entered at `i` (same thread, same probe).
+    pub(super) fn return_of(&self, i: usize) -> Option<(usize, &Event)> {
+        let e = &self.events[i];
+        self.next_on(i, e.tid, |r| r.name == e.name && r.kind == EventKind::Return)
+    }
+}
+
+/// The path's frames of a stack, outermost first, as the table names them.
+pub(super) fn named_frames<S: AsRef<str>>(stack: &[S]) -> Vec<Named> {
+    stack
+        .iter()
+        .rev()
+        .filter_map(|f| frames::lookup(f.as_ref()))
+        .map(|f| Named { function: f.function.into(), file: f.file.into(), what: f.what.into() })
+        .collect()
+}
+
+/// A function an event was probed at, with its file when the table knows it.
+pub(super) fn named(function: &str) -> Named {
+    match frames::lookup(function) {
+        Some(f) => Named { function: f.function.into(), file: f.file.into(), what: f.what.into() },
+        None => Named { function: function.into(), file: String::new(), what: String::new() },
+    }
+}
+
+/// `name=value` of the fields, rendered.
+pub(super) fn fields(e: &Event, keys: &[&str]) -> String {
+    keys.iter()
+        .filter_map(|k| e.fields.get(k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v))))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

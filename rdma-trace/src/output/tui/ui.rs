@@ -1,0 +1,125 @@
+//! What the person looking has chosen (the screen, the selected row, the filter, pause,
+//! the text open over the screen), and which rows each screen lists under that choice:
+//! what is drawn and what `e` and enter act on are the same rows.
+
+use super::model::{CqRow, MapRow, Model, MrRow, StepRow};
+
+/// The screens, in the order of their tabs and number keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Screen {
+    #[default]
+    Overview,
+    Pinning,
+    Mmap,
+    Completions,
+    Events,
+    Steps,
+}
+
+impl Screen {
+    pub const ALL: [Screen; 6] =
+        [Screen::Overview, Screen::Pinning, Screen::Mmap, Screen::Completions, Screen::Events, Screen::Steps];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Screen::Overview => "Overview",
+            Screen::Pinning => "Pinning",
+            Screen::Mmap => "Mmap",
+            Screen::Completions => "Completions",
+            Screen::Events => "Events",
+            Screen::Steps => "Steps",
+        }
+    }
+
+    /// Its place among the tabs, from 0 (its number key is one more).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The screen `by` tabs on (negative: back), wrapping around.
+    pub fn turned(self, by: isize) -> Screen {
+        let n = Screen::ALL.len() as isize;
+        Screen::ALL[(self.index() as isize + by).rem_euclid(n) as usize]
+    }
+}
+
+/// What the person looking has chosen: the screen, the selected row, a filter, pause.
+#[derive(Clone, Debug, Default)]
+pub struct Ui {
+    pub screen: Screen,
+    pub selected: usize,
+    /// Rows whose pid, comm or object (lkey, rkey, CQ handle) contain it.
+    pub filter: String,
+    pub editing_filter: bool,
+    pub help: bool,
+    pub paused: bool,
+    /// Replay speed ×10 (10 = real time), for the status line.
+    pub speed_x10: Option<u32>,
+    /// The text open over the screen (`e`: an explanation; enter: an event whole), its
+    /// title when it is not an explanation, and how far it is scrolled.
+    pub explain: Option<String>,
+    pub explain_title: Option<String>,
+    pub explain_scroll: u16,
+    /// The last `e` asked of the story, and the last whose answer was shown.
+    pub asked: Option<u64>,
+    pub answered: Option<u64>,
+}
+
+impl Ui {
+    /// The selected row of a list of `len` rows: the last when the list has shrunk below
+    /// the selection, `None` when it is empty.
+    pub fn row(&self, len: usize) -> Option<usize> {
+        len.checked_sub(1).map(|last| self.selected.min(last))
+    }
+
+    /// The selected item of `rows`.
+    pub fn pick<'a, T>(&self, rows: &'a [T]) -> Option<&'a T> {
+        rows.get(self.row(rows.len())?)
+    }
+}
+
+impl Ui {
+    /// Whether a row with these texts passes the filter.
+    fn admits(&self, fields: &[String]) -> bool {
+        self.filter.is_empty() || fields.iter().any(|f| f.contains(&self.filter))
+    }
+}
+
+/// The MRs the Pinning screen lists, newest first, filtered: its rows, and what `e`
+/// explains.
+pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
+    let key = |k: Option<u64>| k.map(|k| format!("{k:#x}")).unwrap_or_default();
+    m.mrs
+        .iter()
+        .rev()
+        .filter(|r| ui.admits(&[m.tags(r.pid), r.comm.clone(), key(r.lkey), key(r.rkey)]))
+        .collect()
+}
+
+/// The mappings the Mmap screen lists, newest first, filtered.
+pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
+    m.maps.iter().rev().filter(|r| ui.admits(&[m.tags(r.pid), r.comm.clone()])).collect()
+}
+
+/// The CQs the Completions screen lists, filtered.
+pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
+    m.cqs
+        .values()
+        .filter(|c| ui.admits(&[format!("{:#x}", c.handle), c.comm.clone(), m.tags(c.pid.unwrap_or(0))]))
+        .collect()
+}
+
+/// The events the Events screen lists, newest first, filtered.
+pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
+    m.events
+        .iter()
+        .rev()
+        .map(|e| e.as_ref())
+        .filter(|e| ui.admits(&[m.tags(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
+        .collect()
+}
+
+/// The companion's steps the Steps screen lists, newest first, filtered.
+pub fn shown_steps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a StepRow> {
+    m.steps.iter().rev().filter(|s| ui.admits(&[m.tags(s.pid), s.name.clone()])).collect()
+}

@@ -1,0 +1,98 @@
+//! The stream's one vocabulary at the bottom: a `Sink` takes the records of capture format
+//! v1 (`capture::Record`) one kind at a time; the tracer's live run, a capture being read
+//! and a daemon's subscribers all hand their records to sinks. The outputs (`output/`), the
+//! story (`pipeline::correlate::live::StorySink`), the broadcaster and the TUI's feeder
+//! implement it.
+
+use crate::capture::{Header, Loss, Record, State, Stats, Trailer};
+use crate::event::Event;
+use crate::steps::StepRecord;
+use std::io;
+use std::sync::Arc;
+
+/// How often a live run ticks its sinks (`Sink::tick`), and buffered records are written
+/// out. A killed run's file must reach to within 100 ms of the kill, and an event waits in
+/// the ring and the output queue before the writer has it (tens of ms on an emulated CPU):
+/// a 100 ms period left no room for that, and a 6.12 guest's file ended 109 ms before its
+/// kill. Half of it leaves the other half for the way there.
+pub const TICK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A destination of the event stream. Only `event` and `flush` are required: the other
+/// records matter to a capture, not to every output.
+pub trait Sink {
+    /// Any record of a capture stream, to the method for its kind.
+    fn record(&mut self, r: Record) -> io::Result<()> {
+        match r {
+            Record::Header(h) => self.header(&h),
+            Record::State(s) => self.state(&s),
+            Record::Event(e) => self.event(&Arc::from(e)),
+            Record::Step(s) => self.step(&s.step),
+            Record::Stats(s) => self.stats(&s),
+            Record::Loss(l) => self.loss(&l),
+            Record::Trailer(t) => self.trailer(&t),
+        }
+    }
+    /// A stream's first record (a source's; a live run writes its own).
+    fn header(&mut self, _h: &Header) -> io::Result<()> {
+        Ok(())
+    }
+    /// What a daemon's kernel held when a subscriber joined.
+    fn state(&mut self, _s: &State) -> io::Result<()> {
+        Ok(())
+    }
+    /// An event, shared: a sink that keeps it keeps the `Arc`, not a copy.
+    fn event(&mut self, ev: &Arc<Event>) -> io::Result<()>;
+    /// A companion step, announced by its marker when the step ended (after its events).
+    fn step(&mut self, _s: &StepRecord) -> io::Result<()> {
+        Ok(())
+    }
+    /// The run's accounting so far, every 800 ms.
+    fn stats(&mut self, _s: &Stats) -> io::Result<()> {
+        Ok(())
+    }
+    /// Loss seen since the previous stats, at the point in the stream it was seen.
+    fn loss(&mut self, _l: &Loss) -> io::Result<()> {
+        Ok(())
+    }
+    /// The last record: final counts and why the run stopped.
+    fn trailer(&mut self, _t: &Trailer) -> io::Result<()> {
+        Ok(())
+    }
+    /// Called every 50 ms during a run (`TICK_EVERY`): a buffering sink writes out
+    /// what it holds, so a killed run loses at most the last 100 ms.
+    fn tick(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()>;
+}
+
+/// Several sinks as one; the first error of any of them is returned.
+impl Sink for Vec<Box<dyn Sink>> {
+    fn header(&mut self, h: &Header) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.header(h))
+    }
+    fn state(&mut self, st: &State) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.state(st))
+    }
+    fn event(&mut self, ev: &Arc<Event>) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.event(ev))
+    }
+    fn step(&mut self, st: &StepRecord) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.step(st))
+    }
+    fn stats(&mut self, st: &Stats) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.stats(st))
+    }
+    fn loss(&mut self, l: &Loss) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.loss(l))
+    }
+    fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.trailer(t))
+    }
+    fn tick(&mut self) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.tick())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.flush())
+    }
+}
