@@ -29,7 +29,52 @@ pub struct Report {
     /// Each QP seen, its peer, and its completions joined to posts (`connections`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub qps: Vec<crate::output::connections::QpReport>,
+    /// Every CQ a completion was seen on (absent in reports written before).
+    #[serde(default)]
+    pub cqs: Vec<CqReport>,
+    /// Every MR the story keeps: pinned, refused, ODP, dma-buf, or from the kernel's tables.
+    #[serde(default)]
+    pub mrs: Vec<MrReport>,
     pub data_phase: DataPhase,
+}
+
+/// A CQ: its owner, its completions, and its hops (nearest rank over the newest 1 024).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CqReport {
+    pub hostname: String,
+    /// The user handle its completions carry (`ibv_create_cq`'s result).
+    pub handle: u64,
+    /// Its owner, when known (the process that created it).
+    pub pid: Option<u32>,
+    pub comm: String,
+    pub completions: u64,
+    pub handler_p50_ns: Option<u64>,
+    pub handler_p99_ns: Option<u64>,
+    pub wakeup_p50_ns: Option<u64>,
+    pub wakeup_p99_ns: Option<u64>,
+    /// How many wakeups the two above are of.
+    pub wakeup_samples: u64,
+}
+
+/// An MR: what it is, its range, pages and keys, and how it stands at the end.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MrReport {
+    pub hostname: String,
+    pub pid: u32,
+    pub comm: String,
+    /// `pinned`, `ODP`, `dma-buf fd N`, `dma-buf fd N, pinned`.
+    pub kind: String,
+    pub addr: u64,
+    pub length: u64,
+    pub pages: Option<u64>,
+    pub lkey: Option<u64>,
+    pub rkey: Option<u64>,
+    /// `live` (registered at the end), `deregistered`, or `refused` (the pin failed).
+    pub state: String,
+    /// The errno of a refused pin (12: ENOMEM).
+    pub refused_errno: Option<i64>,
+    /// Known from the kernel's tables (a daemon's state), not from its pin.
+    pub from_tables: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -126,6 +171,16 @@ pub struct ProcessReport {
     pub completions: u64,
     pub wakeup_p50_ns: Option<u64>,
     pub wakeup_p99_ns: Option<u64>,
+    /// MRs registered (`mrs_live` still registered at the end), bytes still pinned at the
+    /// end, uverbs mappings made (absent in reports written before).
+    #[serde(default)]
+    pub mrs: u64,
+    #[serde(default)]
+    pub mrs_live: u64,
+    #[serde(default)]
+    pub pinned_bytes: u64,
+    #[serde(default)]
+    pub mappings: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -245,7 +300,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
     let processes = story
         .processes
         .values()
-        .filter(|ps| ps.pins_total + ps.failed_pins_total + ps.completions_total > 0)
+        .filter(|ps| ps.mrs_total() + ps.failed_pins_total + ps.completions_total + ps.mappings_total > 0)
         .map(|ps| {
             let mut w = Dist::default();
             ps.wakeup_latencies_ns.iter().for_each(|&l| w.observe(l));
@@ -262,7 +317,52 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
                 completions: ps.completions_total,
                 wakeup_p50_ns: w.quantile(0.5),
                 wakeup_p99_ns: w.quantile(0.99),
+                mrs: ps.mrs_total(),
+                mrs_live: ps.mrs_live,
+                pinned_bytes: ps.pinned_bytes,
+                mappings: ps.mappings_total,
             }
+        })
+        .collect();
+    let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
+    let cqs = story
+        .cqs
+        .values()
+        .map(|c| CqReport {
+            hostname: host(c.host << PID_SHIFT),
+            handle: c.handle,
+            pid: c.pid.map(crate::event::local_pid),
+            comm: c.pid.map(comm).unwrap_or_default(),
+            completions: c.completions,
+            handler_p50_ns: c.handler_ns.quantile(0.5),
+            handler_p99_ns: c.handler_ns.quantile(0.99),
+            wakeup_p50_ns: c.wakeup_ns.quantile(0.5),
+            wakeup_p99_ns: c.wakeup_ns.quantile(0.99),
+            wakeup_samples: c.wakeup_ns.0.len() as u64,
+        })
+        .collect();
+    let mrs = story
+        .processes
+        .values()
+        .flat_map(|ps| ps.mrs.iter().map(move |m| (ps, m)))
+        .map(|(ps, m)| MrReport {
+            hostname: host(ps.pid),
+            pid: crate::event::local_pid(ps.pid),
+            comm: ps.comm.clone(),
+            kind: m.kind.brief(),
+            addr: m.addr,
+            length: m.length,
+            pages: m.pages,
+            lkey: m.lkey,
+            rkey: m.rkey,
+            state: match (m.refused, m.live) {
+                (Some(_), _) => "refused",
+                (None, true) => "live",
+                (None, false) => "deregistered",
+            }
+            .into(),
+            refused_errno: m.refused,
+            from_tables: m.from_tables(),
         })
         .collect();
     Report {
@@ -272,6 +372,8 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
         wakeup: latency("completion event → the channel read that woke the program", &wake),
         processes,
         qps: crate::output::connections::build(&story.qps, &|i| host(i << PID_SHIFT)),
+        cqs,
+        mrs,
         data_phase: data_phase(story, steps),
     }
 }

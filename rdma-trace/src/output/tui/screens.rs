@@ -295,7 +295,8 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
             let ctx: Vec<String> = c.by_context.iter().map(|(k, v)| format!("{k} {v}")).collect();
             vec![
                 t(format!("{:#x}", c.handle)),
-                t(format!("{} {}", m.who(c.pid.unwrap_or(0)), render::printable(&c.comm))),
+                // a CQ made before the trace began has no known owner
+                t(c.pid.map_or("unknown".into(), |p| format!("{} {}", m.who(p), render::printable(&c.comm)))),
                 t(c.completions.to_string()),
                 t(ctx.join(" ")),
                 t(ns(c.wakeup_ns.quantile(0.5))),

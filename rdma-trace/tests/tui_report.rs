@@ -1,0 +1,203 @@
+//! The TUI and `report` of one capture say the same numbers. On every lab capture, fed to
+//! the TUI as a source feeds it (the live story with the viewer's bounds) and read by
+//! `report` (its own story, the report's bounds): per CQ its owner, completions and wakeup
+//! p50/p99; per process its MRs (live and in all), bytes pinned, refused pins and mappings;
+//! per MR its range, pages, keys and state. Compared row by row with the model the screens
+//! draw, and again in the Pinning and Completions screens as drawn. Nothing is left out: a
+//! row in one and not the other fails.
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use rdma_trace::cli::ReadOpts;
+use rdma_trace::output::numbers::Report;
+use rdma_trace::output::tui::format::{bytes, ns};
+use rdma_trace::output::tui::model::{Model, ROWS};
+use rdma_trace::output::tui::ui::{Screen, Ui};
+use rdma_trace::output::tui::{self, screens};
+use rdma_trace::sink::Sink;
+use rdma_trace::source::capture::{Reader, open};
+use std::path::{Path, PathBuf};
+
+fn captures() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            (n.ends_with(".jsonl") || n.ends_with(".jsonl.zst")) && !n.contains(".steps.")
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+fn model(capture: &Path) -> Model {
+    let (mut f, _slot) = tui::channel(capture.display().to_string(), true);
+    for r in Reader::new(open(capture).unwrap(), true) {
+        f.record(r.unwrap()).unwrap();
+    }
+    f.caught_up();
+    f.model
+}
+
+fn report(capture: &Path) -> Report {
+    let opts = ReadOpts { strict: true, follow: false };
+    rdma_trace::cmd::report::build(&[capture.to_path_buf()], opts).unwrap()
+}
+
+fn render(m: &Model, screen: Screen, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| screens::draw(f, m, &Ui { screen, ..Default::default() })).unwrap();
+    t.backend().to_string()
+}
+
+/// The drawn table under the header naming `columns` (in order): each row's cells, cut
+/// at the columns' starts.
+fn table(screen: &str, columns: &[&str]) -> Vec<Vec<String>> {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.trim_matches('"').chars().collect()).collect();
+    let starts = |l: &Vec<char>| -> Option<Vec<usize>> {
+        let text: String = l.iter().collect();
+        let mut at = Vec::new();
+        let mut from = 0;
+        for c in columns {
+            let byte = from + text[from..].find(&format!("{c} ")).or_else(|| text[from..].find(c))?;
+            at.push(text[..byte].chars().count());
+            from = byte + c.len();
+        }
+        Some(at)
+    };
+    let Some((head, at)) = lines.iter().enumerate().find_map(|(i, l)| starts(l).map(|a| (i, a))) else {
+        return Vec::new();
+    };
+    lines[head + 1..]
+        .iter()
+        .take_while(|l| l.first() == Some(&'│'))
+        .map(|l| {
+            let end = l.len() - 1;
+            (0..at.len())
+                .map(|k| {
+                    let (a, b) = (at[k], at.get(k + 1).copied().unwrap_or(end).min(end));
+                    l[a.min(b)..b].iter().collect::<String>().trim().to_string()
+                })
+                .collect()
+        })
+        .filter(|cells: &Vec<String>| cells.iter().any(|c| !c.is_empty()))
+        .collect()
+}
+
+fn key(k: Option<u64>) -> String {
+    k.map_or("-".into(), |k| format!("{k:#x}"))
+}
+
+#[test]
+fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
+    let all = captures();
+    assert!(all.len() >= 13, "the lab captures: {all:?}");
+    let (mut cqs, mut mrs, mut procs) = (0, 0, 0);
+    for c in &all {
+        let name = c.file_name().unwrap().to_string_lossy().to_string();
+        let (m, r) = (model(c), report(c));
+
+        // Per CQ: the same CQs, owners, completions and wakeup quantiles.
+        let have: Vec<u64> = m.cqs.keys().copied().collect();
+        let want: Vec<u64> = r.cqs.iter().map(|q| q.handle).collect();
+        assert_eq!(have, want, "{name}: the CQs");
+        let tall = 2 * (r.cqs.len() as u16 + 8);
+        let drawn = render(&m, Screen::Completions, 200, tall);
+        let rows = table(&drawn, &["CQ", "owner", "events", "ran in", "wake p50", "p99"]);
+        for q in &r.cqs {
+            let row = &m.cqs[&q.handle];
+            let pid = row.cq.pid.map(rdma_trace::event::local_pid);
+            assert_eq!(
+                (pid, row.comm.as_str()),
+                (q.pid, q.comm.as_str()),
+                "{name}: CQ {:#x}'s owner",
+                q.handle
+            );
+            assert_eq!(row.cq.completions, q.completions, "{name}: CQ {:#x}'s completions", q.handle);
+            let quantiles = (row.cq.wakeup_ns.quantile(0.5), row.cq.wakeup_ns.quantile(0.99));
+            assert_eq!(quantiles, (q.wakeup_p50_ns, q.wakeup_p99_ns), "{name}: CQ {:#x}'s wakeups", q.handle);
+            let cells = rows
+                .iter()
+                .find(|r| r[0] == format!("{:#x}", q.handle))
+                .unwrap_or_else(|| panic!("{name}: CQ {:#x} not drawn:\n{drawn}", q.handle));
+            let owner = q.pid.map_or("unknown".into(), |p| format!("{p} {}", q.comm));
+            let shown = [owner, q.completions.to_string(), ns(q.wakeup_p50_ns), ns(q.wakeup_p99_ns)];
+            let drawn_cells = [&cells[1], &cells[2], &cells[4], &cells[5]];
+            assert_eq!(
+                drawn_cells.map(String::as_str),
+                shown.each_ref().map(String::as_str),
+                "{name}: CQ {:#x} as drawn",
+                q.handle
+            );
+            cqs += 1;
+        }
+
+        // Per process: every process the TUI keeps a row for is the report's, and back.
+        let have: Vec<u32> = m.procs.keys().copied().collect();
+        let want: Vec<u32> =
+            r.processes.iter().filter(|p| p.mrs + p.refused_pins + p.mappings > 0).map(|p| p.pid).collect();
+        assert_eq!(have, want, "{name}: the processes");
+        for p in r.processes.iter().filter(|p| m.procs.contains_key(&p.pid)) {
+            let row = &m.procs[&p.pid];
+            let tui = (row.mrs_total, row.mrs_live, row.pinned, row.refused, row.mappings);
+            let rep = (p.mrs, p.mrs_live, p.pinned_bytes, p.refused_pins, p.mappings);
+            assert_eq!(tui, rep, "{name}: pid {} (MRs, live, pinned bytes, refused, mappings)", p.pid);
+            let limit = if p.memlock_unlimited { Some(u64::MAX) } else { p.memlock_limit_bytes };
+            assert_eq!(row.memlock_limit, limit, "{name}: pid {}'s memlock limit", p.pid);
+            procs += 1;
+        }
+
+        // Per MR: the same MRs, pages, keys and state, in the model and on the screen.
+        assert!(r.mrs.len() <= ROWS, "{name}: more MRs than the Pinning screen keeps");
+        let mut have: Vec<(u32, u64, u64)> = m.mrs.iter().map(|x| (x.pid, x.addr, x.length)).collect();
+        let mut want: Vec<(u32, u64, u64)> = r.mrs.iter().map(|x| (x.pid, x.addr, x.length)).collect();
+        have.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(have, want, "{name}: the MRs");
+        let drawn = render(&m, Screen::Pinning, 250, r.mrs.len() as u16 + 8);
+        let cols = ["process", "addr", "len", "pages", "access", "pin", "lkey", "rkey", "state"];
+        let rows = table(&drawn, &cols);
+        for x in &r.mrs {
+            let row = m.mrs.iter().find(|y| (y.pid, y.addr, y.length) == (x.pid, x.addr, x.length)).unwrap();
+            let state = match (row.refused, row.live) {
+                (Some(_), _) => "refused",
+                (None, true) => "live",
+                (None, false) => "deregistered",
+            };
+            let tui = (row.pages, row.lkey, row.rkey, state, row.kind.brief());
+            assert_eq!(
+                tui,
+                (x.pages, x.lkey, x.rkey, x.state.as_str(), x.kind.clone()),
+                "{name}: MR {:#x}",
+                x.addr
+            );
+            if x.from_tables {
+                continue; // drawn as "(rdma res)": its keys are checked on the model above
+            }
+            let cells = rows
+                .iter()
+                .find(|r| r[1] == format!("{:#x}", x.addr) && r[0].starts_with(&format!("{} ", x.pid)))
+                .unwrap_or_else(|| panic!("{name}: MR {:#x} not drawn:\n{drawn}", x.addr));
+            let pages = x.pages.map_or("-".into(), |p| p.to_string());
+            let shown = [bytes(x.length), pages, key(x.lkey), key(x.rkey)];
+            let drawn_cells = [&cells[2], &cells[3], &cells[6], &cells[7]];
+            assert_eq!(
+                drawn_cells.map(String::as_str),
+                shown.each_ref().map(String::as_str),
+                "{name}: MR {:#x} as drawn",
+                x.addr
+            );
+            let word = match x.state.as_str() {
+                "refused" => "REFUSED",
+                "live" => "live",
+                _ => "dereg",
+            };
+            assert!(cells[8].starts_with(word), "{name}: MR {:#x} not {word}: {cells:?}", x.addr);
+            mrs += 1;
+        }
+    }
+    // Every kind of row was compared (the captures hold all three).
+    assert!(cqs > 20 && mrs > 30 && procs > 20, "compared {cqs} CQs, {mrs} MRs, {procs} processes");
+}
