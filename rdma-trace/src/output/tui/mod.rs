@@ -25,7 +25,7 @@ pub use model::HostLine;
 use model::Model;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use ui::{Screen, Ui};
 
@@ -45,6 +45,10 @@ pub struct Control {
     pub quit: AtomicBool,
     /// `e`: the explanation the screen waits for (the story answers on its own thread).
     pub ask: Mutex<Option<lesson::Ask>>,
+    /// The feeder's account: snapshots made, and the time they took on the pipeline's
+    /// thread (the view's rows from the story, and handing it over).
+    pub snapshots: AtomicU64,
+    pub snapshot_ns: AtomicU64,
 }
 
 /// The pipeline's side: keeps the model and hands out snapshots.
@@ -84,11 +88,14 @@ impl Feeder {
             // A paused replay steps event by event: each one is joined as it comes.
             self.live.flush();
         }
+        let t = Instant::now();
         self.model.rows_from(&self.live);
         let snapshot = self.model.clone();
         if let Ok(mut s) = self.slot.lock() {
             *s = Some(snapshot);
         }
+        self.control.snapshots.fetch_add(1, Ordering::Relaxed);
+        self.control.snapshot_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// The source ended (`why`): shown until the person quits.
@@ -210,6 +217,9 @@ pub struct Frames {
     pub drawn: u64,
     pub took: Duration,
     pub keys: Vec<Duration>,
+    /// The feeder's snapshots, and their time on the pipeline's thread.
+    pub snapshots: u64,
+    pub snapshot_ns: u64,
 }
 
 impl std::fmt::Display for Frames {
@@ -221,6 +231,10 @@ impl std::fmt::Display for Frames {
         if let (Some(mid), Some(max)) = (k.get(k.len() / 2), k.last()) {
             let ms = |d: &Duration| d.as_secs_f64() * 1e3;
             write!(f, "; {} keys answered: median {:.1} ms, longest {:.1} ms", k.len(), ms(mid), ms(max))?;
+        }
+        if self.snapshots > 0 {
+            let each = self.snapshot_ns as f64 / self.snapshots as f64 / 1e3;
+            write!(f, "; {} snapshots, {each:.0} µs each on the pipeline's thread", self.snapshots)?;
         }
         Ok(())
     }
@@ -290,6 +304,8 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
         }
     })();
     frames.took = t0.elapsed();
+    frames.snapshots = control.snapshots.load(Ordering::Relaxed);
+    frames.snapshot_ns = control.snapshot_ns.load(Ordering::Relaxed);
     control.quit.store(true, Ordering::Relaxed);
     restore();
     result.map(|()| frames)

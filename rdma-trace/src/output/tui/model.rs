@@ -14,6 +14,7 @@ use crate::pipeline::correlate::story::{Joined, MapStory, ProcessStory};
 use crate::pipeline::render;
 use crate::util::push_capped;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 pub use crate::pipeline::correlate::cqs::{CqStory, SAMPLES, SECONDS, Samples, cq_handle};
 
@@ -134,14 +135,17 @@ pub struct Model {
     /// Events per second (over the last wall-clock second the source measured).
     pub rate: f64,
     pub finished: Option<String>,
-    pub procs: BTreeMap<u32, ProcRow>,
-    pub mrs: VecDeque<MrRow>,
-    pub maps: VecDeque<MapRow>,
-    pub cqs: BTreeMap<u64, CqRow>,
-    pub events: VecDeque<std::sync::Arc<Event>>,
-    /// The story's index of each of `events` (what `e` anchors on).
-    pub indices: VecDeque<usize>,
-    pub steps: VecDeque<StepRow>,
+    // The rows are shared: a snapshot (`Model::clone`, up to 30 a second) copies pointers,
+    // and the feeder makes new rows from the story rather than changing these.
+    pub procs: Arc<BTreeMap<u32, ProcRow>>,
+    pub mrs: Arc<VecDeque<MrRow>>,
+    pub maps: Arc<VecDeque<MapRow>>,
+    pub cqs: Arc<BTreeMap<u64, CqRow>>,
+    /// The newest events, and the story's index of each (what `e` anchors on): copied
+    /// (pointers) at the first event after a snapshot took them.
+    pub events: Arc<VecDeque<Arc<Event>>>,
+    pub indices: Arc<VecDeque<usize>>,
+    pub steps: Arc<VecDeque<StepRow>>,
     pub pin_ns: Samples,
     pub wakeup_ns: Samples,
     /// The story's step joins already made into rows.
@@ -297,8 +301,8 @@ impl Model {
     /// pipeline shares (a snapshot copies pointers, not events).
     pub fn event(&mut self, e: &std::sync::Arc<Event>, index: usize) {
         self.events_total += 1;
-        push_capped(&mut self.events, EVENTS, e.clone());
-        push_capped(&mut self.indices, EVENTS, index);
+        push_capped(Arc::make_mut(&mut self.events), EVENTS, e.clone());
+        push_capped(Arc::make_mut(&mut self.indices), EVENTS, index);
     }
 
     /// The rows, from the story as it stands.
@@ -306,33 +310,37 @@ impl Model {
         let story = live.now();
         let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
         let shown = |p: &&ProcessStory| p.mrs_total() + p.failed_pins_total + p.mappings_total > 0;
-        self.procs = story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect();
-        let mut mrs: Vec<MrRow> = (story.processes.values())
-            .flat_map(|p| {
-                p.mrs.iter().rev().take(ROWS).map(|r| MrRow { comm: p.comm.clone(), mr: r.clone() })
-            })
+        self.procs = Arc::new(story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect());
+        // The newest `ROWS` of all processes' rows, chosen by reference; only they are copied.
+        let mut mrs: Vec<(&ProcessStory, &MrStory)> = (story.processes.values())
+            .flat_map(|p| p.mrs.iter().rev().take(ROWS).map(move |r| (p, r)))
             .collect();
-        mrs.sort_by_key(|r| r.event.map_or(0, |i| i + 1));
-        self.mrs = newest(mrs);
-        let mut maps: Vec<MapRow> = (story.processes.values())
-            .flat_map(|p| {
-                let row = |m: &MapStory| MapRow { pid: p.pid, comm: p.comm.clone(), map: m.clone() };
-                p.mappings.iter().rev().take(ROWS).map(row)
-            })
+        mrs.sort_by_key(|(_, r)| r.event.map_or(0, |i| i + 1));
+        let mrs = newest(mrs).into_iter().map(|(p, r)| MrRow { comm: p.comm.clone(), mr: r.clone() });
+        self.mrs = Arc::new(mrs.collect());
+        let mut maps: Vec<(&ProcessStory, &MapStory)> = (story.processes.values())
+            .flat_map(|p| p.mappings.iter().rev().take(ROWS).map(move |m| (p, m)))
             .collect();
-        maps.sort_by_key(|r| r.event.map_or(0, |i| i + 1));
-        self.maps = newest(maps);
-        self.cqs = (story.cqs.iter())
-            .map(|(h, c)| {
-                let post = self.post_hop(&story.qps, c);
-                (*h, CqRow { comm: c.pid.map(comm).unwrap_or_default(), cq: c.clone(), post })
-            })
-            .collect();
-        self.pin_ns.clone_from(&story.pin_ns);
-        self.wakeup_ns.clone_from(&story.wakeup_ns);
+        maps.sort_by_key(|(_, m)| m.event.map_or(0, |i| i + 1));
+        let maps = newest(maps).into_iter().map(|(p, m)| MapRow {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            map: m.clone(),
+        });
+        self.maps = Arc::new(maps.collect());
+        self.cqs = Arc::new(
+            (story.cqs.iter())
+                .map(|(h, c)| {
+                    let post = self.post_hop(&story.qps, c);
+                    (*h, CqRow { comm: c.pid.map(comm).unwrap_or_default(), cq: c.clone(), post })
+                })
+                .collect(),
+        );
+        self.pin_ns = story.pin_ns.clone();
+        self.wakeup_ns = story.wakeup_ns.clone();
         let (joined, total) = live.joins_since(self.steps_seen);
         for j in joined {
-            push_capped(&mut self.steps, ROWS, step_row(j, live));
+            push_capped(Arc::make_mut(&mut self.steps), ROWS, step_row(j, live));
         }
         self.steps_seen = total;
     }

@@ -385,7 +385,7 @@ fn histogram(s: &Samples, n: usize) -> Option<Hist> {
     let n = n.max(1);
     let step = (hi - lo) / n as u64 + 1;
     let mut counts = vec![0; n];
-    for v in &s.0 {
+    for v in s.0.iter() {
         counts[(((v - lo) / step) as usize).min(n - 1)] += 1;
     }
     Some(Hist { counts, lo, hi, step })

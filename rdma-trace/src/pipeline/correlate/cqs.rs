@@ -11,13 +11,14 @@ pub const SAMPLES: usize = 1_024;
 /// Seconds of per-second completion counts kept.
 pub const SECONDS: usize = 60;
 
-/// Latency samples (ns), the newest `SAMPLES` kept.
+/// Latency samples (ns), the newest `SAMPLES` kept; shared, so a copy of a row (the TUI's
+/// snapshot) copies a pointer, and the next sample copies them only if one is still held.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Samples(pub VecDeque<u64>);
+pub struct Samples(pub std::sync::Arc<VecDeque<u64>>);
 
 impl Samples {
     pub fn push(&mut self, v: u64) {
-        push_capped(&mut self.0, SAMPLES, v);
+        push_capped(std::sync::Arc::make_mut(&mut self.0), SAMPLES, v);
     }
 
     /// The q-quantile (0..=1) of the samples kept, nearest rank.
