@@ -19,12 +19,17 @@ fn gettid() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-fn ring_records(loaded: &mut Loaded, ring_bytes: usize) -> Vec<Raw> {
+/// The ring's records, as bytes (`decode` reads them in place: `decoded`).
+fn ring_records(loaded: &mut Loaded, ring_bytes: usize) -> Vec<Vec<u8>> {
     let mut ring =
         rdma_trace::source::Ring::new(loaded.take_ring().expect("ring"), ring_bytes).expect("map ring");
     let mut out = Vec::new();
-    ring.drain(|b| out.push(decode(b).expect("every record decodes")));
+    ring.drain(|b| out.push(b.to_vec()));
     out
+}
+
+fn decoded(records: &[Vec<u8>]) -> Vec<Raw<'_>> {
+    records.iter().map(|b| decode(b).expect("every record decodes")).collect()
 }
 
 #[test]
@@ -86,7 +91,8 @@ fn syscall_tracepoints_see_this_threads_calls() {
         loaded.unwatch(tid).expect("unwatch");
         (addr as u64, pipe[0] as u64, pipe[1] as u64, epfd as u64)
     };
-    let recs = ring_records(&mut loaded, 1 << 20);
+    let bytes = ring_records(&mut loaded, 1 << 20);
+    let recs = decoded(&bytes);
     let enters: Vec<(&str, [u64; 6])> = recs
         .iter()
         .filter_map(|r| match r {
@@ -118,7 +124,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
         Raw::Syscall { is_exit: false, nr, path, .. }
             if [libc::SYS_open as u64, libc::SYS_openat as u64].contains(nr) =>
         {
-            path.clone()
+            path.as_deref().map(str::to_string)
         }
         _ => None,
     });
@@ -173,7 +179,8 @@ fn forced_ring_loss_is_counted_exactly() {
     let lost =
         c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
     let mut tally = rdma_trace::output::summary::Tally::default();
-    let recs = ring_records(&mut loaded, 4096);
+    let bytes = ring_records(&mut loaded, 4096);
+    let recs = decoded(&bytes);
     for r in &recs {
         tally.read(Some(r.header()));
         tally.delivered(r.header());
@@ -208,7 +215,8 @@ fn children_of_a_watched_thread_are_watched() {
         .expect("dd runs");
     assert!(child.success());
     loaded.unwatch(tid).expect("unwatch");
-    let recs = ring_records(&mut loaded, 1 << 20);
+    let bytes = ring_records(&mut loaded, 1 << 20);
+    let recs = decoded(&bytes);
     // dd's own reads and writes of 513 bytes, seen although only this thread was watched.
     let dd: Vec<(&str, u64)> = recs
         .iter()
@@ -242,11 +250,12 @@ fn step_marker_carries_the_companions_records() {
     let written = rdma_trace::pipeline::correlate::story::read_steps(&file).expect("announce file");
     std::fs::remove_file(&file).ok();
     assert!(written.len() >= 2, "the companion wrote {written:?} (exit {st})");
-    let carried: Vec<_> = ring_records(&mut loaded, 1 << 16)
+    let bytes = ring_records(&mut loaded, 1 << 16);
+    let carried: Vec<_> = decoded(&bytes)
         .into_iter()
         .map(|r| match r {
             Raw::Step { hdr, json } => {
-                let s = rdma_trace::pipeline::enrich::step(&json).expect("a step record");
+                let s = rdma_trace::pipeline::enrich::step(json).expect("a step record");
                 assert_eq!((hdr.tgid, hdr.tid), (s.pid, s.tid), "the record's thread announced it");
                 assert!(hdr.ts_ns >= s.t_end_ns, "announced after the step ended");
                 s

@@ -3,8 +3,9 @@
 
 use rdma_trace_common::{
     EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, MAX_FETCH,
-    PROBE_FIXED_LEN, ProbeEvent, STEP_FIXED_LEN, STEP_JSON_MAX, SyscallEvent,
+    MAX_STACK, PROBE_FIXED_LEN, ProbeHead, STEP_FIXED_LEN, STEP_JSON_MAX, SyscallEvent,
 };
+use std::borrow::Cow;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -18,15 +19,15 @@ pub enum DecodeError {
     StepCut { len: usize, asked: usize },
 }
 
-/// A decoded ring-buffer record.
+/// A decoded ring-buffer record, read in place: nothing of it is copied to the heap (a
+/// path that is not UTF-8 is the exception).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Raw {
+pub enum Raw<'a> {
     Probe {
         hdr: EventHeader,
         is_return: bool,
         vals: [u64; MAX_FETCH],
-        /// Kernel stack return addresses, innermost first.
-        stack: Vec<u64>,
+        stack: Stack<'a>,
     },
     Syscall {
         hdr: EventHeader,
@@ -34,13 +35,33 @@ pub enum Raw {
         nr: u64,
         args: [u64; 6],
         /// open/openat: the path opened.
-        path: Option<String>,
+        path: Option<Cow<'a, str>>,
     },
     /// A companion step announced through its marker: the record's JSON bytes, whole.
-    Step { hdr: EventHeader, json: Vec<u8> },
+    Step {
+        hdr: EventHeader,
+        json: &'a [u8],
+    },
 }
 
-impl Raw {
+/// A kernel stack as its record holds it: return addresses, innermost first (unaligned
+/// 8-byte words, read one by one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stack<'a>(&'a [u8]);
+
+impl<'a> Stack<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = u64> + 'a {
+        self.0.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+    }
+    pub fn len(&self) -> usize {
+        self.0.len() / 8
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Raw<'_> {
     pub fn header(&self) -> &EventHeader {
         match self {
             Raw::Probe { hdr, .. } | Raw::Syscall { hdr, .. } | Raw::Step { hdr, .. } => hdr,
@@ -50,7 +71,7 @@ impl Raw {
 
 /// A step record: the fixed part, then `len` bytes of JSON. One the marker had to cut
 /// (longer than `STEP_JSON_MAX`) is an error: half a JSON object says nothing.
-fn step(b: &[u8], hdr: EventHeader) -> Result<Raw, DecodeError> {
+fn step(b: &[u8], hdr: EventHeader) -> Result<Raw<'_>, DecodeError> {
     let size = |kind, need| DecodeError::Size { kind, need, got: b.len() };
     if b.len() < STEP_FIXED_LEN {
         return Err(size(KIND_STEP, STEP_FIXED_LEN));
@@ -63,7 +84,7 @@ fn step(b: &[u8], hdr: EventHeader) -> Result<Raw, DecodeError> {
     if asked > len {
         return Err(DecodeError::StepCut { len, asked });
     }
-    Ok(Raw::Step { hdr, json: b[STEP_FIXED_LEN..STEP_FIXED_LEN + len].to_vec() })
+    Ok(Raw::Step { hdr, json: &b[STEP_FIXED_LEN..STEP_FIXED_LEN + len] })
 }
 
 fn read<T: Copy>(b: &[u8], kind: u8) -> Result<T, DecodeError> {
@@ -82,43 +103,38 @@ pub fn header(b: &[u8]) -> Option<EventHeader> {
 }
 
 /// A probe record: the fixed part, then only the `stack_len` bytes of stack used.
-fn probe(b: &[u8], kind: u8) -> Result<ProbeEvent, DecodeError> {
-    if b.len() < PROBE_FIXED_LEN {
-        return Err(DecodeError::Size { kind, need: PROBE_FIXED_LEN, got: b.len() });
+fn probe(b: &[u8], hdr: EventHeader) -> Result<Raw<'_>, DecodeError> {
+    let head: ProbeHead = read(b, hdr.kind)?;
+    let need = PROBE_FIXED_LEN + head.stack_len as usize;
+    if !head.stack_len.is_multiple_of(8) || head.stack_len as usize > 8 * MAX_STACK || b.len() < need {
+        return Err(DecodeError::Size { kind: hdr.kind, need, got: b.len() });
     }
-    let mut full = vec![0u8; size_of::<ProbeEvent>()];
-    let n = b.len().min(full.len());
-    full[..n].copy_from_slice(&b[..n]);
-    let e: ProbeEvent = read(&full, kind)?;
-    let need = PROBE_FIXED_LEN + e.stack_len as usize;
-    if !e.stack_len.is_multiple_of(8) || need > size_of::<ProbeEvent>() || b.len() < need {
-        return Err(DecodeError::Size { kind, need, got: b.len() });
-    }
-    Ok(e)
+    Ok(Raw::Probe {
+        hdr,
+        is_return: hdr.kind == KIND_PROBE_RETURN,
+        vals: head.vals,
+        stack: Stack(&b[PROBE_FIXED_LEN..need]),
+    })
 }
 
-pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
+/// A syscall record; open/openat's path read where it lies.
+fn syscall(b: &[u8], hdr: EventHeader) -> Result<Raw<'_>, DecodeError> {
+    let e: SyscallEvent = read(b, hdr.kind)?;
+    let at = std::mem::offset_of!(SyscallEvent, path);
+    let bytes = &b[at..at + e.path.len()];
+    let n = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
+    let path = (n > 0).then(|| String::from_utf8_lossy(&bytes[..n]));
+    Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args, path })
+}
+
+pub fn decode(b: &[u8]) -> Result<Raw<'_>, DecodeError> {
     if b.len() < size_of::<EventHeader>() {
         return Err(DecodeError::Short(b.len()));
     }
     let hdr: EventHeader = read(b, 0)?;
     match hdr.kind {
-        KIND_PROBE_ENTRY | KIND_PROBE_RETURN => {
-            let e = probe(b, hdr.kind)?;
-            let n = (e.stack_len as usize / 8).min(e.stack.len());
-            Ok(Raw::Probe {
-                hdr,
-                is_return: hdr.kind == KIND_PROBE_RETURN,
-                vals: e.vals,
-                stack: e.stack[..n].to_vec(),
-            })
-        }
-        KIND_SYS_ENTER | KIND_SYS_EXIT => {
-            let e: SyscallEvent = read(b, hdr.kind)?;
-            let n = e.path.iter().position(|&b| b == 0).unwrap_or(e.path.len());
-            let path = (n > 0).then(|| String::from_utf8_lossy(&e.path[..n]).into_owned());
-            Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args, path })
-        }
+        KIND_PROBE_ENTRY | KIND_PROBE_RETURN => probe(b, hdr),
+        KIND_SYS_ENTER | KIND_SYS_EXIT => syscall(b, hdr),
         KIND_STEP => step(b, hdr),
         k => Err(DecodeError::Kind(k)),
     }
@@ -127,7 +143,7 @@ pub fn decode(b: &[u8]) -> Result<Raw, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_trace_common::HEADER_LEN;
+    use rdma_trace_common::{HEADER_LEN, ProbeEvent};
 
     fn hdr(kind: u8) -> EventHeader {
         EventHeader {
@@ -156,12 +172,13 @@ mod tests {
         e.vals[0] = 0x7f00_0000_1000;
         e.stack[0] = 0xffff_ffff_c000_0010;
         e.stack[1] = 0xffff_ffff_c000_0020;
-        let r = decode(&bytes(&e)).unwrap();
+        let b = bytes(&e);
+        let r = decode(&b).unwrap();
         let Raw::Probe { hdr, is_return, vals, stack } = r else { panic!("not a probe: {r:?}") };
         assert!(!is_return);
         assert_eq!(hdr.slot, 3);
         assert_eq!(vals[0], 0x7f00_0000_1000);
-        assert_eq!(stack, vec![0xffff_ffff_c000_0010, 0xffff_ffff_c000_0020]);
+        assert_eq!(stack.iter().collect::<Vec<_>>(), vec![0xffff_ffff_c000_0010, 0xffff_ffff_c000_0020]);
     }
 
     #[test]
@@ -173,7 +190,7 @@ mod tests {
         let r = decode(&b[..PROBE_FIXED_LEN + 8]).unwrap();
         let Raw::Probe { is_return, vals, stack, .. } = r else { panic!("not a probe: {r:?}") };
         assert!(is_return);
-        assert_eq!((vals, stack), ([7; 8], vec![0xffff_ffff_c000_0010]));
+        assert_eq!((vals, stack.iter().collect::<Vec<_>>()), ([7; 8], vec![0xffff_ffff_c000_0010]));
         assert_eq!(
             decode(&b[..PROBE_FIXED_LEN + 4]),
             Err(DecodeError::Size {
@@ -209,7 +226,7 @@ mod tests {
         b.extend((json.len() as u32).to_ne_bytes());
         b.extend(json);
         let r = decode(&b).unwrap();
-        assert_eq!(r, Raw::Step { hdr: hdr(KIND_STEP), json: json.to_vec() });
+        assert_eq!(r, Raw::Step { hdr: hdr(KIND_STEP), json: &json[..] });
         assert_eq!(
             decode(&b[..b.len() - 1]),
             Err(DecodeError::Size { kind: KIND_STEP, need: b.len(), got: b.len() - 1 })
@@ -234,7 +251,8 @@ mod tests {
             Raw::Syscall { hdr: hdr(KIND_SYS_EXIT), is_exit: true, nr: 9, args: e.args, path: None }
         );
         e.path[..22].copy_from_slice(b"/dev/infiniband/uverbs");
-        let r = decode(&bytes(&e)).unwrap();
+        let b = bytes(&e);
+        let r = decode(&b).unwrap();
         let Raw::Syscall { path, .. } = r else { panic!() };
         assert_eq!(path.as_deref(), Some("/dev/infiniband/uverbs"));
     }

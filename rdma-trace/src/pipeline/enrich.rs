@@ -73,7 +73,7 @@ impl Enricher<'_> {
         }
         match raw {
             Raw::Probe { hdr, is_return, vals, stack } => {
-                self.probe(&mut ev, hdr, *is_return, vals, stack)?
+                self.probe(&mut ev, hdr, *is_return, vals, *stack)?
             }
             Raw::Syscall { is_exit, nr, args, path, .. } => {
                 self.syscall(&mut ev, *is_exit, *nr, args, path.as_deref())?
@@ -91,7 +91,7 @@ impl Enricher<'_> {
         hdr: &rdma_trace_common::EventHeader,
         is_return: bool,
         vals: &[u64; rdma_trace_common::MAX_FETCH],
-        stack: &[u64],
+        stack: super::decode::Stack,
     ) -> Option<()> {
         let p = self.plan.by_slot(hdr.slot as usize)?;
         let (fields, plan): (&[Field], _) =
@@ -122,7 +122,7 @@ impl Enricher<'_> {
         {
             self.fds.bind(hdr.tgid, *fd, "comp_channel");
         }
-        ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, *a)).collect();
+        ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, a)).collect();
         // What the pin is charged against: the probe reads it from the task at the pin;
         // /proc (while the process lives) only where that read did not happen.
         if p.spec.id == ProbeId::UmemGet
