@@ -80,7 +80,7 @@ impl Base {
         let (events, span_ns) = lab_copies::base();
         let plan = fixture_plan::plan_with_verbs(fixture_plan::K73);
         let frames = raw_records::Frames::of(&events);
-        let mut kallsyms = frames.kallsyms();
+        let mut kallsyms = frames.made_up_kallsyms();
         for i in 0..FILLER_SYMBOLS {
             kallsyms.push_str(&format!("{:x} t filler_{i}\n", 0xffff_ffff_8000_0000u64 + i * 0x40));
         }

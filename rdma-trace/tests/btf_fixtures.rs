@@ -74,7 +74,7 @@ fn umem_pin_reads_the_memlock_limit_and_pinned_vm_from_the_task() {
 
 #[test]
 fn a_path_into_an_array_is_checked_against_its_length() {
-    let mut src = BtfSource::open(&fixture(K73)).unwrap();
+    let mut src = BtfSource::open(&kernel_fixture(K73)).unwrap();
     let vmlinux = src.module("vmlinux").unwrap();
     // rlim has RLIM_NLIMITS (16) elements.
     let ok = btf::resolve_from_struct(vmlinux, "task_struct", "signal->rlim[15].rlim_max", &[]).unwrap();
@@ -186,7 +186,7 @@ fn create_cq_reads_the_kernel_cq_and_its_attributes() {
 fn forward_declarations_complete_from_other_modules() {
     // rdma_rxe's BTF only declares struct ib_ucq_object; ib_uverbs' defines it.
     for k in [K612, K73] {
-        let mut src = BtfSource::open(&fixture(k)).unwrap();
+        let mut src = BtfSource::open(&kernel_fixture(k)).unwrap();
         src.preload(&["rdma_rxe", "ib_uverbs"]);
         let (rxe, others) = src.with_others("rdma_rxe").unwrap();
         let proto = btf::proto(rxe, "rxe_create_cq").unwrap();
@@ -236,7 +236,7 @@ fn rxe_mmap_info_reads_the_queue_header_through_void_and_the_key_it_returns() {
 
 #[test]
 fn a_cast_applies_only_to_a_pointer() {
-    let mut src = BtfSource::open(&fixture(K73)).unwrap();
+    let mut src = BtfSource::open(&kernel_fixture(K73)).unwrap();
     src.preload(&["rdma_rxe"]);
     let (rxe, others) = src.with_others("rdma_rxe").unwrap();
     let proto = btf::proto(rxe, "rxe_create_mmap_info").unwrap();

@@ -2,48 +2,21 @@
 //! content, cut mid-frame by a kill), size rotation (each file whole, the sequence running
 //! on across files, only the newest kept), and following a file still being written.
 
-use rdma_trace::capture::{Header, ProbeStatus, Record, SiteCount, Stats, Trailer};
+use rdma_trace::capture::{Record, SiteCount, Stats, Trailer};
 use rdma_trace::event::Event;
 use rdma_trace::output::jsonl::Jsonl;
 use rdma_trace::output::target::{Rotation, rotated_name};
 use rdma_trace::sink::Sink;
-use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::source::capture::{ReadReport, Reader, open};
 use std::path::{Path, PathBuf};
 
-fn lab_events() -> Vec<Event> {
-    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/memlock-7.3.jsonl");
-    parse_jsonl(&std::fs::read_to_string(f).unwrap()).unwrap()
-}
+mod common;
 
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rt-files-{name}-{}", std::process::id()));
     std::fs::remove_dir_all(&d).ok();
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn header() -> Header {
-    Header {
-        tool: "rdma-trace test".into(),
-        hostname: "lab".into(),
-        kernel_release: "7.3.4+deb13-amd64".into(),
-        boot_id: "b".into(),
-        realtime_offset_ns: 0,
-        command_line: vec![],
-        ring_bytes: 4 << 20,
-        return_instances: 1024,
-        probes: vec![ProbeStatus {
-            id: "umem_get".into(),
-            symbol: None,
-            module: None,
-            attached: true,
-            reason: None,
-        }],
-        libibverbs: None,
-        redacted: false,
-        ..Default::default()
-    }
 }
 
 fn stats(ts_ns: u64, delivered: u64) -> Stats {
@@ -81,10 +54,10 @@ fn events_of(recs: &[Record]) -> Vec<Event> {
 #[test]
 fn zstd_captures_read_back_whatever_their_name() {
     let dir = temp("zstd");
-    let events = lab_events();
+    let events = common::lab_events("memlock-7.3.jsonl");
     let path = dir.join("run.jsonl.zst");
     let mut w = Jsonl::create(&path, None).unwrap();
-    w.header(&header()).unwrap();
+    w.header(&common::test_header()).unwrap();
     for e in &events {
         w.event(&std::sync::Arc::new(e.clone())).unwrap();
     }
@@ -104,10 +77,10 @@ fn zstd_captures_read_back_whatever_their_name() {
 #[test]
 fn a_killed_zstd_capture_reads_up_to_its_last_flush() {
     let dir = temp("zstd-cut");
-    let events = lab_events();
+    let events = common::lab_events("memlock-7.3.jsonl");
     let path = dir.join("run.jsonl.zst");
     let mut w = Jsonl::create(&path, None).unwrap();
-    w.header(&header()).unwrap();
+    w.header(&common::test_header()).unwrap();
     let half = events.len() / 2;
     for e in &events[..half] {
         w.event(&std::sync::Arc::new(e.clone())).unwrap();
@@ -127,10 +100,10 @@ fn a_killed_zstd_capture_reads_up_to_its_last_flush() {
 #[test]
 fn rotated_files_are_each_whole_and_only_the_newest_are_kept() {
     let dir = temp("rotate");
-    let events = lab_events();
+    let events = common::lab_events("memlock-7.3.jsonl");
     let base = dir.join("run.jsonl");
     let mut w = Jsonl::create(&base, Some(Rotation { max_bytes: 64 << 10, keep: Some(3) })).unwrap();
-    w.header(&header()).unwrap();
+    w.header(&common::test_header()).unwrap();
     let mut n = 0u64;
     for round in 0..6 {
         for e in &events {
@@ -175,10 +148,10 @@ fn rotated_files_are_each_whole_and_only_the_newest_are_kept() {
 fn follow_reads_a_growing_capture_until_its_trailer() {
     use std::io::Write;
     let dir = temp("follow");
-    let events = lab_events();
+    let events = common::lab_events("memlock-7.3.jsonl");
     let path = dir.join("run.jsonl");
     let mut w = Jsonl::create(&path, None).unwrap();
-    w.header(&header()).unwrap();
+    w.header(&common::test_header()).unwrap();
     w.flush().unwrap();
     let reader = {
         let path = path.clone();

@@ -1,23 +1,16 @@
 //! The pipeline after decode, on captures recorded in the lab (both kernels): parsing,
 //! pairing, rendering, the replay command, and corrupt input.
 
-use rdma_trace::event::{Event, EventKind};
-use rdma_trace::source::capture::parse_jsonl;
-use std::path::{Path, PathBuf};
+use rdma_trace::event::EventKind;
+
 use std::process::Command;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
-}
-
-fn load(name: &str) -> Vec<Event> {
-    parse_jsonl(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
-}
+mod common;
 
 #[test]
 fn captures_parse_and_every_return_has_its_entry() {
     for f in ["session-6.12.jsonl", "session-7.3.jsonl"] {
-        let evs = load(f);
+        let evs = common::lab_events(f);
         assert!(evs.len() > 500, "{f}: {}", evs.len());
         let mut open: std::collections::HashMap<(u32, &str), i64> = Default::default();
         for e in &evs {
@@ -37,7 +30,7 @@ fn captures_parse_and_every_return_has_its_entry() {
 
 #[test]
 fn text_lines_name_the_rdma_values() {
-    let evs = load("session-7.3.jsonl");
+    let evs = common::lab_events("session-7.3.jsonl");
     let ret = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return).unwrap();
     let line = rdma_trace::output::text::line(ret);
     let lkey = ret.field("lkey").unwrap();
@@ -53,9 +46,9 @@ fn text_lines_name_the_rdma_values() {
 /// The text stream of the first events of the 7.3 session, byte for byte.
 #[test]
 fn text_stream_golden() {
-    let evs = load("session-7.3.jsonl");
+    let evs = common::lab_events("session-7.3.jsonl");
     let text: String = evs.iter().take(60).map(|e| rdma_trace::output::text::line(e) + "\n").collect();
-    let golden = fixture("session-7.3.head.txt");
+    let golden = common::lab_capture("session-7.3.head.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
     }
@@ -66,17 +59,17 @@ fn text_stream_golden() {
 fn replay_prints_every_event() {
     let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
         .args(["replay"])
-        .arg(fixture("session-6.12.jsonl"))
+        .arg(common::lab_capture("session-6.12.jsonl"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = String::from_utf8_lossy(&out.stdout).lines().count();
-    assert_eq!(lines, load("session-6.12.jsonl").len());
+    assert_eq!(lines, common::lab_events("session-6.12.jsonl").len());
 }
 
 #[test]
 fn corrupt_line_is_skipped_and_named_or_with_strict_refused() {
-    let good = std::fs::read_to_string(fixture("session-6.12.jsonl")).unwrap();
+    let good = std::fs::read_to_string(common::lab_capture("session-6.12.jsonl")).unwrap();
     let mut lines: Vec<&str> = good.lines().take(10).collect();
     lines[6] = "{\"v\":0,\"ts_ns\":12,\"kind\":\"entr";
     let dir = std::env::temp_dir().join(format!("rdma-trace-corrupt-{}", std::process::id()));

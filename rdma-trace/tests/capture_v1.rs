@@ -3,46 +3,16 @@
 //! offset, cut streams, refused lines — and the commands around it (replay into a closed
 //! pipe, v0 files).
 
-use rdma_trace::capture::{Header, Loss, ProbeStatus, Record, SiteCount, Stats, Trailer};
+use rdma_trace::capture::{Header, Loss, Record, SiteCount, Stats, Trailer};
 use rdma_trace::event::{Event, EventKind};
 use rdma_trace::output::jsonl::Jsonl;
 use rdma_trace::sink::Sink;
-use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::source::capture::{MAX_LINE, ReadError, Reader};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+
 use std::process::{Command, Stdio};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
-}
-
-fn lab_events(name: &str) -> Vec<Event> {
-    parse_jsonl(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
-}
-
-fn header() -> Header {
-    Header {
-        tool: "rdma-trace test".into(),
-        hostname: "lab".into(),
-        kernel_release: "7.3.4+deb13-amd64".into(),
-        boot_id: "b".into(),
-        realtime_offset_ns: 1_700_000_000_000_000_000,
-        command_line: vec!["rdma-trace".into(), "trace".into()],
-        ring_bytes: 4 << 20,
-        return_instances: 1024,
-        probes: vec![ProbeStatus {
-            id: "umem_get".into(),
-            symbol: Some("__ib_umem_get_va".into()),
-            module: Some("ib_uverbs".into()),
-            attached: true,
-            reason: None,
-        }],
-        libibverbs: None,
-        redacted: false,
-        ..Default::default()
-    }
-}
+mod common;
 
 fn site(lost: u64) -> SiteCount {
     let mut s =
@@ -56,7 +26,7 @@ fn site(lost: u64) -> SiteCount {
 /// A whole v1 stream of the memlock capture's events (it has refused pins: ERR_PTRs).
 fn stream(events: &[Event]) -> Vec<u8> {
     let mut w = Jsonl::new(Vec::new());
-    w.header(&header()).unwrap();
+    w.header(&common::test_header()).unwrap();
     for (i, e) in events.iter().enumerate() {
         w.event(&std::sync::Arc::new(e.clone())).unwrap();
         if i == 3 {
@@ -93,7 +63,7 @@ fn read_all(bytes: &[u8], strict: bool) -> (Vec<Record>, rdma_trace::source::cap
 
 #[test]
 fn a_stream_reads_back_record_for_record() {
-    let events = lab_events("memlock-7.3.jsonl");
+    let events = common::lab_events("memlock-7.3.jsonl");
     let bytes = stream(&events);
     let text = String::from_utf8(bytes.clone()).unwrap();
     // ERR_PTRs are written as errors, never as pointer-sized numbers.
@@ -106,7 +76,9 @@ fn a_stream_reads_back_record_for_record() {
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(r.seq(), Some(i as u64), "record {i} numbered in order");
     }
-    assert!(matches!(&recs[0], Record::Header(h) if **h == Header { v: 1, ty: "header".into(), ..header() }));
+    assert!(
+        matches!(&recs[0], Record::Header(h) if **h == Header { v: 1, ty: "header".into(), ..common::test_header() })
+    );
     let back: Vec<Event> = recs
         .into_iter()
         .filter_map(|r| match r {
@@ -124,7 +96,7 @@ fn a_stream_reads_back_record_for_record() {
 
 #[test]
 fn a_damaged_line_is_skipped_and_named_by_line_and_offset() {
-    let bytes = stream(&lab_events("memlock-6.12.jsonl"));
+    let bytes = stream(&common::lab_events("memlock-6.12.jsonl"));
     let text = String::from_utf8(bytes).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     lines[5] = r#"{"v":1,"seq":5,"ts_ns":12,"kind":"entr"#.into();
@@ -144,7 +116,7 @@ fn a_damaged_line_is_skipped_and_named_by_line_and_offset() {
 
 #[test]
 fn a_stream_cut_mid_line_reads_to_the_cut_and_says_so() {
-    let bytes = stream(&lab_events("memlock-7.3.jsonl"));
+    let bytes = stream(&common::lab_events("memlock-7.3.jsonl"));
     // As after a SIGKILL: the trailer never came, the last line stops half-way.
     let cut = &bytes[..bytes.len() - 200];
     let (recs, report) = read_all(cut, false);
@@ -167,7 +139,7 @@ fn a_line_longer_than_the_maximum_is_refused_in_bounded_memory() {
 
 #[test]
 fn v0_captures_still_read_as_events() {
-    let text = std::fs::read_to_string(fixture("session-6.12.jsonl")).unwrap();
+    let text = std::fs::read_to_string(common::lab_capture("session-6.12.jsonl")).unwrap();
     let (recs, report) = read_all(text.as_bytes(), true);
     assert_eq!(report.version, Some(0));
     assert!(!report.cut_short, "v0 files have no trailer to miss");
@@ -179,7 +151,7 @@ fn v0_captures_still_read_as_events() {
 fn replay_into_a_closed_pipe_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rdma-trace"))
         .arg("replay")
-        .arg(fixture("session-7.3.jsonl"))
+        .arg(common::lab_capture("session-7.3.jsonl"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -195,10 +167,13 @@ fn replay_into_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn replay_reads_stdin() {
-    let f = std::fs::File::open(fixture("session-6.12.jsonl")).unwrap();
+    let f = std::fs::File::open(common::lab_capture("session-6.12.jsonl")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "-"]).stdin(f).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), lab_events("session-6.12.jsonl").len());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        common::lab_events("session-6.12.jsonl").len()
+    );
 }
 
 #[test]
@@ -206,7 +181,7 @@ fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
     use rdma_trace::pipeline::correlate::live;
     use rdma_trace::pipeline::redact::{KERNEL_HALF, KERNEL_STAND_IN, Redactor};
     for name in ["companion-7.3.jsonl", "companion-6.12.jsonl", "memlock-7.3.jsonl"] {
-        let events = lab_events(name);
+        let events = common::lab_events(name);
         let mut r = Redactor::default();
         let redacted: Vec<Event> = events
             .iter()

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fixture_plan::{K73, K612, fixture as btf_fixture};
+use common::fixture_plan::{K73, K612, kernel_fixture as btf_fixture};
 use rdma_trace::cmd::explain::all;
 use rdma_trace::output::explain;
 use rdma_trace::pipeline::correlate::story::read_steps;

@@ -6,14 +6,10 @@ use rdma_trace::cmd::report::{build, read};
 use rdma_trace::output::{diff, flame, numbers, perfetto};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 mod common;
 use common::trace_events::check_trace_events;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
-}
 
 const OPTS: ReadOpts = ReadOpts { strict: true, follow: false };
 
@@ -27,7 +23,7 @@ const CAPTURES: [&str; 4] = [
 #[test]
 fn the_perfetto_export_of_every_lab_capture_passes_the_checker() {
     for c in CAPTURES {
-        let r = read(&[fixture(c)], OPTS, true).unwrap();
+        let r = read(&[common::lab_capture(c)], OPTS, true).unwrap();
         let events = r.events.clone();
         let (story, _, _) = r.live.finish();
         let doc = perfetto::export(&events, &story, &[]);
@@ -80,13 +76,13 @@ fn the_checker_finds_what_is_wrong() {
 #[test]
 fn report_text_and_json_of_both_kernels() {
     for c in CAPTURES {
-        let r = build(&[fixture(c)], OPTS).unwrap();
+        let r = build(&[common::lab_capture(c)], OPTS).unwrap();
         insta::assert_snapshot!(format!("report-{c}"), numbers::text(&r));
         let json = serde_json::to_string_pretty(&r).unwrap();
         let back: numbers::Report = serde_json::from_str(&json).unwrap();
         assert_eq!(back, r, "{c}: the JSON reads back as the report");
     }
-    let r = build(&[fixture("companion-6.12.jsonl")], OPTS).unwrap();
+    let r = build(&[common::lab_capture("companion-6.12.jsonl")], OPTS).unwrap();
     insta::assert_snapshot!("report-companion-6.12.json", serde_json::to_string_pretty(&r).unwrap());
 }
 
@@ -95,7 +91,7 @@ fn report_text_and_json_of_both_kernels() {
 #[test]
 fn the_report_counts_what_the_story_counts() {
     for k in ["6.12", "7.3"] {
-        let file = fixture(&format!("companion-{k}.jsonl"));
+        let file = common::lab_capture(&format!("companion-{k}.jsonl"));
         let r = build(std::slice::from_ref(&file), OPTS).unwrap();
         let events =
             rdma_trace::source::capture::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
@@ -107,7 +103,7 @@ fn the_report_counts_what_the_story_counts() {
                 (s.pins_total, s.pinned_peak_bytes, s.completions_total)
             );
         }
-        let steps = rdma_trace::pipeline::correlate::story::read_steps(&fixture(&format!(
+        let steps = rdma_trace::pipeline::correlate::story::read_steps(&common::lab_capture(&format!(
             "companion-{k}.steps.jsonl"
         )))
         .unwrap();
@@ -140,8 +136,8 @@ fn the_report_counts_what_the_story_counts() {
 
 #[test]
 fn diff_of_two_runs_and_its_thresholds() {
-    let a = build(&[fixture("companion-7.3.jsonl")], OPTS).unwrap();
-    let b = build(&[fixture("perftest-rping-7.3.jsonl.zst")], OPTS).unwrap();
+    let a = build(&[common::lab_capture("companion-7.3.jsonl")], OPTS).unwrap();
+    let b = build(&[common::lab_capture("perftest-rping-7.3.jsonl.zst")], OPTS).unwrap();
     // B pins fewer pages (perftest and rping register small MRs): a decrease rule breaks.
     let th: Vec<diff::Threshold> = ["pin-pages=-10%", "lost=+0"].iter().map(|s| s.parse().unwrap()).collect();
     let d = diff::diff(&a, &b, &th).unwrap();
@@ -155,7 +151,7 @@ fn diff_of_two_runs_and_its_thresholds() {
 #[test]
 fn folded_stacks_and_the_flame_graph_of_both_kernels() {
     for c in ["companion-6.12.jsonl", "perftest-rping-7.3.jsonl.zst"] {
-        let r = read(&[fixture(c)], OPTS, true).unwrap();
+        let r = read(&[common::lab_capture(c)], OPTS, true).unwrap();
         let folded = flame::folded(&r.events);
         insta::assert_snapshot!(format!("folded-{c}"), folded);
         let total: u64 = folded.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
@@ -178,7 +174,7 @@ fn folded_stacks_and_the_flame_graph_of_both_kernels() {
 /// The example in docs/ is what this build exports from that lab capture.
 #[test]
 fn the_committed_perfetto_example_is_this_builds_export() {
-    let r = read(&[fixture("companion-7.3.jsonl")], OPTS, true).unwrap();
+    let r = read(&[common::lab_capture("companion-7.3.jsonl")], OPTS, true).unwrap();
     let events = r.events.clone();
     let (story, _, _) = r.live.finish();
     let doc = perfetto::export(&events, &story, &[]);

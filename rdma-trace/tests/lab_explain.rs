@@ -16,7 +16,6 @@ use common::*;
 use rdma_trace::pipeline::correlate::story::read_steps;
 use rdma_trace::steps::{StepName, StepRecord, pages_spanned};
 use serde_json::Value;
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 
@@ -46,15 +45,6 @@ fn value(x: &Value, key: &str) -> Option<u64> {
     x["values"][key].as_u64()
 }
 
-/// Every function name this kernel has (a suffix such as `.isra.0` or `.cold` stripped).
-fn kallsyms() -> HashSet<String> {
-    let k = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
-    k.lines()
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .map(|n| n.split('.').next().unwrap_or(n).to_string())
-        .collect()
-}
-
 fn this_kernel() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string()
 }
@@ -77,7 +67,7 @@ fn lab_explain_every_topic_on_the_companion_with_its_own_numbers() {
     let (st, steps) = capture(&dir, "companion", &cmd, &steps_file);
     assert!(st.success(), "the companion: {st}");
     let file = dir.join("companion.jsonl");
-    let syms = kallsyms();
+    let syms = common::kallsyms_names();
     let mut named = 0;
     for topic in ["mr", "mmap", "cq", "bypass", "fork"] {
         let x = explain(&dir, topic, &file);

@@ -2,27 +2,15 @@
 //! the kernel functions it probes exist, rxe0 is up, and a real verbs workload runs over it.
 //! These need the lab's kernel and rxe0: they are ignored on a normal host.
 
-use std::collections::HashSet;
+mod common;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Function names in /proc/kallsyms (text symbols, vmlinux and modules).
-fn kallsyms() -> HashSet<String> {
-    let text = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
-            matches!(kind, "t" | "T" | "W" | "w").then(|| name.to_string())
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_ground_symbols() {
-    let syms = kallsyms();
+    let syms = common::kallsyms_functions();
     // Each entry: the function, or the successors that replaced it in newer kernels.
     let wanted: &[&[&str]] = &[
         &["ib_uverbs_mmap"],

@@ -21,19 +21,19 @@ use common::trace_events::check_trace_events;
 
 const OPTS: ReadOpts = ReadOpts { strict: true, follow: false };
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
-}
-
 const KERNELS: [&str; 2] = ["6.12", "7.3"];
 
 fn both(k: &str) -> Vec<PathBuf> {
-    vec![fixture(&format!("pair-{k}.host1.jsonl.zst")), fixture(&format!("pair-{k}.host2.jsonl.zst"))]
+    vec![
+        common::lab_capture(&format!("pair-{k}.host1.jsonl.zst")),
+        common::lab_capture(&format!("pair-{k}.host2.jsonl.zst")),
+    ]
 }
 
 /// The QPNs a perftest printed: (local, remote).
 fn printed_qpns(k: &str, host: u8) -> (u32, u32) {
-    let out = std::fs::read_to_string(fixture(&format!("pair-{k}.send-bw.host{host}.txt"))).unwrap();
+    let out =
+        std::fs::read_to_string(common::lab_capture(&format!("pair-{k}.send-bw.host{host}.txt"))).unwrap();
     let qpn = |which: &str| {
         let l = out.lines().find(|l| l.trim_start().starts_with(which)).unwrap();
         let hex = l.split("QPN ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
@@ -349,7 +349,7 @@ fn explain_cq_begins_at_the_post_on_the_other_host() {
 /// handler's runs on that CQ.
 #[test]
 fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
-    let file = fixture("pair-6.12.companion.host1.jsonl.zst");
+    let file = common::lab_capture("pair-6.12.companion.host1.jsonl.zst");
     let events: Vec<Event> = records(&file)
         .into_iter()
         .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })

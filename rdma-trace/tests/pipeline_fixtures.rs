@@ -57,7 +57,7 @@ fn replay_through_the_pipeline(
     let mut predated = std::collections::BTreeSet::new();
     let events = capture(name);
     let frames = Frames::of(&events);
-    let ksyms = Ksyms::parse(&frames.kallsyms());
+    let ksyms = Ksyms::parse(&frames.made_up_kallsyms());
     let mut enricher = Enricher {
         plan,
         ksyms: &ksyms,

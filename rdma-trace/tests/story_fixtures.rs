@@ -6,18 +6,19 @@ use rdma_trace::pipeline::correlate::live::{self, Limits, Live};
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::StepName;
-use std::path::{Path, PathBuf};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
-}
+mod common;
 
 fn events(name: &str) -> Vec<Event> {
     let text = if name.ends_with(".zst") {
-        let out = std::process::Command::new("zstd").arg("-dc").arg(fixture(name)).output().expect("zstd");
+        let out = std::process::Command::new("zstd")
+            .arg("-dc")
+            .arg(common::lab_capture(name))
+            .output()
+            .expect("zstd");
         String::from_utf8(out.stdout).unwrap()
     } else {
-        std::fs::read_to_string(fixture(name)).unwrap()
+        std::fs::read_to_string(common::lab_capture(name)).unwrap()
     };
     parse_jsonl(&text).unwrap()
 }
@@ -26,7 +27,7 @@ fn events(name: &str) -> Vec<Event> {
 fn companion_steps_all_join_with_equal_values() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
-        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
         let st = live::build(&evs, &steps);
         assert!(st.unjoined.is_empty(), "{k}");
         let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();
@@ -88,7 +89,8 @@ fn perftest_and_rping_every_completion_joins_its_process() {
             );
         }
         // The counts bpftrace saw on the same run.
-        let counts = std::fs::read_to_string(fixture(&format!("perftest-rping-{k}.counts.txt"))).unwrap();
+        let counts =
+            std::fs::read_to_string(common::lab_capture(&format!("perftest-rping-{k}.counts.txt"))).unwrap();
         let bt_comp: usize = counts
             .lines()
             .find(|l| l.starts_with("comp_handler "))
@@ -103,9 +105,9 @@ fn perftest_and_rping_every_completion_joins_its_process() {
 #[test]
 fn companion_story_report_golden() {
     let evs = events("companion-7.3.jsonl");
-    let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
+    let steps = story::read_steps(&common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
     let text = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
-    let golden = fixture("companion-7.3.story.txt");
+    let golden = common::lab_capture("companion-7.3.story.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
     }
@@ -114,7 +116,7 @@ fn companion_story_report_golden() {
 
 #[test]
 fn corrupt_step_file_names_the_line() {
-    let good = std::fs::read_to_string(fixture("companion-7.3.steps.jsonl")).unwrap();
+    let good = std::fs::read_to_string(common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
     let bad: String = good.lines().take(3).chain(["{\"v\":0,\"run\":1"]).collect::<Vec<_>>().join("\n");
     let err = story::parse_steps(&bad).unwrap_err();
     assert!(err.starts_with("line 4:"), "{err}");
@@ -124,7 +126,7 @@ fn corrupt_step_file_names_the_line() {
 fn pinning_over_memlock_is_explained() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("memlock-{k}.jsonl"));
-        let steps = story::read_steps(&fixture(&format!("memlock-{k}.steps.jsonl"))).unwrap();
+        let steps = story::read_steps(&common::lab_capture(&format!("memlock-{k}.steps.jsonl"))).unwrap();
         let st = live::build(&evs, &steps);
         let reg = steps.iter().find(|s| s.name == StepName::RegMr).unwrap();
         let ps = &st.processes[&reg.pid];
@@ -167,7 +169,7 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
     ];
     for (capture, steps) in cases {
         let evs = events(capture);
-        let steps = steps.map(|s| story::read_steps(&fixture(s)).unwrap()).unwrap_or_default();
+        let steps = steps.map(|s| story::read_steps(&common::lab_capture(s)).unwrap()).unwrap_or_default();
         let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
         assert_eq!(streamed(&evs, &steps, Limits::default()), whole, "{capture}");
     }
@@ -233,7 +235,7 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
     for k in ["6.12", "7.3"] {
         for name in ["companion", "memlock"] {
             let evs = events(&format!("{name}-{k}.jsonl"));
-            let steps = story::read_steps(&fixture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
+            let steps = story::read_steps(&common::lab_capture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
             let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
             let mut sink =
                 rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
@@ -258,7 +260,7 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
 /// the newest are kept, each step let go is counted once.
 #[test]
 fn steps_past_the_bound_read_again_are_not_new() {
-    let steps = story::read_steps(&fixture("companion-7.3.steps.jsonl")).unwrap();
+    let steps = story::read_steps(&common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
     let per_list = 10;
     assert!(steps.len() > 2 * per_list, "{}", steps.len());
     let mut live = Live::new(Vec::new(), Limits { per_list, ..Limits::default() });
@@ -283,7 +285,7 @@ fn companion_mappings_are_named_by_their_queues() {
     use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
-        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
         let mut want: Vec<String> = Vec::new();
         for s in &steps {
             if let (StepName::CreateCq, Some(cq)) = (s.name, &s.cq) {
@@ -356,7 +358,7 @@ fn perftest_and_rping_mappings_are_named() {
 fn the_storys_rows_are_what_the_companion_announced() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
-        let steps = story::read_steps(&fixture(&format!("companion-{k}.steps.jsonl"))).unwrap();
+        let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
         let st = live::build(&evs, &steps);
         let ps = &st.processes[&steps[0].pid];
         let announced: Vec<_> =

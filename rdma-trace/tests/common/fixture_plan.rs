@@ -11,7 +11,7 @@ pub const K612: &str = "btf-6.12.118+deb13-amd64";
 pub const K73: &str = "btf-7.3.4+deb13-amd64";
 
 /// Unpacks a fixture once per test process into target/.
-pub fn fixture(name: &str) -> PathBuf {
+pub fn kernel_fixture(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = root.join("../target/fixtures");
     let dir = out.join(name);
@@ -88,7 +88,7 @@ fn plan_of(
     backend: btf::Backend,
     libraries: &std::collections::HashMap<String, Result<Library, String>>,
 ) -> Plan {
-    let dir = fixture(name);
+    let dir = kernel_fixture(name);
     let mut src = BtfSource::open_with(&dir, backend).unwrap();
     let symbols = symbols_from_btf(&dir, &mut src);
     // The mr_dereg record as tracefs prints it on both kernels.

@@ -11,6 +11,64 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A capture recorded in the lab and committed (`tests/fixtures/lab/NAME`).
+pub fn lab_capture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name)
+}
+
+/// The events of a committed lab capture, read strictly.
+pub fn lab_events(name: &str) -> Vec<rdma_trace::event::Event> {
+    let text = std::fs::read_to_string(lab_capture(name)).unwrap();
+    rdma_trace::source::capture::parse_jsonl(&text).unwrap()
+}
+
+/// A header as a test's capture starts with: a lab host, one probe attached.
+pub fn test_header() -> rdma_trace::capture::Header {
+    use rdma_trace::capture::{Header, ProbeStatus};
+    Header {
+        tool: "rdma-trace test".into(),
+        hostname: "lab".into(),
+        kernel_release: "7.3.4+deb13-amd64".into(),
+        boot_id: "b".into(),
+        realtime_offset_ns: 1_700_000_000_000_000_000,
+        command_line: vec!["rdma-trace".into(), "trace".into()],
+        ring_bytes: 4 << 20,
+        return_instances: 1024,
+        probes: vec![ProbeStatus {
+            id: "umem_get".into(),
+            symbol: Some("__ib_umem_get_va".into()),
+            module: Some("ib_uverbs".into()),
+            attached: true,
+            reason: None,
+        }],
+        libibverbs: None,
+        redacted: false,
+        ..Default::default()
+    }
+}
+
+/// The names of every symbol in this kernel's /proc/kallsyms (`.cold`, `.isra…` suffixes
+/// dropped): what a function named by an explanation must be among.
+pub fn kallsyms_names() -> std::collections::HashSet<String> {
+    let k = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+    k.lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|n| n.split('.').next().unwrap_or(n).to_string())
+        .collect()
+}
+
+/// The functions (text symbols, `t`/`T`/`w`/`W`) in this kernel's /proc/kallsyms, whole.
+pub fn kallsyms_functions() -> std::collections::HashSet<String> {
+    let text = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "t" | "T" | "W" | "w").then(|| name.to_string())
+        })
+        .collect()
+}
+
 /// `tmux -L server ARGS…` (a tmux server of the test's own), its stdout.
 pub fn tmux(server: &str, args: &[&str]) -> String {
     let out = Command::new("tmux").args(["-L", server]).args(args).output().expect("tmux (a guest package)");

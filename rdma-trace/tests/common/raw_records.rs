@@ -42,7 +42,7 @@ impl Frames {
         Self { base }
     }
 
-    pub fn kallsyms(&self) -> String {
+    pub fn made_up_kallsyms(&self) -> String {
         self.base
             .iter()
             .map(|((name, module), a)| match module {
