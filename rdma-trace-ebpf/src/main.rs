@@ -176,7 +176,8 @@ fn header(kind: u8, slot: u8) -> EventHeader {
 }
 
 /// Argument `n` (0-based) at function entry: registers for 0..6, the stack beyond
-/// (at entry `sp` points at the return address; argument 7 is the next word).
+/// (at entry `sp` points at the return address; argument 7 is the next word). x86-64's
+/// calling convention: the tracer is built for x86-64 only (`rdma-trace/src/plan/arch.rs`).
 #[inline(always)]
 fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
     let regs = ctx.regs;

@@ -254,7 +254,7 @@ impl Loaded {
         })?;
         let mut m: HashMap<&mut MapData, u64, u32> =
             HashMap::try_from(self.map_mut("FUNC_SLOTS")?).map_err(map_err("FUNC_SLOTS"))?;
-        for a in [addr, addr + 4] {
+        for a in [addr, addr + crate::plan::arch::ENDBR_LEN] {
             m.insert(a, p.slot as u32, 0).map_err(map_err("FUNC_SLOTS"))?;
         }
         Ok(())

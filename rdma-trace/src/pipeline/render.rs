@@ -2,6 +2,7 @@
 //! errno names. Constants come from the kernel's own headers (named at each table).
 
 use crate::event::Value;
+pub use crate::plan::arch::cache_mode;
 use crate::plan::catalog::Render;
 pub use rdma_trace_format::event::{err_ptr, errno_name};
 
@@ -39,22 +40,6 @@ const VM_FLAGS: &[(u64, &str)] = &[
     (0x10000000, "MIXEDMAP"),
 ];
 
-/// x86 page attribute bits (arch/x86/include/asm/pgtable_types.h) and the PAT table
-/// Linux programs (arch/x86/mm/pat/memtype.c): index = PAT<<2 | PCD<<1 | PWT.
-const PAGE_PWT: u64 = 1 << 3;
-const PAGE_PCD: u64 = 1 << 4;
-const PAGE_PAT: u64 = 1 << 7;
-const PAT_NAMES: [&str; 8] = [
-    "WB (cached)",
-    "WC (write-combining)",
-    "UC- (uncached)",
-    "UC (uncached)",
-    "WB (cached)",
-    "WP",
-    "UC- (uncached)",
-    "WT",
-];
-
 /// Flags written as `A_B|C_D` (access flags) as their words' initials, `AB|CD`, for a
 /// narrow table: LOCAL_WRITE|REMOTE_READ is `LW|RR`. A hex remainder stays as it is.
 pub fn initials(flags: &str) -> String {
@@ -66,14 +51,6 @@ pub fn initials(flags: &str) -> String {
         }
     };
     flags.split('|').map(short).collect::<Vec<String>>().join("|")
-}
-
-/// The cache mode a `pgprot_t` selects on x86-64.
-pub fn cache_mode(prot: u64) -> &'static str {
-    let idx = (((prot & PAGE_PAT) != 0) as usize) << 2
-        | (((prot & PAGE_PCD) != 0) as usize) << 1
-        | ((prot & PAGE_PWT) != 0) as usize;
-    PAT_NAMES[idx]
 }
 
 fn bits(v: u64, table: &[(u64, &str)]) -> String {
@@ -219,6 +196,7 @@ mod tests {
 
     #[test]
     fn pgprot_cache_modes_from_kernel_constants() {
+        use crate::plan::arch::{PAGE_PCD, PAGE_PWT};
         // pgprot_writecombine sets the PAT index 1 bits (PWT); pgprot_noncached UC- (PCD).
         let base = 0x8000_0000_0000_0027u64; // NX|ACCESSED|USER|RW|PRESENT
         assert_eq!(cache_mode(base), "WB (cached)");

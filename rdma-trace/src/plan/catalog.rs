@@ -169,9 +169,8 @@ const REREG_ENTRY: [Field; 5] = [
     f("access", Param("access|new_access_flags"), "", Access),
 ];
 
-// 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` on x86-64 (include/uapi/
-// asm-generic/resource.h; MIPS and Alpha number it 9), the architecture the programs read
-// arguments for.
+// 8 is RLIMIT_MEMLOCK, the index into `signal_struct.rlim[]` (`arch::RLIMIT_MEMLOCK`;
+// a test holds the two together).
 const MEMLOCK_CUR: &str = "signal->rlim[8].rlim_cur";
 const MEMLOCK_MAX: &str = "signal->rlim[8].rlim_max";
 

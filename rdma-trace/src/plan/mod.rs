@@ -2,6 +2,7 @@
 //! and the installed libibverbs → a plan per slot, or a reason to skip. Pure but for
 //! `here`, which reads this machine.
 
+pub mod arch;
 pub mod btf;
 pub mod catalog;
 pub mod elfsym;

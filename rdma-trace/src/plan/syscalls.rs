@@ -6,55 +6,7 @@
 
 use rdma_trace_common::SyscallLayout;
 
-pub struct SyscallSpec {
-    pub nr: u32,
-    pub name: &'static str,
-    pub args: &'static [&'static str],
-    /// Index of the fd argument, if any.
-    pub fd_arg: Option<usize>,
-}
-
-const fn sc(
-    nr: i64,
-    name: &'static str,
-    args: &'static [&'static str],
-    fd_arg: Option<usize>,
-) -> SyscallSpec {
-    SyscallSpec { nr: nr as u32, name, args, fd_arg }
-}
-
-pub static WATCHED: &[SyscallSpec] = &[
-    sc(libc::SYS_read, "read", &["fd", "buf", "count"], Some(0)),
-    sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
-    sc(libc::SYS_open, "open", &["pathname", "flags", "mode"], None),
-    sc(libc::SYS_openat, "openat", &["dirfd", "pathname", "flags", "mode"], None),
-    sc(libc::SYS_close, "close", &["fd"], Some(0)),
-    sc(libc::SYS_dup, "dup", &["fd"], Some(0)),
-    sc(libc::SYS_dup2, "dup2", &["fd", "newfd"], Some(0)),
-    sc(libc::SYS_dup3, "dup3", &["fd", "newfd", "flags"], Some(0)),
-    sc(libc::SYS_fcntl, "fcntl", &["fd", "cmd", "arg"], Some(0)),
-    sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
-    sc(libc::SYS_mmap, "mmap", &["addr", "len", "prot", "flags", "fd", "off"], Some(4)),
-    sc(libc::SYS_munmap, "munmap", &["addr", "len"], None),
-    sc(libc::SYS_madvise, "madvise", &["addr", "len", "advice"], None),
-    sc(libc::SYS_poll, "poll", &["fds", "nfds", "timeout_ms"], None),
-    sc(libc::SYS_ppoll, "ppoll", &["fds", "nfds", "tsp", "sigmask", "sigsetsize"], None),
-    sc(libc::SYS_select, "select", &["nfds", "readfds", "writefds", "exceptfds", "timeout"], None),
-    sc(libc::SYS_pselect6, "pselect6", &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"], None),
-    sc(libc::SYS_epoll_wait, "epoll_wait", &["epfd", "events", "maxevents", "timeout_ms"], Some(0)),
-    sc(
-        libc::SYS_epoll_pwait,
-        "epoll_pwait",
-        &["epfd", "events", "maxevents", "timeout_ms", "sigmask"],
-        Some(0),
-    ),
-    sc(
-        libc::SYS_epoll_pwait2,
-        "epoll_pwait2",
-        &["epfd", "events", "maxevents", "timeout", "sigmask"],
-        Some(0),
-    ),
-];
+pub use super::arch::{SyscallSpec, WATCHED};
 
 /// How a syscall argument (or a field a probe event gains after the kernel, such as
 /// `pages`) is shown: addresses, commands and flag words in hex, a result as an errno,

@@ -1,0 +1,110 @@
+//! What rdma-trace assumes of the machine, in one place: it is built for x86-64 only, and
+//! these are the facts that would change on another architecture. The eBPF programs read
+//! arguments from x86-64's `pt_regs` (rdi, rsi, rdx, rcx, r8, r9; the 7th and 8th from the
+//! stack: `rdma-trace-ebpf`'s `arg`), which is why a build for another target stops here.
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "rdma-trace supports x86-64 only: the probes read x86-64 argument registers, and the \
+     syscall table, ENDBR and PAT facts in plan/arch.rs are x86-64's"
+);
+
+/// A kprobe placed past a function's ENDBR64 (kernels built with IBT) reports the
+/// function's address plus this: the shared kprobe programs know a function by both.
+pub const ENDBR_LEN: u64 = 4;
+
+/// `RLIMIT_MEMLOCK`, the index into `signal_struct.rlim[]` (include/uapi/asm-generic/
+/// resource.h; MIPS and Alpha number it 9): the catalog's `signal->rlim[8]` paths.
+pub const RLIMIT_MEMLOCK: usize = 8;
+
+/// x86 page attribute bits (arch/x86/include/asm/pgtable_types.h) and the PAT table
+/// Linux programs (arch/x86/mm/pat/memtype.c): index = PAT<<2 | PCD<<1 | PWT.
+pub const PAGE_PWT: u64 = 1 << 3;
+pub const PAGE_PCD: u64 = 1 << 4;
+pub const PAGE_PAT: u64 = 1 << 7;
+const PAT_NAMES: [&str; 8] = [
+    "WB (cached)",
+    "WC (write-combining)",
+    "UC- (uncached)",
+    "UC (uncached)",
+    "WB (cached)",
+    "WP",
+    "UC- (uncached)",
+    "WT",
+];
+
+/// The cache mode a `pgprot_t` selects on x86-64.
+pub fn cache_mode(prot: u64) -> &'static str {
+    let idx = (((prot & PAGE_PAT) != 0) as usize) << 2
+        | (((prot & PAGE_PCD) != 0) as usize) << 1
+        | ((prot & PAGE_PWT) != 0) as usize;
+    PAT_NAMES[idx]
+}
+
+/// The workload-side syscalls rdma-trace watches, by x86-64's numbers (several of them,
+/// `open`, `poll`, `select`, `dup2`, `epoll_wait`, exist on x86-64 and not on newer
+/// architectures).
+pub struct SyscallSpec {
+    pub nr: u32,
+    pub name: &'static str,
+    pub args: &'static [&'static str],
+    /// Index of the fd argument, if any.
+    pub fd_arg: Option<usize>,
+}
+
+const fn sc(
+    nr: i64,
+    name: &'static str,
+    args: &'static [&'static str],
+    fd_arg: Option<usize>,
+) -> SyscallSpec {
+    SyscallSpec { nr: nr as u32, name, args, fd_arg }
+}
+
+pub static WATCHED: &[SyscallSpec] = &[
+    sc(libc::SYS_read, "read", &["fd", "buf", "count"], Some(0)),
+    sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
+    sc(libc::SYS_open, "open", &["pathname", "flags", "mode"], None),
+    sc(libc::SYS_openat, "openat", &["dirfd", "pathname", "flags", "mode"], None),
+    sc(libc::SYS_close, "close", &["fd"], Some(0)),
+    sc(libc::SYS_dup, "dup", &["fd"], Some(0)),
+    sc(libc::SYS_dup2, "dup2", &["fd", "newfd"], Some(0)),
+    sc(libc::SYS_dup3, "dup3", &["fd", "newfd", "flags"], Some(0)),
+    sc(libc::SYS_fcntl, "fcntl", &["fd", "cmd", "arg"], Some(0)),
+    sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
+    sc(libc::SYS_mmap, "mmap", &["addr", "len", "prot", "flags", "fd", "off"], Some(4)),
+    sc(libc::SYS_munmap, "munmap", &["addr", "len"], None),
+    sc(libc::SYS_madvise, "madvise", &["addr", "len", "advice"], None),
+    sc(libc::SYS_poll, "poll", &["fds", "nfds", "timeout_ms"], None),
+    sc(libc::SYS_ppoll, "ppoll", &["fds", "nfds", "tsp", "sigmask", "sigsetsize"], None),
+    sc(libc::SYS_select, "select", &["nfds", "readfds", "writefds", "exceptfds", "timeout"], None),
+    sc(libc::SYS_pselect6, "pselect6", &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"], None),
+    sc(libc::SYS_epoll_wait, "epoll_wait", &["epfd", "events", "maxevents", "timeout_ms"], Some(0)),
+    sc(
+        libc::SYS_epoll_pwait,
+        "epoll_pwait",
+        &["epfd", "events", "maxevents", "timeout_ms", "sigmask"],
+        Some(0),
+    ),
+    sc(
+        libc::SYS_epoll_pwait2,
+        "epoll_pwait2",
+        &["epfd", "events", "maxevents", "timeout", "sigmask"],
+        Some(0),
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_catalogs_memlock_paths_index_rlimit_memlock() {
+        let index = format!("rlim[{}]", super::RLIMIT_MEMLOCK);
+        let paths: Vec<&str> = crate::plan::catalog::CATALOG
+            .iter()
+            .flat_map(|p| p.entry.iter().chain(p.ret))
+            .filter(|f| f.from == crate::plan::catalog::Src::Task && f.path.starts_with("signal->rlim"))
+            .map(|f| f.path)
+            .collect();
+        assert!(!paths.is_empty() && paths.iter().all(|p| p.contains(&index)), "{paths:?}");
+    }
+}
