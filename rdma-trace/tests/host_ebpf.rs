@@ -33,6 +33,7 @@ fn decoded(records: &[Vec<u8>]) -> Vec<Raw<'_>> {
 }
 
 #[test]
+#[ignore = "needs root (loads eBPF programs): cargo xtask test runs it as root"]
 fn every_program_passes_the_verifier() {
     require_root();
     let mut loaded = Loaded::new(1 << 16).expect("object loads");
@@ -51,6 +52,7 @@ fn every_program_passes_the_verifier() {
 }
 
 #[test]
+#[ignore = "needs root (loads eBPF programs): cargo xtask test runs it as root"]
 fn syscall_tracepoints_see_this_threads_calls() {
     require_root();
     kernel::ensure_tracefs().expect("tracefs");
@@ -144,6 +146,7 @@ fn syscall_tracepoints_see_this_threads_calls() {
 }
 
 #[test]
+#[ignore = "needs root (loads eBPF programs): cargo xtask test runs it as root"]
 fn forced_ring_loss_is_counted_exactly() {
     require_root();
     kernel::ensure_tracefs().expect("tracefs");
@@ -202,6 +205,7 @@ fn forced_ring_loss_is_counted_exactly() {
 }
 
 #[test]
+#[ignore = "needs root (loads eBPF programs): cargo xtask test runs it as root"]
 fn children_of_a_watched_thread_are_watched() {
     require_root();
     kernel::ensure_tracefs().expect("tracefs");
@@ -236,6 +240,7 @@ fn children_of_a_watched_thread_are_watched() {
 /// companion wrote to its announce file, byte for byte once parsed (on this host the
 /// companion stops at its failing `get_device_list`: two records, `start` and the failure).
 #[test]
+#[ignore = "needs root (loads eBPF programs): cargo xtask test runs it as root"]
 fn step_marker_carries_the_companions_records() {
     require_root();
     let workload = std::path::Path::new(env!("CARGO_BIN_EXE_rdma-trace-workload"));

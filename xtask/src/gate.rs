@@ -27,6 +27,9 @@ pub fn run(no_lab: bool) -> Result<()> {
     util::run(&mut deny)?;
     step("gate: host tests");
     util::run(util::cargo().args(["test"]))?;
+    // The host tests a plain `cargo test` lists as ignored, with the reason: they need root.
+    step("gate: host tests that need root (eBPF on this kernel, setpriv, an sshd of their own)");
+    util::run(util::cargo().args(ROOT_TESTS).args(["--", "--ignored"]))?;
     step("gate: fuzz the capture reader (60 s)");
     crate::fuzz::run(&crate::fuzz::FuzzArgs { seconds: 60 })?;
     step("gate: story memory on a 10 M-event stream");
@@ -61,6 +64,10 @@ fn left_out() {
          kernel), `cargo xtask fuzz --seconds 600` (the gate fuzzes for 60 s)",
     );
 }
+
+/// The test files whose ignored tests need root (and no lab): run with `--ignored` as root.
+const ROOT_TESTS: [&str; 9] =
+    ["test", "-p", "rdma-trace", "--test", "host_ebpf", "--test", "cli", "--test", "ssh_source"];
 
 /// The README's first command as a person sees it: `cargo xtask demo` in a terminal (tmux,
 /// 120×32) until a pinning row from the guest is on screen; then `q`: it must exit 0 and
