@@ -230,7 +230,8 @@ pub struct Mapping {
 pub enum Record {
     Header(Box<Header>),
     State(State),
-    Event(Box<Event>),
+    /// Shared: a reader's event goes to every sink as the pointer it is made in.
+    Event(std::sync::Arc<Event>),
     Step(Box<Step>),
     Stats(Stats),
     Loss(Loss),

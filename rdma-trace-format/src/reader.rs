@@ -155,7 +155,7 @@ pub fn parse_line(line: &str) -> Result<Record, String> {
         None => {
             let mut ev: Event = serde_json::from_str(line).map_err(e)?;
             capture::join_errors(&mut ev);
-            Record::Event(Box::new(ev))
+            Record::Event(std::sync::Arc::new(ev))
         }
         Some("header") => Record::Header(Box::new(serde_json::from_str::<Header>(line).map_err(e)?)),
         Some("step") => Record::Step(Box::new(serde_json::from_str::<capture::Step>(line).map_err(e)?)),
@@ -329,7 +329,7 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
     let mut out = Vec::new();
     for r in Reader::new(text.as_bytes(), true) {
         if let Record::Event(e) = r.map_err(|e| e.to_string())? {
-            out.push(*e);
+            out.push(std::sync::Arc::unwrap_or_clone(e));
         }
     }
     Ok(out)

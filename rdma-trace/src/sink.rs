@@ -25,7 +25,7 @@ pub trait Sink {
         match r {
             Record::Header(h) => self.header(&h),
             Record::State(s) => self.state(&s),
-            Record::Event(e) => self.event(&Arc::from(e)),
+            Record::Event(e) => self.event(&e),
             Record::Step(s) => self.step(&s.step),
             Record::Stats(s) => self.stats(&s),
             Record::Loss(l) => self.loss(&l),

@@ -82,7 +82,7 @@ fn a_stream_reads_back_record_for_record() {
     let back: Vec<Event> = recs
         .into_iter()
         .filter_map(|r| match r {
-            Record::Event(e) => Some(*e),
+            Record::Event(e) => Some(std::sync::Arc::unwrap_or_clone(e)),
             _ => None,
         })
         .collect();

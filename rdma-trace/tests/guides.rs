@@ -23,7 +23,7 @@ fn values(dir: &Path) -> HashMap<String, HashMap<Topic, HashSet<u64>>> {
         let (mut evs, mut steps, mut header) = (Vec::new(), Vec::new(), None);
         for r in reader {
             match r.unwrap() {
-                Record::Event(e) => evs.push(*e),
+                Record::Event(e) => evs.push(std::sync::Arc::unwrap_or_clone(e)),
                 Record::Step(s) => steps.push(s.step),
                 Record::Header(h) => header = Some(*h),
                 _ => {}

@@ -42,7 +42,7 @@ fn lab_container_cgroup_named_in_capture_and_report() {
     assert!(st.success(), "trace -- the companion in a container's cgroup: {st}");
     let events: Vec<_> = Reader::new(open(&capture).unwrap(), true)
         .filter_map(|r| match r.expect("the capture reads") {
-            Record::Event(e) => Some(*e),
+            Record::Event(e) => Some(std::sync::Arc::unwrap_or_clone(e)),
             _ => None,
         })
         .collect();

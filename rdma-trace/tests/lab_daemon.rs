@@ -283,7 +283,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let events: Vec<rdma_trace::event::Event> = records(&capture)
         .into_iter()
         .filter_map(|r| match r {
-            Record::Event(e) => Some(*e),
+            Record::Event(e) => Some(std::sync::Arc::unwrap_or_clone(e)),
             _ => None,
         })
         .collect();

@@ -127,7 +127,7 @@ fn read(path: &Path) -> Capture {
     for r in Reader::new(open(path).expect("the capture"), true) {
         match r.expect("the capture reads whole") {
             Record::Header(h) => (c.hostname, c.boot_id) = (h.hostname, h.boot_id),
-            Record::Event(e) => c.events.push(*e),
+            Record::Event(e) => c.events.push(std::sync::Arc::unwrap_or_clone(e)),
             _ => {}
         }
     }

@@ -132,7 +132,9 @@ fn placed(k: &str) {
     let merged = read(&files, OPTS, true).unwrap().events;
     let own: Vec<Event> = records(&files[1])
         .into_iter()
-        .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+        .filter_map(
+            |r| if let Record::Event(e) = r { Some(std::sync::Arc::unwrap_or_clone(e)) } else { None },
+        )
         .collect();
     let shift = h2.realtime_offset_ns - h1.realtime_offset_ns - kept;
     let mut theirs = merged.iter().filter(|e| e.pid >> PID_SHIFT == 1).map(|e| e.ts_ns).collect::<Vec<_>>();
@@ -251,7 +253,9 @@ fn trace_connect_shows_both_hosts_as_one_stream() {
             let h = header(f);
             let events: Vec<Event> = records(f)
                 .into_iter()
-                .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+                .filter_map(|r| {
+                    if let Record::Event(e) = r { Some(std::sync::Arc::unwrap_or_clone(e)) } else { None }
+                })
                 .collect();
             let mine: Vec<&str> =
                 text.lines().filter(|l| l.starts_with(&format!("{:<12} ", h.hostname))).collect();
@@ -271,7 +275,9 @@ fn trace_connect_shows_both_hosts_as_one_stream() {
         let p = rdma_trace::clock::Placement::of(1, &header(&files[0]), &h2);
         let mut e = records(&files[1])
             .into_iter()
-            .find_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+            .find_map(
+                |r| if let Record::Event(e) = r { Some(std::sync::Arc::unwrap_or_clone(e)) } else { None },
+            )
             .unwrap();
         p.event(&mut e);
         let at = format!("{:<12} {:>14.6} ", h2.hostname, e.ts_ns as f64 / 1e9);
@@ -352,7 +358,9 @@ fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
     let file = common::lab_capture("pair-6.12.companion.host1.jsonl.zst");
     let events: Vec<Event> = records(&file)
         .into_iter()
-        .filter_map(|r| if let Record::Event(e) = r { Some(*e) } else { None })
+        .filter_map(
+            |r| if let Record::Event(e) = r { Some(std::sync::Arc::unwrap_or_clone(e)) } else { None },
+        )
         .collect();
     let companion = |e: &&Event| e.comm == "rdma-trace-work";
     let send_cqs: std::collections::BTreeSet<u64> = events

@@ -28,7 +28,7 @@ fn fed(capture: &str) -> tui::Feeder {
                 while let Some(s) = steps.next_if(|s| s.t_end_ns < e.ts_ns) {
                     f.step(s).unwrap();
                 }
-                f.event(&std::sync::Arc::from(e.clone())).unwrap();
+                f.event(&e.clone()).unwrap();
             }
             Record::Header(h) => f.header(&h).unwrap(),
             _ => {}
@@ -161,11 +161,11 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
         .collect();
     // Another process's dereg (rping's MR 4) ends none of them.
     let other = deregs.iter().find(|e| e.field("mr_id") == Some(4)).unwrap();
-    f.event(&std::sync::Arc::from(other.clone())).unwrap();
+    f.event(&other.clone()).unwrap();
     f.caught_up();
     assert!(f.model.mrs.iter().all(|r| r.live), "{:?}", f.model.mrs);
     for e in &deregs {
-        f.event(&std::sync::Arc::from(e.clone())).unwrap();
+        f.event(&e.clone()).unwrap();
     }
     f.caught_up();
     let m = &f.model;

@@ -106,7 +106,6 @@ fn show(
             }
         }
         Record::Event(e) => {
-            let e = std::sync::Arc::from(e);
             if let Some(t) = text {
                 t.event(&e)?;
             }
@@ -279,8 +278,9 @@ fn shown_from(
             eprintln!("rdma-trace: source {}: {} ({}){clock}", j + 1, h.hostname, h.kernel_release);
         }
         Record::Event(mut e) if !quiet => {
+            let e = std::sync::Arc::make_mut(&mut e);
             (e.pid, e.tid) = (crate::event::local_pid(e.pid), crate::event::local_pid(e.tid));
-            writeln!(out, "{host:<12} {}", crate::output::text::line(&e))?;
+            writeln!(out, "{host:<12} {}", crate::output::text::line(e))?;
             if stacks && e.kind == crate::event::EventKind::Entry {
                 for f in &e.stack {
                     writeln!(out, "{:>29}{f}", "")?;

@@ -91,12 +91,12 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
         let s = &mut sources[i];
         match s.next.take() {
             Some(Record::Event(mut e)) => {
-                s.placement.event(&mut e);
+                s.placement.event(std::sync::Arc::make_mut(&mut e));
                 out.aggs[i].event(&e);
                 if keep_events {
                     out.events.push((*e).clone());
                 }
-                out.live.push(*e);
+                out.live.push(e);
             }
             Some(Record::Step(st)) => {
                 let mut step = st.step;

@@ -236,7 +236,7 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                     }
                     n += 1;
                     feeder.model.position = Some((n, 0));
-                    feeder.event(&std::sync::Arc::from(e))?;
+                    feeder.event(&e)?;
                 }
                 Record::Step(s) => feeder.step(&s.step)?,
                 Record::Stats(s) => feeder.stats(&s)?,

@@ -5,7 +5,7 @@
 //! goes into its own stream before the next record it gets. The end of a run (trailer,
 //! flush) waits for the queue to drain: nothing is left behind then.
 
-use crate::capture::{Loss, Stats, Trailer};
+use crate::capture::{Header, Loss, Record, State, Stats, Step, Trailer};
 use crate::event::Event;
 use crate::sink::Sink;
 use crate::steps::StepRecord;
@@ -21,12 +21,10 @@ pub const QUEUE: usize = 16_384;
 pub const QUEUE_FULL: &str = "queue full";
 pub const QUEUE_FULL_OTHER: &str = "queue full (other records)";
 
+/// What goes to the output's thread: a record of the stream, or the sink's two calls
+/// that are not records.
 enum Msg {
-    Event(std::sync::Arc<Event>),
-    Step(Box<StepRecord>),
-    Stats(Stats),
-    Loss(Loss),
-    Trailer(Trailer),
+    Record(Record),
     Tick,
     Flush(SyncSender<()>),
 }
@@ -86,12 +84,12 @@ impl Queued {
             return Err(e);
         }
         let Some(tx) = self.tx.clone() else { return Err(io::Error::other("output closed")) };
-        let kind = usize::from(!matches!(m, Msg::Event(_)));
+        let kind = usize::from(!matches!(m, Msg::Record(Record::Event(_))));
         for k in 0..2 {
             if self.pending[k] == 0 {
                 continue;
             }
-            match tx.try_send(Msg::Loss(self.owed(k))) {
+            match tx.try_send(Msg::Record(Record::Loss(self.owed(k)))) {
                 Ok(()) => self.pending[k] = 0,
                 Err(TrySendError::Full(_)) => {
                     // A tick is no record: a stalled output loses none by skipping one.
@@ -151,11 +149,7 @@ fn serve(
 ) {
     for m in rx {
         let r = match m {
-            Msg::Event(e) => inner.event(&e),
-            Msg::Step(s) => inner.step(&s),
-            Msg::Stats(s) => inner.stats(&s),
-            Msg::Loss(l) => inner.loss(&l),
-            Msg::Trailer(t) => inner.trailer(&t),
+            Msg::Record(r) => inner.record(r),
             Msg::Tick => inner.tick(),
             Msg::Flush(done) => {
                 let r = inner.flush();
@@ -181,23 +175,31 @@ impl Queued {
 }
 
 impl Sink for Queued {
+    /// The stream's start: waited for, never left out.
+    fn header(&mut self, h: &Header) -> io::Result<()> {
+        self.hand(Msg::Record(Record::Header(Box::new(h.clone()))))
+    }
+    fn state(&mut self, st: &State) -> io::Result<()> {
+        self.hand(Msg::Record(Record::State(st.clone())))
+    }
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
-        let taken = self.offer(Msg::Event(std::sync::Arc::clone(ev)))?;
+        let taken = self.offer(Msg::Record(Record::Event(std::sync::Arc::clone(ev))))?;
         self.count_row(taken, || crate::output::summary::row_of(ev));
         Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> io::Result<()> {
-        let taken = self.offer(Msg::Step(Box::new(s.clone())))?;
+        let step = Step { v: crate::capture::VERSION, seq: 0, ty: "step".into(), step: s.clone() };
+        let taken = self.offer(Msg::Record(Record::Step(Box::new(step))))?;
         self.count_row(taken, || crate::output::summary::STEPS_ROW.into());
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(s.ts_ns);
-        self.offer(Msg::Stats(s.clone())).map(drop)
+        self.offer(Msg::Record(Record::Stats(s.clone()))).map(drop)
     }
     fn loss(&mut self, l: &Loss) -> io::Result<()> {
-        self.offer(Msg::Loss(l.clone())).map(drop)
+        self.offer(Msg::Record(Record::Loss(l.clone()))).map(drop)
     }
     /// The end: the owed loss record and the trailer are waited for.
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
@@ -205,10 +207,10 @@ impl Sink for Queued {
             if self.pending[k] > 0 {
                 let l = self.owed(k);
                 self.pending[k] = 0;
-                self.hand(Msg::Loss(l))?;
+                self.hand(Msg::Record(Record::Loss(l)))?;
             }
         }
-        self.hand(Msg::Trailer(t.clone()))
+        self.hand(Msg::Record(Record::Trailer(t.clone())))
     }
     fn tick(&mut self) -> io::Result<()> {
         self.offer(Msg::Tick).map(drop)

@@ -90,7 +90,7 @@ impl Merge {
     fn place(&mut self, i: usize, p: Placement, rec: Record) -> Record {
         match rec {
             Record::Event(mut e) => {
-                p.event(&mut e);
+                p.event(std::sync::Arc::make_mut(&mut e));
                 Record::Event(e)
             }
             Record::Step(mut s) => {

@@ -22,7 +22,7 @@ fn load(name: &str) -> Vec<Event> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab").join(name);
     let r = Reader::new(open(&path).expect("lab fixture"), true);
     r.filter_map(|rec| match rec.expect("lab fixtures read") {
-        Record::Event(e) => Some(*e),
+        Record::Event(e) => Some(std::sync::Arc::unwrap_or_clone(e)),
         _ => None,
     })
     .collect()
