@@ -13,6 +13,7 @@
 
 use crate::event::Event;
 pub use crate::event::KernelError;
+pub use crate::loss::{LossReason, LossSite};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -107,14 +108,14 @@ pub struct ProbeStatus {
 /// One probe's account at a moment: `hits = delivered + lost + in_flight`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteCount {
-    pub site: String,
+    pub site: LossSite,
     pub hits: u64,
     pub delivered: u64,
     /// Counted by the program, not read yet (0 in the trailer, or lost as "held").
     pub in_flight: u64,
     /// Lost, by reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub lost: BTreeMap<String, u64>,
+    pub lost: BTreeMap<LossReason, u64>,
 }
 
 /// Periodic accounting, every 800 ms (`STATS_EVERY`).
@@ -136,8 +137,8 @@ pub struct Loss {
     #[serde(rename = "type")]
     pub ty: String,
     pub ts_ns: u64,
-    pub site: String,
-    pub reason: String,
+    pub site: LossSite,
+    pub reason: LossReason,
     pub count: u64,
 }
 

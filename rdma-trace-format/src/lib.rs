@@ -7,6 +7,7 @@
 pub mod capture;
 pub mod event;
 pub mod fields;
+pub mod loss;
 pub mod reader;
 pub mod steps;
 

@@ -210,7 +210,8 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_accounts_for_every_committed_e
     let left_out: u64 = rdma_trace::source::capture::Reader::new(text.as_bytes(), true)
         .filter_map(|r| match r.unwrap() {
             rdma_trace::capture::Record::Loss(l)
-                if l.site == "output capture" && l.reason == "queue full" =>
+                if l.site == rdma_trace::capture::LossSite::Output("capture".into())
+                    && l.reason == rdma_trace::capture::LossReason::QueueFull =>
             {
                 Some(l.count)
             }

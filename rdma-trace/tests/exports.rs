@@ -244,9 +244,9 @@ fn the_loss_section_says_what_the_first_line_counts() {
     t.lost = 5;
     let old = serde_json::to_string(&t).unwrap();
     t.sites.push(rdma_trace::capture::SiteCount {
-        site: "program kprobe_entry".into(),
+        site: rdma_trace::capture::LossSite::Program("kprobe_entry".into()),
         hits: 5,
-        lost: BTreeMap::from([("skipped by the kernel".to_string(), 5)]),
+        lost: BTreeMap::from([(rdma_trace::capture::LossReason::SkippedByKernel, 5)]),
         ..Default::default()
     });
     let new = serde_json::to_string(&t).unwrap();

@@ -142,8 +142,12 @@ fn lab_capture_has_header_stats_and_trailer() {
     // are rows of their own (`program NAME`), as the summary names them; with those rows
     // the total adds up exactly.
     let skipped = program_skips(&stderr, None);
-    let program_rows: u64 =
-        t.sites.iter().filter(|s| s.site.starts_with("program ")).flat_map(|s| s.lost.values()).sum();
+    let program_rows: u64 = t
+        .sites
+        .iter()
+        .filter(|s| matches!(s.site, rdma_trace::capture::LossSite::Program(_)))
+        .flat_map(|s| s.lost.values())
+        .sum();
     assert_eq!(program_rows, skipped, "the program rows are the summary's skips:\n{stderr}");
     assert_eq!((delivered_per_site, lost_per_site), (t.delivered, t.lost), "{stderr}");
     for s in &t.sites {

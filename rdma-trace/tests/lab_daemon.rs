@@ -358,7 +358,7 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     let told: Vec<(u64, u64)> = slow
         .iter()
         .filter_map(|x| match x {
-            Record::Loss(l) if l.site == "subscriber" => Some((l.seq, l.count)),
+            Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber => Some((l.seq, l.count)),
             _ => None,
         })
         .collect();
@@ -368,14 +368,16 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     let fast: Vec<Record> = fr.by_ref().map(|x| x.expect("readable")).collect();
     assert_eq!(fr.report.seq_gaps, 0, "the steady one has every record");
     assert!(
-        !fast.iter().any(|x| matches!(x, Record::Loss(l) if l.site == "subscriber")),
+        !fast
+            .iter()
+            .any(|x| matches!(x, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber)),
         "and is told no loss"
     );
     // Over the stalled one's shared span: its records plus what it was told = the other's.
     let shared = |rs: &[Record]| -> Vec<u64> {
         rs.iter()
             .filter(|x| !matches!(x, Record::Header(_) | Record::State(_)))
-            .filter(|x| !matches!(x, Record::Loss(l) if l.site == "subscriber"))
+            .filter(|x| !matches!(x, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber))
             .filter_map(Record::seq)
             .collect()
     };
@@ -519,7 +521,7 @@ fn lab_daemon_other_users_cannot_exhaust_it() {
     let (not_sent, kernel): (Vec<&Record>, Vec<&Record>) = rs
         .iter()
         .filter(|r| matches!(r, Record::Loss(_)))
-        .partition(|r| matches!(r, Record::Loss(l) if l.site == "subscriber"));
+        .partition(|r| matches!(r, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber));
     std::fs::write(dir.join("guard.txt"), format!("{report}\nthe kernel's accounting told: {kernel:?}\n"))
         .unwrap();
     assert!(not_sent.is_empty(), "the subscriber lost records: {not_sent:?}");

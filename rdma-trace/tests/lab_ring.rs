@@ -200,7 +200,12 @@ fn lab_ring_overflow_is_accounted_exactly_per_probe() {
     let told: u64 = records
         .iter()
         .filter_map(|r| match r {
-            Record::Loss(l) if l.site == "output capture" && l.reason == "queue full" => Some(l.count),
+            Record::Loss(l)
+                if l.site == rdma_trace::capture::LossSite::Output("capture".into())
+                    && l.reason == rdma_trace::capture::LossReason::QueueFull =>
+            {
+                Some(l.count)
+            }
             _ => None,
         })
         .sum();

@@ -143,7 +143,7 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
     let told: u64 = got
         .iter()
         .filter_map(|r| match r {
-            Record::Loss(l) if l.site == "subscriber" => Some(l.count),
+            Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber => Some(l.count),
             _ => None,
         })
         .sum();

@@ -6,6 +6,7 @@
 
 use super::attach::Loaded;
 use crate::capture::{self, Loss, SiteCount, Stats};
+use crate::capture::{LossReason, LossSite};
 use crate::clock::clock_ns;
 use crate::event::Event;
 use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
@@ -44,7 +45,7 @@ pub(super) fn monotonic_ns() -> u64 {
 /// The loss counts last reported, per probe and reason: a loss notice says what is new.
 #[derive(Default)]
 struct LossWatch {
-    seen: std::collections::HashMap<(String, String), u64>,
+    seen: std::collections::HashMap<(LossSite, LossReason), u64>,
 }
 
 impl LossWatch {

@@ -117,8 +117,13 @@ fn gauges(out: &mut String, ps: &[&ProcessStory]) {
 fn accounting(out: &mut String, sites: &[SiteCount]) {
     family(out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
     for s in sites {
-        writeln!(out, "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}", label(&s.site), s.delivered)
-            .ok();
+        writeln!(
+            out,
+            "rdma_trace_events_delivered_total{{probe=\"{}\"}} {}",
+            label(&s.site.to_string()),
+            s.delivered
+        )
+        .ok();
     }
     family(out, "rdma_trace_events_lost_total", "counter", "Events lost, per probe and reason.");
     for s in sites {
@@ -126,8 +131,8 @@ fn accounting(out: &mut String, sites: &[SiteCount]) {
             writeln!(
                 out,
                 "rdma_trace_events_lost_total{{probe=\"{}\",reason=\"{}\"}} {n}",
-                label(&s.site),
-                label(reason)
+                label(&s.site.to_string()),
+                label(reason.as_str())
             )
             .ok();
         }

@@ -2,7 +2,7 @@
 //! JSON (schema in docs/report.md). Built from the story (processes, wakeups, data-phase
 //! syscalls, companion steps) and the per-path aggregates fed beside it.
 
-use crate::capture::{Header, SiteCount};
+use crate::capture::{Header, LossSite, SiteCount};
 use crate::event::Path;
 use crate::pipeline::correlate::aggregate::{Aggregates, Dist, PathNumbers};
 use crate::pipeline::correlate::story::{BUCKETS_NS, Story};
@@ -243,7 +243,7 @@ fn capture(p: &Part) -> CaptureInfo {
         .agg
         .loss_records
         .iter()
-        .filter(|((site, _), _)| site.starts_with("output ") || site == "subscriber")
+        .filter(|((site, _), _)| matches!(site, LossSite::Output(_) | LossSite::Subscriber))
         .map(|(_, n)| n)
         .sum();
     CaptureInfo {

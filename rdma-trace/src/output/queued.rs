@@ -5,7 +5,7 @@
 //! goes into its own stream before the next record it gets. The end of a run (trailer,
 //! flush) waits for the queue to drain: nothing is left behind then.
 
-use crate::capture::{Header, Loss, Record, State, Stats, Step, Trailer};
+use crate::capture::{Header, Loss, LossReason, LossSite, Record, State, Stats, Step, Trailer};
 use crate::event::Event;
 use crate::sink::Sink;
 use crate::steps::StepRecord;
@@ -16,10 +16,6 @@ use std::thread::JoinHandle;
 
 /// Records an output may fall behind by before it loses any.
 pub const QUEUE: usize = 16_384;
-
-/// The loss reasons of events, and of other records, an output's queue had no room for.
-pub const QUEUE_FULL: &str = "queue full";
-pub const QUEUE_FULL_OTHER: &str = "queue full (other records)";
 
 /// What goes to the output's thread: a record of the stream, or the sink's two calls
 /// that are not records.
@@ -116,8 +112,8 @@ impl Queued {
     fn owed(&self, k: usize) -> Loss {
         Loss {
             ts_ns: self.newest_ns,
-            site: format!("output {}", self.name),
-            reason: [QUEUE_FULL, QUEUE_FULL_OTHER][k].into(),
+            site: LossSite::Output(self.name.clone()),
+            reason: [LossReason::QueueFull, LossReason::QueueFullOther][k].clone(),
             count: self.pending[k],
             ..Default::default()
         }

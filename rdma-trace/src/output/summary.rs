@@ -1,6 +1,7 @@
 //! Per-probe accounting, as the user sees it: every hit a program counted is either
 //! delivered or lost for a named reason, so `hits = delivered + lost` per probe.
 
+use crate::capture::{LossReason, LossSite};
 use crate::plan::select::Plan;
 use rdma_trace_common::{
     CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
@@ -129,14 +130,14 @@ impl SiteStats {
     }
 
     /// The loss reasons with their counts, the non-zero ones.
-    pub fn loss_reasons(&self) -> Vec<(&'static str, u64)> {
+    pub fn loss_reasons(&self) -> Vec<(LossReason, u64)> {
         [
-            ("missed by the kernel", self.kernel_missed),
-            ("ring full", self.ringbuf_full),
-            ("no scratch", self.no_scratch),
-            ("held past shutdown", self.held.max(0) as u64),
-            ("dropped by the enricher", self.enrich_dropped),
-            ("undecodable", self.undecodable),
+            (LossReason::MissedByKernel, self.kernel_missed),
+            (LossReason::RingFull, self.ringbuf_full),
+            (LossReason::NoScratch, self.no_scratch),
+            (LossReason::HeldPastShutdown, self.held.max(0) as u64),
+            (LossReason::DroppedByEnricher, self.enrich_dropped),
+            (LossReason::Undecodable, self.undecodable),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -148,14 +149,13 @@ impl SiteStats {
     /// This account as a capture records it. `live`: mid-run, records counted but not read
     /// yet are in flight, not lost.
     pub fn count(&self, live: bool) -> crate::capture::SiteCount {
-        let mut lost: std::collections::BTreeMap<String, u64> =
-            self.loss_reasons().into_iter().map(|(r, n)| (r.to_string(), n)).collect();
+        let mut lost: std::collections::BTreeMap<LossReason, u64> = self.loss_reasons().into_iter().collect();
         let mut in_flight = 0;
         if live {
-            in_flight = lost.remove("held past shutdown").unwrap_or(0);
+            in_flight = lost.remove(&LossReason::HeldPastShutdown).unwrap_or(0);
         }
         crate::capture::SiteCount {
-            site: self.site.clone(),
+            site: LossSite::Probe(self.site.clone()),
             hits: self.hits,
             delivered: self.delivered,
             in_flight,
@@ -250,9 +250,9 @@ pub struct ProgramCost {
 pub fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount> {
     (programs.iter().filter(|p| p.recursion_misses > 0))
         .map(|p| crate::capture::SiteCount {
-            site: format!("program {}", p.name),
+            site: LossSite::Program(p.name.clone()),
             hits: p.recursion_misses,
-            lost: [("skipped by the kernel".to_string(), p.recursion_misses)].into(),
+            lost: [(LossReason::SkippedByKernel, p.recursion_misses)].into(),
             ..Default::default()
         })
         .collect()
@@ -304,9 +304,9 @@ impl RunAccount {
         out.extend(program_counts(&self.programs));
         if self.headerless > 0 {
             out.push(crate::capture::SiteCount {
-                site: "ring records without a header".into(),
+                site: LossSite::Headerless,
                 hits: self.headerless,
-                lost: [("undecodable".to_string(), self.headerless)].into(),
+                lost: [(LossReason::Undecodable, self.headerless)].into(),
                 ..Default::default()
             });
         }
@@ -332,20 +332,20 @@ impl RunAccount {
     }
 
     /// Every reason anything was lost, summed over the probes, in the order first seen.
-    fn reasons(&self) -> Vec<(&'static str, u64)> {
-        let mut reasons: Vec<(&str, u64)> = Vec::new();
+    fn reasons(&self) -> Vec<(String, u64)> {
+        let mut reasons: Vec<(String, u64)> = Vec::new();
         for (r, n) in self.sites.iter().flat_map(SiteStats::loss_reasons) {
-            match reasons.iter_mut().find(|(x, _)| *x == r) {
+            match reasons.iter_mut().find(|(x, _)| x == r.as_str()) {
                 Some((_, m)) => *m += n,
-                None => reasons.push((r, n)),
+                None => reasons.push((r.to_string(), n)),
             }
         }
         if self.headerless > 0 {
-            reasons.push(("without a header", self.headerless));
+            reasons.push(("without a header".into(), self.headerless));
         }
         if self.kernel_misses() > 0 {
             reasons.push((
-                "skipped by the kernel (another BPF program was running on the CPU)",
+                "skipped by the kernel (another BPF program was running on the CPU)".into(),
                 self.kernel_misses(),
             ));
         }
@@ -631,9 +631,10 @@ mod tests {
             ..Default::default()
         };
         let rows = acct.counts();
-        let sites: Vec<&str> = rows.iter().map(|r| r.site.as_str()).collect();
+        let sites: Vec<String> = rows.iter().map(|r| r.site.to_string()).collect();
         assert_eq!(sites, ["program kprobe_entry", "ring records without a header"]);
-        assert_eq!(rows[0].lost.get("skipped by the kernel"), Some(&5));
+        assert_eq!(rows[1].site, LossSite::Headerless);
+        assert_eq!(rows[0].lost.get(&LossReason::SkippedByKernel), Some(&5));
         let said: u64 = rows.iter().flat_map(|r| r.lost.values()).sum();
         assert_eq!((said, acct.lost()), (7, 7));
     }

@@ -251,8 +251,8 @@ fn loss_line(seq: u64, count: u64) -> Arc<[u8]> {
         seq,
         ty: "loss".into(),
         ts_ns: 0,
-        site: "subscriber".into(),
-        reason: "this subscriber fell behind".into(),
+        site: crate::capture::LossSite::Subscriber,
+        reason: crate::capture::LossReason::SubscriberBehind,
         count,
     };
     let mut line = serde_json::to_vec(&l).expect("a loss record serializes");

@@ -288,7 +288,7 @@ impl Model {
     /// A loss record: the kernel side is in the stats; what a daemon could not send to
     /// this viewer is counted here.
     pub fn loss(&mut self, l: &crate::capture::Loss) {
-        if l.site == "subscriber" {
+        if l.site == crate::capture::LossSite::Subscriber {
             self.not_sent += l.count;
         }
     }

@@ -96,7 +96,7 @@ pub struct Aggregates {
     pub sites: Vec<SiteCount>,
     pub trailer: Option<Trailer>,
     /// Records the stream said were lost on the way (loss records, by site and reason).
-    pub loss_records: BTreeMap<(String, String), u64>,
+    pub loss_records: BTreeMap<(crate::capture::LossSite, crate::capture::LossReason), u64>,
 }
 
 /// A stack by function: `ib_umem_get+0x1a/0x3c0` counts as `ib_umem_get` (one call site
