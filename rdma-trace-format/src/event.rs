@@ -1,6 +1,7 @@
 //! The event record: what the pipeline after decode consumes and emits, and what capture
 //! files hold (JSON Lines, version 0; see docs/event-format.md).
 
+pub use crate::fd::FdKind;
 pub use crate::fields::{Fields, Key, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -258,7 +259,7 @@ pub struct Event {
     pub context: Option<ExecContext>,
     /// What the syscall's fd is (`uverbs`, `comp_channel`, or its /proc path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fd_kind: Option<Key>,
+    pub fd_kind: Option<FdKind>,
     /// Return events: time since the matching entry on the same thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<u64>,
@@ -303,7 +304,7 @@ pub struct Numbered<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     context: Option<ExecContext>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    fd_kind: &'a Option<Key>,
+    fd_kind: &'a Option<FdKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
     latency_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

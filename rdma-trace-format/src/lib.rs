@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod event;
+pub mod fd;
 pub mod fields;
 pub mod loss;
 pub mod reader;

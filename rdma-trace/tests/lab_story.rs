@@ -121,7 +121,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
                         let e = &events[i];
                         e.kind == EventKind::SyscallEnter
                             && e.name == "write"
-                            && e.fd_kind.as_deref() == Some("uverbs")
+                            && e.fd_kind == Some(rdma_trace::event::FdKind::Uverbs)
                     })
                     .count();
                 assert_eq!(doorbells, 1, "step {} {:?}: doorbell writes", s.step, s.name);
@@ -129,9 +129,8 @@ fn lab_story_companion_steps_join_their_kernel_events() {
             // The wakeup is a read(2) on the completion channel.
             StepName::GetCqEvent => {
                 assert!(kernel("completion") >= 2, "step {}: comp_handler + channel read", s.step);
-                assert!(j.events.iter().any(
-                    |&i| events[i].name == "read" && events[i].fd_kind.as_deref() == Some("comp_channel")
-                ));
+                assert!(j.events.iter().any(|&i| events[i].name == "read"
+                    && events[i].fd_kind == Some(rdma_trace::event::FdKind::CompChannel)));
             }
             _ => {}
         }
@@ -139,14 +138,18 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     // Which fd is the device is known from the open that made it: library loading in
     // get_device_list reuses fd numbers, none of those syscalls is on the uverbs fd.
     for j in st.steps.iter().filter(|j| step(j).name == StepName::GetDeviceList) {
-        let on_uverbs: Vec<&Event> =
-            j.events.iter().map(|&i| &events[i]).filter(|e| e.fd_kind.as_deref() == Some("uverbs")).collect();
+        let on_uverbs: Vec<&Event> = j
+            .events
+            .iter()
+            .map(|&i| &events[i])
+            .filter(|e| e.fd_kind == Some(rdma_trace::event::FdKind::Uverbs))
+            .collect();
         assert!(on_uverbs.is_empty(), "get_device_list touched no uverbs fd: {on_uverbs:?}");
     }
     let open = st.steps.iter().find(|j| step(j).name == StepName::OpenDevice).unwrap();
     assert!(
         open.events.iter().any(|&i| events[i].name.as_str().starts_with("open")
-            && events[i].fd_kind.as_deref() == Some("uverbs")),
+            && events[i].fd_kind == Some(rdma_trace::event::FdKind::Uverbs)),
         "open_device opens /dev/infiniband/uverbsN"
     );
     // Every RDMA kernel event of the workload happened inside one of its steps.

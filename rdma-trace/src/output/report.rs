@@ -9,8 +9,6 @@ use crate::steps::StepRecord;
 use std::fmt::Write;
 
 /// The fd kinds worth naming in a step (see `fds.rs`).
-const RDMA_FDS: [&str; 3] = ["uverbs", "comp_channel", "rdma_cm"];
-
 use crate::units::millis as ms;
 
 use crate::units::bytes as size;
@@ -154,7 +152,7 @@ fn write_text<E: Events + ?Sized>(
                 .iter()
                 .filter_map(|&i| events.ev(i))
                 .filter(|e| e.kind == EventKind::SyscallEnter)
-                .filter_map(|e| e.fd_kind.as_ref().filter(|k| RDMA_FDS.contains(&k.as_ref())).map(|k| (e, k)))
+                .filter_map(|e| e.fd_kind.as_ref().filter(|k| k.is_rdma()).map(|k| (e, k)))
                 .map(|(e, k)| format!("{}[{k}]", e.name))
                 .collect();
             let sys = if sys.is_empty() { String::new() } else { format!("  syscalls: {}", sys.join(" ")) };

@@ -53,7 +53,7 @@ pub fn line(ev: &Event) -> String {
         s.push_str(&format!(" ctx={c:?}").to_lowercase());
     }
     if let Some(fd) = &ev.fd_kind {
-        s.push_str(&format!(" [{}]", render::printable(fd)));
+        s.push_str(&format!(" [{}]", render::printable(fd.as_str())));
     }
     let fields = fields_text(ev);
     if !fields.is_empty() {

@@ -120,7 +120,7 @@ impl Enricher<'_> {
             && p.spec.id == ProbeId::IbvCreateCompChannel
             && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
         {
-            self.fds.bind(hdr.tgid, *fd, "comp_channel");
+            self.fds.bind(hdr.tgid, *fd, crate::event::FdKind::CompChannel);
         }
         ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, a)).collect();
         // What the pin is charged against: the probe reads it from the task at the pin;
@@ -166,7 +166,7 @@ impl Enricher<'_> {
             match (opens, path) {
                 (true, Some(p)) => {
                     self.fds.opening(tid, p);
-                    ev.fd_kind = Some(crate::pipeline::fds::classify_target(p));
+                    ev.fd_kind = Some(crate::event::FdKind::of_target(p));
                 }
                 (true, None) => self.fds.opening_unknown(tid),
                 _ => {}

@@ -4,21 +4,8 @@
 //! channel is an anonymous inode named `[infinibandevent]` (ib_uverbs creates it with
 //! anon_inode_getfile). Both are looked up once per (pid, fd) and cached.
 
-use crate::event::Key;
+use crate::event::FdKind;
 use std::collections::HashMap;
-
-/// What an fd's target is: the RDMA kinds by name, any other file by its path.
-pub fn classify_target(target: &str) -> Key {
-    if target.starts_with("/dev/infiniband/uverbs") {
-        "uverbs".into()
-    } else if target == "anon_inode:[infinibandevent]" {
-        "comp_channel".into()
-    } else if target.starts_with("/dev/infiniband/rdma_cm") {
-        "rdma_cm".into()
-    } else {
-        target.to_string().into()
-    }
-}
 
 /// What each (pid, fd) is. An fd opened while traced is bound from the path its
 /// open/openat carried (exact even when the fd number is reused later), a duplicate
@@ -29,13 +16,13 @@ pub fn classify_target(target: &str) -> Key {
 /// from an unreadable path, is never looked up there: by then it may be another file.
 #[derive(Default)]
 pub struct FdCache {
-    known: HashMap<(u32, u64), Key>,
+    known: HashMap<(u32, u64), FdKind>,
     /// Fds seen closed, or opened by a syscall whose path could not be read: what /proc
     /// shows for that number later is some other file, so it is not asked.
     gone: std::collections::HashSet<(u32, u64)>,
     /// A syscall in flight per thread that will return a new fd: what that fd will be
     /// (`None`: not known, so whatever the number meant before is forgotten).
-    pending: HashMap<u32, Option<Key>>,
+    pending: HashMap<u32, Option<FdKind>>,
     /// Lookups that failed (the process or the fd gone): not asked again. Bounded: past
     /// `FAILED_KEPT` it starts over.
     failed: std::collections::HashSet<(u32, u64)>,
@@ -44,7 +31,7 @@ pub struct FdCache {
 const FAILED_KEPT: usize = 1 << 16;
 
 impl FdCache {
-    pub fn kind(&mut self, pid: u32, fd: u64) -> Option<Key> {
+    pub fn kind(&mut self, pid: u32, fd: u64) -> Option<FdKind> {
         if fd > i32::MAX as u64 {
             return None;
         }
@@ -61,14 +48,14 @@ impl FdCache {
             self.failed.insert((pid, fd));
             return None;
         };
-        let k = classify_target(&target.to_string_lossy());
+        let k = FdKind::of_target(&target.to_string_lossy());
         self.known.insert((pid, fd), k.clone());
         Some(k)
     }
 
     /// An open/openat of `path` started on thread `tid`.
     pub fn opening(&mut self, tid: u32, path: &str) {
-        self.pending.insert(tid, Some(classify_target(path)));
+        self.pending.insert(tid, Some(FdKind::of_target(path)));
     }
 
     /// An open/openat whose path could not be read started on `tid`: its fd is unknown.
@@ -99,9 +86,9 @@ impl FdCache {
     }
 
     /// Something else told us what this fd is (e.g. ibv_create_comp_channel's result).
-    pub fn bind(&mut self, pid: u32, fd: u64, kind: &'static str) {
+    pub fn bind(&mut self, pid: u32, fd: u64, kind: FdKind) {
         self.gone.remove(&(pid, fd));
-        self.known.insert((pid, fd), kind.into());
+        self.known.insert((pid, fd), kind);
     }
 
     /// An fd was closed: forget what it was (and do not ask /proc: the number may be
@@ -122,11 +109,14 @@ mod tests {
         // fd 3: a provider library, closed, then the uverbs device.
         c.opening(7, "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so");
         c.opened(7, 7, 3);
-        assert_eq!(c.kind(7, 3).as_deref(), Some("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"));
+        assert_eq!(
+            c.kind(7, 3).as_ref().map(FdKind::as_str),
+            Some("/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so")
+        );
         c.forget(7, 3);
         c.opening(7, "/dev/infiniband/uverbs0");
         c.opened(7, 7, 3);
-        assert_eq!(c.kind(7, 3).as_deref(), Some("uverbs"));
+        assert_eq!(c.kind(7, 3), Some(FdKind::Uverbs));
         // A failed open binds nothing.
         c.opening(7, "/dev/infiniband/uverbs9");
         c.opened(7, 7, -2);
@@ -147,27 +137,27 @@ mod tests {
         assert_eq!(c.kind(me, 1), None, "opened from an unreadable path");
         c.opening(9, "/dev/infiniband/uverbs0");
         c.opened(me, 9, 0);
-        assert_eq!(c.kind(me, 0).as_deref(), Some("uverbs"));
+        assert_eq!(c.kind(me, 0), Some(FdKind::Uverbs));
     }
 
     #[test]
     fn a_duplicated_fd_is_what_it_copies() {
         let mut c = FdCache::default();
         // dd's shape: fd 0 is /dev/null, then open /dev/zero as 3, dup2(3, 0), close(3).
-        c.bind(9, 0, "/dev/null");
+        c.bind(9, 0, FdKind::of_target("/dev/null"));
         c.opening(9, "/dev/zero");
         c.opened(9, 9, 3);
         c.duping(9, 9, 3);
         c.opened(9, 9, 0);
         c.forget(9, 3);
-        assert_eq!(c.kind(9, 0).as_deref(), Some("/dev/zero"));
+        assert_eq!(c.kind(9, 0).as_ref().map(FdKind::as_str), Some("/dev/zero"));
         // A failed dup leaves the target as it was.
         c.duping(9, 9, 0);
         c.opened(9, 9, -9);
-        assert_eq!(c.kind(9, 0).as_deref(), Some("/dev/zero"));
+        assert_eq!(c.kind(9, 0).as_ref().map(FdKind::as_str), Some("/dev/zero"));
         // A dup of an fd nobody can name forgets what the new number meant (pid 0 has no
         // /proc fd directory).
-        c.bind(0, 5, "uverbs");
+        c.bind(0, 5, FdKind::Uverbs);
         c.duping(0, 0, 77);
         c.opened(0, 0, 5);
         assert_eq!(c.known.get(&(0, 5)), None);
@@ -175,8 +165,8 @@ mod tests {
 
     #[test]
     fn rdma_fds() {
-        assert_eq!(classify_target("/dev/infiniband/uverbs0"), "uverbs");
-        assert_eq!(classify_target("anon_inode:[infinibandevent]"), "comp_channel");
-        assert_eq!(classify_target("/dev/null"), "/dev/null");
+        assert_eq!(FdKind::of_target("/dev/infiniband/uverbs0"), FdKind::Uverbs);
+        assert_eq!(FdKind::of_target("anon_inode:[infinibandevent]"), FdKind::CompChannel);
+        assert_eq!(FdKind::of_target("/dev/null"), FdKind::Other("/dev/null".into()));
     }
 }

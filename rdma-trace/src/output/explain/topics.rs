@@ -30,7 +30,7 @@ fn syscall_stage(input: &Input, i: usize, tid: u32, what: &str) -> Stage {
     let mut s = Stage { title: format!("The system call — {what}"), ..Default::default() };
     match sys {
         Some((_, e)) => {
-            let on = e.fd_kind.as_deref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
+            let on = e.fd_kind.as_ref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
             s.seen.push(format!("{}({}){on}", e.name, crate::output::text::fields_text(e)));
         }
         None => s.seen.push("(syscalls were not watched in this capture: trace with --pid or -- CMD)".into()),

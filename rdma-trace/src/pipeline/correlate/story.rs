@@ -486,7 +486,7 @@ impl Builder {
         let in_phase = ph.setup_done_at.is_some_and(|s| e.ts_ns > s) && ph.teardown_at.is_none();
         if e.kind == EventKind::SyscallEnter && in_phase {
             let key = match &e.fd_kind {
-                Some(k) if k == "uverbs" || k == "comp_channel" || k == "rdma_cm" => {
+                Some(k) if k.is_rdma() => {
                     format!("{}[{k}]", e.name)
                 }
                 _ => e.name.to_string(),
