@@ -55,7 +55,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> S
                 out,
                 "rdma_trace_completions_total{{{},context=\"{}\"}} {n}",
                 proc_labels(p),
-                label(ctx)
+                label(ctx.as_str())
             )
             .ok();
         }
@@ -259,7 +259,8 @@ mod tests {
         let mut p = ProcessStory { pid: 7, comm: "a\"b\\c".into(), pinned_bytes: 4096, ..Default::default() };
         p.pin_latency.observe(3_000);
         p.pin_latency.observe(2_000_000_000);
-        p.completions_by_context.insert("kworker".into(), 5);
+        let kworker = crate::pipeline::correlate::cqs::RanIn(Some(crate::event::ExecContext::Kworker));
+        p.completions_by_context.insert(kworker, 5);
         let text = render(&BTreeMap::from([(7, p)]), &[]);
         assert!(text.contains("rdma_trace_pinned_bytes{pid=\"7\",comm=\"a\\\"b\\\\c\"} 4096"), "{text}");
         assert!(text.contains(

@@ -324,7 +324,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         f.render_widget(Paragraph::new("no completion events yet").block(Block::bordered()), chain);
         return;
     };
-    let ctx = c.by_context.keys().cloned().collect::<Vec<_>>().join("/");
+    let ctx = c.by_context.keys().map(|k| k.as_str()).collect::<Vec<_>>().join("/");
     let mut lines = vec![
         format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)"),
         format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),

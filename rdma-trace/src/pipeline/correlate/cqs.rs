@@ -52,7 +52,7 @@ pub struct CqStory {
     pub completions: u64,
     /// Its latest completion handler's entry (an event index of the story).
     pub latest: Option<usize>,
-    pub by_context: BTreeMap<String, u64>,
+    pub by_context: BTreeMap<RanIn, u64>,
     /// Completions per second of the events' clock, oldest first (the last is the newest
     /// second seen).
     pub per_second: VecDeque<u64>,
@@ -86,7 +86,7 @@ impl Cqs {
         cq.host = crate::event::host_of(e.pid);
         cq.completions += 1;
         cq.latest = Some(i);
-        *cq.by_context.entry(context_name(e.context).into()).or_default() += 1;
+        *cq.by_context.entry(RanIn(e.context)).or_default() += 1;
         let second = e.ts_ns / 1_000_000_000;
         if cq.per_second.is_empty() {
             cq.last_second = second;
@@ -136,12 +136,42 @@ impl Cqs {
     }
 }
 
-/// The context a completion ran in, as counted.
-pub fn context_name(c: Option<ExecContext>) -> &'static str {
-    match c {
-        Some(ExecContext::Softirq) => "softirq",
-        Some(ExecContext::Kworker) => "kworker",
-        Some(ExecContext::Process) => "process",
-        None => "unknown",
+/// The context a completion ran in, as counted (a map key): the event's, or unknown where
+/// its capture has none. Written, and ordered, as its word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RanIn(pub Option<ExecContext>);
+
+impl RanIn {
+    pub fn as_str(self) -> &'static str {
+        match self.0 {
+            Some(ExecContext::Softirq) => "softirq",
+            Some(ExecContext::Kworker) => "kworker",
+            Some(ExecContext::Process) => "process",
+            None => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for RanIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Ord for RanIn {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for RanIn {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl serde::Serialize for RanIn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }

@@ -51,7 +51,7 @@ pub struct ProcessStory {
     /// Wakeup latencies (ns) of its completions, in order (up to `Limits::per_list`).
     pub wakeup_latencies_ns: Vec<u64>,
     /// Completions by the context they ran in (kworker, softirq, process).
-    pub completions_by_context: BTreeMap<String, u64>,
+    pub completions_by_context: BTreeMap<super::cqs::RanIn, u64>,
     /// How long the umem function took per pin, and completion → wakeup.
     pub pin_latency: Histogram,
     pub wakeup_latency: Histogram,

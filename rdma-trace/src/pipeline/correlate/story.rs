@@ -8,7 +8,7 @@
 //! capture at once.
 
 use super::checks::{Check, checks_for};
-use super::cqs::{CqRows, Cqs, Samples, context_name};
+use super::cqs::{CqRows, Cqs, RanIn, Samples};
 use super::kept::Events;
 use super::mmaps::{Named, Namer};
 use super::pins::Pins;
@@ -293,7 +293,7 @@ impl Builder {
             );
             self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns, cq));
             ps.completions_total += 1;
-            *ps.completions_by_context.entry(context_name(e.context).into()).or_default() += 1;
+            *ps.completions_by_context.entry(RanIn(e.context)).or_default() += 1;
             return;
         }
         if let Some(l) = e.field("memlock_limit") {
