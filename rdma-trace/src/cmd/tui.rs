@@ -47,7 +47,7 @@ pub fn run(a: TuiArgs) -> Result<i32> {
                     feeder.model.finished = None;
                     follow(Reader::new(input, false), feeder)
                 }
-                Err(why) => feeder.finished(why),
+                Err(why) => feeder.finished(why.to_string()),
             }
         });
         eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
@@ -58,24 +58,22 @@ pub fn run(a: TuiArgs) -> Result<i32> {
 
 /// Opens a source: a daemon's socket is tried again for a while (it may still be starting:
 /// a lab guest booting), and `waiting` is told while it is; ssh and files are tried once.
-fn connect(socket: &Path, waiting: &mut dyn FnMut(&str)) -> Result<Box<dyn std::io::BufRead + Send>, String> {
-    use crate::serve::client::Source;
+fn connect(
+    socket: &Path,
+    waiting: &mut dyn FnMut(&str),
+) -> Result<Box<dyn std::io::BufRead + Send>, crate::serve::client::ConnectError> {
+    use crate::serve::client::{ConnectError, Source};
     let t0 = Instant::now();
     let source = Source::parse(socket)?;
     loop {
         match source.open(crate::serve::Want::Both) {
             Ok(i) => return Ok(i),
-            Err(why)
-                if t0.elapsed() > CONNECT_FOR
-                    || why.starts_with("rdma-trace daemon:")
-                    || !matches!(source, Source::Socket(_)) =>
-            {
-                return Err(why);
-            }
-            Err(_) => {
+            // Nobody listening yet: a daemon (a lab guest) may still be starting.
+            Err(ConnectError::Unreachable { .. }) if t0.elapsed() <= CONNECT_FOR => {
                 waiting("waiting for the daemon…");
                 std::thread::sleep(Duration::from_millis(500));
             }
+            Err(why) => return Err(why),
         }
     }
 }
@@ -92,7 +90,7 @@ fn several(sockets: Vec<std::path::PathBuf>) -> Result<i32> {
             let tx = tx.clone();
             std::thread::spawn(move || match connect(&socket, &mut |_| {}) {
                 Ok(input) => merge::spawn(i, Reader::new(input, false), tx),
-                Err(why) => drop(tx.send(Tagged::Ended(i, why))),
+                Err(why) => drop(tx.send(Tagged::Ended(i, why.to_string()))),
             });
         }
         drop(tx);

@@ -8,27 +8,48 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// Why a source could not be opened; its text is what the person is told. The kind is
+/// what a caller decides on: a socket nobody listens on yet may be a daemon still starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing answers at the socket (not there, or nobody listening).
+    #[error("cannot connect to the daemon at {}: {source}", path.display())]
+    Unreachable { path: std::path::PathBuf, source: std::io::Error },
+    /// The daemon answered and refused: its one line.
+    #[error("{0}")]
+    Refused(String),
+    /// The conversation broke off (`what` says where and how).
+    #[error("{0}")]
+    Broken(String),
+    /// The far side of an `ssh://` source ended before any record: what ssh or it said.
+    #[error("{0}")]
+    Remote(String),
+    /// Not a source this build reads (a malformed `ssh://`, an unreadable file).
+    #[error("{0}")]
+    Unusable(String),
+}
+
 /// Connects, says hello, and returns the stream (positioned at the daemon's first record),
 /// or the daemon's refusal as the error.
-pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead + Send>, String> {
+pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
     let mut s = UnixStream::connect(path)
-        .map_err(|e| format!("cannot connect to the daemon at {}: {e}", path.display()))?;
+        .map_err(|source| ConnectError::Unreachable { path: path.to_path_buf(), source })?;
     let hello = serde_json::to_string(&Hello::new(want)).expect("a hello serializes");
     // A daemon that refuses may close before the hello is written: its line is read below.
     if let Err(e) = writeln!(s, "{hello}")
         && !matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset)
     {
-        return Err(format!("{}: {e}", path.display()));
+        return Err(ConnectError::Broken(format!("{}: {e}", path.display())));
     }
     let mut r = BufReader::new(s);
-    let first = r.fill_buf().map_err(|e| format!("{}: {e}", path.display()))?;
+    let first = r.fill_buf().map_err(|e| ConnectError::Broken(format!("{}: {e}", path.display())))?;
     if first.starts_with(b"rdma-trace daemon:") {
         let mut line = String::new();
         r.read_line(&mut line).ok();
-        return Err(line.trim().to_string());
+        return Err(ConnectError::Refused(line.trim().to_string()));
     }
     if first.is_empty() {
-        return Err(format!("{}: the daemon closed the connection", path.display()));
+        return Err(ConnectError::Broken(format!("{}: the daemon closed the connection", path.display())));
     }
     Ok(Box::new(r))
 }
@@ -70,7 +91,8 @@ pub const REMOTE_SOCKET: &str = super::socket::DEFAULT_SOCKET;
 impl Source {
     /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (the socket an absolute path); `-` or a regular
     /// file, a capture; else a socket path (which may not be there yet: a daemon starting).
-    pub fn parse(spec: &Path) -> Result<Source, String> {
+    pub fn parse(spec: &Path) -> Result<Source, ConnectError> {
+        let bad = |why: String| ConnectError::Unusable(why);
         let Some(rest) = spec.to_str().and_then(|s| s.strip_prefix("ssh://")) else {
             let file = spec == Path::new("-") || std::fs::metadata(spec).is_ok_and(|m| m.is_file());
             return Ok(if file {
@@ -85,18 +107,21 @@ impl Source {
         };
         let (destination, port) = match authority.rsplit_once(':') {
             Some((d, p)) => {
-                (d, Some(p.parse::<u16>().map_err(|_| format!("{}: not a port: {p}", spec.display()))?))
+                (d, Some(p.parse::<u16>().map_err(|_| bad(format!("{}: not a port: {p}", spec.display())))?))
             }
             None => (authority, None),
         };
         if socket.contains(['\'', '\\']) || socket.chars().any(char::is_control) {
-            return Err(format!(
+            return Err(bad(format!(
                 "{}: the socket path cannot hold quotes or control characters",
                 spec.display()
-            ));
+            )));
         }
         if destination.is_empty() || destination.starts_with('-') {
-            return Err(format!("{}: no host to reach (ssh://[USER@]HOST[:PORT][/SOCKET])", spec.display()));
+            return Err(bad(format!(
+                "{}: no host to reach (ssh://[USER@]HOST[:PORT][/SOCKET])",
+                spec.display()
+            )));
         }
         Ok(Source::Ssh { destination: destination.to_string(), port, socket })
     }
@@ -110,12 +135,14 @@ impl Source {
     }
 
     /// The daemon's stream (positioned at its first record), or why not.
-    pub fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, String> {
+    pub fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
         match self {
             Source::Socket(p) => connect(p, want),
             Source::Ssh { destination, port, socket } => over_ssh(destination, *port, socket),
             Source::File(p) => {
-                crate::source::capture::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+                let e =
+                    |e: std::io::Error| ConnectError::Unusable(format!("cannot read {}: {e}", p.display()));
+                crate::source::capture::open(p).map_err(e)
             }
         }
     }
@@ -134,7 +161,11 @@ fn ssh_command() -> std::process::Command {
 /// Runs `rdma-trace trace --connect SOCKET -o -` on `destination` (the far side's
 /// `rdma-trace`, or `RDMA_TRACE_REMOTE_BIN`) and returns its stream; what ssh or the far
 /// side said, if it ended before any record, is the error.
-fn over_ssh(destination: &str, port: Option<u16>, socket: &str) -> Result<Box<dyn BufRead + Send>, String> {
+fn over_ssh(
+    destination: &str,
+    port: Option<u16>,
+    socket: &str,
+) -> Result<Box<dyn BufRead + Send>, ConnectError> {
     use std::process::Stdio;
     let remote = std::env::var("RDMA_TRACE_REMOTE_BIN").unwrap_or_else(|_| "rdma-trace".into());
     let mut c = ssh_command();
@@ -147,7 +178,7 @@ fn over_ssh(destination: &str, port: Option<u16>, socket: &str) -> Result<Box<dy
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("ssh://{destination}: cannot run ssh: {e}"))?;
+        .map_err(|e| ConnectError::Unusable(format!("ssh://{destination}: cannot run ssh: {e}")))?;
     let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let mut stderr = child.stderr.take().expect("piped");
     let keep = said.clone();
@@ -164,7 +195,7 @@ fn over_ssh(destination: &str, port: Option<u16>, socket: &str) -> Result<Box<dy
         std::thread::sleep(std::time::Duration::from_millis(200));
         let said = said.lock().map(|s| s.trim().to_string()).unwrap_or_default();
         let said = said.lines().last().unwrap_or("no stream").to_string();
-        return Err(format!("ssh://{destination}{socket}: {said}"));
+        return Err(ConnectError::Remote(format!("ssh://{destination}{socket}: {said}")));
     }
     Ok(Box::new(r))
 }
@@ -194,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_source_is_a_socket_or_an_ssh_destination() {
-        let p = |s: &str| Source::parse(Path::new(s));
+        let p = |s: &str| Source::parse(Path::new(s)).map_err(|e| e.to_string());
         assert_eq!(p("/run/x.sock"), Ok(Source::Socket("/run/x.sock".into())));
         assert_eq!(p("-"), Ok(Source::File("-".into())));
         let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lab/pair-7.3.host2.jsonl.zst");
