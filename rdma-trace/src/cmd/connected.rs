@@ -81,7 +81,8 @@ fn kept_as_sent(
     })
 }
 
-/// One record of a daemon's stream shown; a trailer's account is returned.
+/// One record of a daemon's stream shown (what joining said on stderr, the rest to the
+/// text stream and the story); a trailer's account is returned.
 fn show(
     socket: &Path,
     r: crate::capture::Record,
@@ -89,7 +90,8 @@ fn show(
     story: Option<&mut StorySink>,
 ) -> Result<Option<String>> {
     use crate::capture::Record;
-    match r {
+    let mut stopped = None;
+    match &r {
         Record::Header(h) => {
             eprintln!("rdma-trace: connected to {} ({}, {})", socket.display(), h.hostname, h.kernel_release)
         }
@@ -105,36 +107,21 @@ fn show(
                 );
             }
         }
-        Record::Event(e) => {
-            if let Some(t) = text {
-                t.event(&e)?;
-            }
-            if let Some(s) = story {
-                s.event(&e)?;
-            }
-        }
-        Record::Loss(l) => {
-            if let Some(t) = text {
-                t.loss(&l)?;
-            }
-        }
-        Record::Step(s) => {
-            if let Some(t) = text {
-                t.step(&s.step)?;
-            }
-            if let Some(st) = story {
-                st.step(&s.step)?;
-            }
-        }
-        Record::Stats(_) => {}
         Record::Trailer(t) => {
-            return Ok(Some(format!(
+            stopped = Some(format!(
                 "the daemon stopped on {}: {} events delivered, {} lost",
                 t.stopped, t.delivered, t.lost
-            )));
+            ));
         }
+        _ => {}
     }
-    Ok(None)
+    if let Some(t) = text {
+        t.record(r.clone())?;
+    }
+    if let Some(s) = story {
+        s.record(r)?;
+    }
+    Ok(stopped)
 }
 
 /// Several sources as one stream: each read on its own thread and placed on the first's

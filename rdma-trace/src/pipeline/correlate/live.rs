@@ -46,6 +46,11 @@ impl crate::sink::Sink for StorySink {
         self.0.push(Arc::clone(ev));
         Ok(())
     }
+    /// A daemon's state when this subscriber joined: what was pinned and mapped before.
+    fn state(&mut self, st: &crate::capture::State) -> std::io::Result<()> {
+        self.0.seed(st);
+        Ok(())
+    }
     fn step(&mut self, s: &StepRecord) -> std::io::Result<()> {
         self.0.add_steps(vec![s.clone()]);
         Ok(())
