@@ -88,14 +88,16 @@ fn args_of(e: &Event) -> serde_json::Map<String, Value> {
     m
 }
 
-/// Pairs entries with returns per (thread, name), in order: one slice per pair, an open
-/// slice for an entry never returned from. `slice_of[event index]` is its slice.
+/// Pairs entries with returns on each thread's stack of open calls: a return closes the
+/// innermost open call of its name, and any call opened inside it that is still open lost
+/// its return (the kernel skips program runs: `program … skipped by the kernel`) and stays
+/// an open slice; a return with no open call of its name lost its entry and makes none.
+/// So the slices of a thread nest whatever was lost. `slice_of[event index]` is its slice.
 fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
     let mut out: Vec<Slice> = Vec::new();
     let mut slice_of = HashMap::new();
-    let mut open: HashMap<(u32, crate::event::Name), Vec<usize>> = HashMap::new();
+    let mut open: HashMap<u32, Vec<(&crate::event::Name, usize)>> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
-        let key = (e.tid, e.name.clone());
         match e.kind {
             EventKind::Entry | EventKind::SyscallEnter => {
                 let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
@@ -108,15 +110,17 @@ fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
                     args: args_of(e),
                     flow: None,
                 });
-                open.entry(key).or_default().push(out.len() - 1);
+                open.entry(e.tid).or_default().push((&e.name, out.len() - 1));
                 slice_of.insert(i, out.len() - 1);
             }
             EventKind::Return | EventKind::SyscallExit => {
-                if let Some(s) = open.get_mut(&key).and_then(Vec::pop) {
-                    out[s].end_ns = Some(e.ts_ns);
-                    out[s].args.extend(args_of(e));
-                    slice_of.insert(i, s);
-                }
+                let Some(stack) = open.get_mut(&e.tid) else { continue };
+                let Some(at) = stack.iter().rposition(|(name, _)| **name == e.name) else { continue };
+                let s = stack[at].1;
+                stack.truncate(at);
+                out[s].end_ns = Some(e.ts_ns);
+                out[s].args.extend(args_of(e));
+                slice_of.insert(i, s);
             }
         }
     }
