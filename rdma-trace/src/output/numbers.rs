@@ -324,7 +324,6 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             }
         })
         .collect();
-    let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
     let cqs = story
         .cqs
         .values()
@@ -332,7 +331,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             hostname: host(c.host << PID_SHIFT),
             handle: c.handle,
             pid: c.pid.map(crate::event::local_pid),
-            comm: c.pid.map(comm).unwrap_or_default(),
+            comm: c.pid.map(|p| story.comm(p)).unwrap_or_default(),
             completions: c.completions,
             handler_p50_ns: c.handler_ns.quantile(0.5),
             handler_p99_ns: c.handler_ns.quantile(0.99),
@@ -355,12 +354,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             pages: m.pages,
             lkey: m.lkey,
             rkey: m.rkey,
-            state: match (m.refused, m.live) {
-                (Some(_), _) => "refused",
-                (None, true) => "live",
-                (None, false) => "deregistered",
-            }
-            .into(),
+            state: m.state().into(),
             refused_errno: m.refused,
             from_tables: m.from_tables(),
         })

@@ -308,7 +308,6 @@ impl Model {
     /// The rows, from the story as it stands.
     pub fn rows_from(&mut self, live: &Live) {
         let story = live.now();
-        let comm = |pid: u32| story.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default();
         let shown = |p: &&ProcessStory| p.mrs_total() + p.failed_pins_total + p.mappings_total > 0;
         self.procs = Arc::new(story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect());
         // The newest `ROWS` of all processes' rows, chosen by reference; only they are copied.
@@ -332,7 +331,10 @@ impl Model {
             (story.cqs.iter())
                 .map(|(h, c)| {
                     let post = self.post_hop(&story.qps, c);
-                    (*h, CqRow { comm: c.pid.map(comm).unwrap_or_default(), cq: c.clone(), post })
+                    (
+                        *h,
+                        CqRow { comm: c.pid.map(|p| story.comm(p)).unwrap_or_default(), cq: c.clone(), post },
+                    )
                 })
                 .collect(),
         );

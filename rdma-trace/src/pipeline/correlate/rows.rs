@@ -240,6 +240,15 @@ impl MrStory {
         self.mr_id.is_some()
     }
 
+    /// How it stands: `refused` (the pin failed), `live` (registered), or `deregistered`.
+    pub fn state(&self) -> &'static str {
+        match (self.refused, self.live) {
+            (Some(_), _) => "refused",
+            (None, true) => "live",
+            (None, false) => "deregistered",
+        }
+    }
+
     /// What it charges against the memlock limit: whole pages.
     pub fn charged(&self) -> u64 {
         self.pages.map(|p| p * PAGE).unwrap_or(self.length)

@@ -61,6 +61,11 @@ pub struct Story {
 }
 
 impl Story {
+    /// The name of process `pid` as the story knows it (empty if it does not).
+    pub fn comm(&self, pid: u32) -> String {
+        self.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default()
+    }
+
     /// The story with its event indexes moved by `to` (an index no longer kept: `None`,
     /// and what names only it is let go): for readers that hold the events as a slice.
     pub fn reindexed(mut self, to: &dyn Fn(usize) -> Option<usize>) -> Story {
