@@ -168,10 +168,13 @@ pub struct Step {
     pub step: crate::steps::StepRecord,
 }
 
-/// A record of a capture stream.
 /// What exists when a subscriber joins a running daemon (after its header, before the
-/// live records): per process, the memory pinned and the uverbs mappings, so a viewer
-/// that joins late still sees what was set up before it came.
+/// live records): per process, the memory pinned and the uverbs mappings; the queue pairs
+/// with their CQs and peers; the CQs with their owners. A viewer that joins late joins
+/// what comes next as one that was there from the start would.
+///
+/// A large state comes in pieces (`pieces`), several state records one after another, each
+/// well under a reader's line limit; a reader seeds from each in turn (they add up).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct State {
     pub v: u32,
@@ -180,6 +183,127 @@ pub struct State {
     pub ty: String,
     pub ts_ns: u64,
     pub processes: Vec<ProcessState>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qps: Vec<QpState>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cqs: Vec<CqState>,
+}
+
+/// Rows (MRs, mappings, QPs, CQs) in one state record: at a few hundred bytes a row, a
+/// piece stays far below the reader's line limit (`reader::MAX_LINE`, 1 MiB).
+pub const STATE_PIECE_ROWS: usize = 1_000;
+
+impl State {
+    /// The rows it holds (MRs, mappings, QPs and CQs).
+    pub fn rows(&self) -> usize {
+        let per_process: usize = self.processes.iter().map(|p| p.mrs.len() + p.mappings.len()).sum();
+        per_process + self.qps.len() + self.cqs.len()
+    }
+
+    /// The same state as records of at most `rows` rows each (at least one record; a
+    /// process split over several keeps its name and figures in each, its MRs and mappings
+    /// shared out). Seeding from each in turn is seeding from the whole.
+    pub fn pieces(self, rows: usize) -> Vec<State> {
+        let rows = rows.max(1);
+        let State { v, seq, ty, ts_ns, processes, qps, cqs } = self;
+        let empty = || State { v, seq, ty: ty.clone(), ts_ns, ..Default::default() };
+        let mut out = vec![empty()];
+        let mut room = rows;
+        let next = |out: &mut Vec<State>, room: &mut usize| {
+            if *room == 0 {
+                out.push(empty());
+                *room = rows;
+            }
+        };
+        for p in &processes {
+            let mut mrs = p.mrs.iter().cloned().peekable();
+            let mut maps = p.mappings.iter().cloned().peekable();
+            let mut first = true;
+            while first || mrs.peek().is_some() || maps.peek().is_some() {
+                next(&mut out, &mut room);
+                let mut part = ProcessState { mrs: Vec::new(), mappings: Vec::new(), ..p.clone() };
+                if !first {
+                    // The figures are the process's once; a later part adds only rows.
+                    (part.pinned_bytes, part.completions) = (0, 0);
+                }
+                first = false;
+                while room > 0 && mrs.peek().is_some() {
+                    part.mrs.extend(mrs.next());
+                    room -= 1;
+                }
+                while room > 0 && maps.peek().is_some() {
+                    part.mappings.extend(maps.next());
+                    room -= 1;
+                }
+                if part.mrs.is_empty() && part.mappings.is_empty() && room > 0 {
+                    // A process with no rows still takes a place (its name).
+                    room -= 1;
+                }
+                out.last_mut().expect("one at least").processes.push(part);
+            }
+        }
+        for q in qps {
+            next(&mut out, &mut room);
+            out.last_mut().expect("one at least").qps.push(q);
+            room -= 1;
+        }
+        for c in cqs {
+            next(&mut out, &mut room);
+            out.last_mut().expect("one at least").cqs.push(c);
+            room -= 1;
+        }
+        out
+    }
+}
+
+/// A queue pair live when the subscriber joined: who drives it, its CQs, its state, the
+/// peer it was told at RTR, and its counts so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpState {
+    pub qpn: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// Kernel `struct ib_cq *`s (0: not seen).
+    pub send_cq: u64,
+    pub recv_cq: u64,
+    /// `enum ib_qp_state` of its newest modify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<u64>,
+    /// At RTR: the remote QP number and GID (its two halves, as the kernel holds them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest_qpn: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dgid: Option<[u64; 2]>,
+    /// Its newest post's time: a completion just after the join is joined to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_post_ns: Option<u64>,
+    pub posts: u64,
+    pub completions: u64,
+    #[serde(default)]
+    pub after_peer_post: u64,
+    #[serde(default)]
+    pub after_own_post: u64,
+    #[serde(default)]
+    pub before_any_post: u64,
+    #[serde(default)]
+    pub flushed: u64,
+    #[serde(default)]
+    pub peer_unknown: u64,
+}
+
+/// A CQ known when the subscriber joined: the kernel's `struct ib_cq *`, the program's
+/// handle (`cq_context`), the process that made it, and its completions so far. Either
+/// pointer may be 0 where it was not seen.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CqState {
+    #[serde(default)]
+    pub kernel: u64,
+    #[serde(default)]
+    pub handle: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub completions: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -227,6 +351,7 @@ pub struct Mapping {
     pub what: Option<String>,
 }
 
+/// A record of a capture stream.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Record {
     Header(Box<Header>),
@@ -257,5 +382,86 @@ impl Record {
 pub fn join_errors(ev: &mut Event) {
     for (name, e) in std::mem::take(&mut ev.errors) {
         ev.fields.insert(name.into(), crate::event::Value::U((-e.errno) as u64));
+    }
+}
+
+#[cfg(test)]
+mod state_pieces {
+    use super::*;
+
+    fn big() -> State {
+        let mrs = |n: u64| {
+            (0..n)
+                .map(|i| PinnedRange {
+                    addr: i << 12,
+                    length: 4096,
+                    charged: 4096,
+                    umem: Some(i),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let maps = (0..10)
+            .map(|i| Mapping {
+                start: i << 20,
+                end: (i << 20) + 4096,
+                pgoff: i,
+                what: Some("CQ 1 ring".into()),
+            })
+            .collect();
+        State {
+            v: VERSION,
+            seq: 7,
+            ty: "state".into(),
+            ts_ns: 5,
+            processes: vec![
+                ProcessState {
+                    pid: 1,
+                    comm: "kv".into(),
+                    pinned_bytes: 2500 * 4096,
+                    mrs: mrs(2500),
+                    mappings: maps,
+                    completions: 9,
+                    ..Default::default()
+                },
+                ProcessState { pid: 2, comm: "idle".into(), ..Default::default() },
+            ],
+            qps: (0..3).map(|q| QpState { qpn: q + 17, pid: 1, posts: 3, ..Default::default() }).collect(),
+            cqs: (0..2).map(|c| CqState { kernel: c + 1, pid: Some(1), ..Default::default() }).collect(),
+        }
+    }
+
+    #[test]
+    fn a_large_state_comes_in_pieces_each_readable_that_add_up_to_it() {
+        let whole = big();
+        let pieces = whole.clone().pieces(STATE_PIECE_ROWS);
+        assert_eq!(pieces.len(), 3, "2 516 rows by 1 000");
+        for p in &pieces {
+            assert!(p.rows() <= STATE_PIECE_ROWS);
+            assert!(serde_json::to_vec(p).unwrap().len() < crate::reader::MAX_LINE / 4);
+            assert_eq!((p.seq, p.ts_ns, p.ty.as_str()), (7, 5, "state"));
+        }
+        // Each process's rows, in order, and its figures once.
+        for want in &whole.processes {
+            let parts: Vec<&ProcessState> =
+                pieces.iter().flat_map(|p| &p.processes).filter(|p| p.pid == want.pid).collect();
+            assert!(parts.iter().all(|p| p.comm == want.comm));
+            let mrs: Vec<PinnedRange> = parts.iter().flat_map(|p| p.mrs.clone()).collect();
+            let maps: Vec<Mapping> = parts.iter().flat_map(|p| p.mappings.clone()).collect();
+            assert_eq!((mrs, maps), (want.mrs.clone(), want.mappings.clone()));
+            assert_eq!(parts.iter().map(|p| p.pinned_bytes).sum::<u64>(), want.pinned_bytes);
+            assert_eq!(parts.iter().map(|p| p.completions).sum::<u64>(), want.completions);
+        }
+        assert_eq!(pieces.iter().flat_map(|p| p.qps.clone()).collect::<Vec<_>>(), whole.qps);
+        assert_eq!(pieces.iter().flat_map(|p| p.cqs.clone()).collect::<Vec<_>>(), whole.cqs);
+    }
+
+    #[test]
+    fn a_small_or_empty_state_is_one_record() {
+        let empty = State { ty: "state".into(), ..Default::default() };
+        assert_eq!(empty.clone().pieces(STATE_PIECE_ROWS), vec![empty]);
+        let mut one = big();
+        one.processes[0].mrs.truncate(3);
+        assert_eq!(one.clone().pieces(STATE_PIECE_ROWS), vec![one]);
     }
 }

@@ -182,6 +182,11 @@ impl Placement {
     pub fn state(&self, st: &mut crate::capture::State) {
         st.ts_ns = self.time(st.ts_ns);
         st.processes.iter_mut().for_each(|p| p.pid += self.pid_add);
+        for q in &mut st.qps {
+            q.pid += self.pid_add;
+            q.last_post_ns = q.last_post_ns.map(|t| self.time(t));
+        }
+        st.cqs.iter_mut().filter_map(|c| c.pid.as_mut()).for_each(|p| *p += self.pid_add);
     }
 }
 

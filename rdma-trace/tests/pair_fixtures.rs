@@ -7,10 +7,14 @@
 
 use rdma_trace::capture::{Header, Record};
 use rdma_trace::cli::ReadOpts;
+use rdma_trace::clock::Placement;
 use rdma_trace::cmd::report::{build, read};
 use rdma_trace::event::{Event, PID_SHIFT};
 use rdma_trace::output::connections::QpReport;
 use rdma_trace::output::{numbers, perfetto};
+use rdma_trace::pipeline::correlate::live::{Limits, Live};
+use rdma_trace::pipeline::correlate::qps::QpRow;
+use rdma_trace::pipeline::correlate::story::Story;
 use rdma_trace::serve::merge::Merge;
 use rdma_trace::source::capture::{Reader, open};
 use serde_json::Value;
@@ -392,4 +396,155 @@ fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
         assert_eq!(q.completions, q.after_own_post, "joined to the QP's own posts: {q:?}");
         assert_eq!(q.completions > 0, q.posts > 0, "counted on the QP that posted: {q:?}");
     }
+}
+
+/// A stream as a viewer that joined at `cut` gets it from a daemon: the header, the state
+/// of the daemon's own story of everything before the cut (in pieces of `rows` rows), and
+/// the records from the cut on. Fed as the daemon feeds its story: events, steps, stats.
+fn joined_at(recs: &[Record], cut: usize, rows: usize) -> Vec<Record> {
+    let mut daemon = Live::new(Vec::new(), Limits::default());
+    for r in &recs[..cut] {
+        match r {
+            Record::Event(e) => _ = daemon.push(e.clone()),
+            Record::Step(s) => daemon.add_steps(vec![s.step.clone()]),
+            Record::Stats(s) => daemon.settle(s.ts_ns),
+            _ => {}
+        }
+    }
+    let state = daemon.state();
+    let mut out = vec![recs[0].clone()];
+    out.extend(state.pieces(rows).into_iter().map(Record::State));
+    out.extend(recs[cut..].iter().cloned());
+    out
+}
+
+/// The story a viewer of both streams builds (`tui --connect A --connect B`, as
+/// `cmd::tui` feeds it): records placed by the live merge, the two taking turns, states
+/// seeding the story, the window settled only as far as both have reached.
+fn viewed(one: &[Record], two: &[Record]) -> Story {
+    let mut merge = Merge::new(2);
+    let mut live = Live::new(Vec::new(), Limits::default());
+    live.settle_only();
+    let longest = one.len().max(two.len());
+    for k in 0..longest {
+        for (src, recs) in [(0, one), (1, two)] {
+            let Some(r) = recs.get(k) else { continue };
+            for (j, placed) in merge.take(src, r.clone()) {
+                match placed {
+                    Record::State(st) => live.seed(&st),
+                    Record::Event(e) => _ = live.push(e),
+                    Record::Step(s) => live.add_steps(vec![s.step]),
+                    Record::Trailer(_) => merge.ended(j),
+                    _ => {}
+                }
+            }
+            if let Some(t) = merge.settled() {
+                live.settle(t);
+            }
+        }
+    }
+    live.finish().0
+}
+
+fn qp_row(q: &QpRow) -> impl PartialEq + std::fmt::Debug {
+    (
+        (q.key, q.pid, q.comm.clone(), q.send_cq, q.recv_cq, q.state, q.dest_qpn, q.dgid, q.peer),
+        (
+            q.posts,
+            q.completions,
+            q.after_peer_post,
+            q.after_own_post,
+            q.before_any_post,
+            q.flushed,
+            q.peer_unknown,
+        ),
+    )
+}
+
+/// Issue 39: a viewer that joins both daemons in the middle of the perftest run (at host 2's
+/// 100th post of 200) shows, for every QP, CQ and MR made before it joined, the rows of a
+/// viewer that was there from the start: the QPs paired across the wire, their CQs and
+/// counts, each CQ's maker, each MR's pages and keys and whether it is still pinned.
+#[test]
+fn a_viewer_that_joins_mid_run_has_the_rows_of_one_there_from_the_start() {
+    for k in KERNELS {
+        late(k);
+    }
+}
+
+fn late(k: &str) {
+    let files = both(k);
+    let (one, two) = (records(&files[0]), records(&files[1]));
+    let place = Placement::of(1, &header(&files[0]), &header(&files[1]));
+    let posts: Vec<u64> = two
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) if e.name == "rxe_post_send" && e.comm == "ib_send_bw" => Some(e.ts_ns),
+            _ => None,
+        })
+        .collect();
+    assert!(posts.len() >= 200, "{k}: ib_send_bw -n 200 rang {} doorbells", posts.len());
+    let t_cut = place.time(posts[100]);
+    let cut_at = |recs: &[Record], time: &dyn Fn(u64) -> u64| {
+        recs.iter().position(|r| matches!(r, Record::Event(e) if time(e.ts_ns) > t_cut)).unwrap()
+    };
+    let (cut1, cut2) = (cut_at(&one, &|t| t), cut_at(&two, &|t| place.time(t)));
+    let full = viewed(&one, &two);
+    let late1 = joined_at(&one, cut1, 3);
+    let late2 = joined_at(&two, cut2, 3);
+    let states = late1.iter().chain(&late2).filter(|r| matches!(r, Record::State(_))).count();
+    assert!(states > 4, "{k}: the state came in pieces ({states})");
+    let late = viewed(&late1, &late2);
+
+    // QPs: every one the daemons told of, the same row (the peer on the other host too).
+    let mut compared = 0;
+    for (key, row) in &late.qps.rows {
+        let whole = full.qps.rows.get(key).unwrap_or_else(|| panic!("{k}: {key:?} only in the late view"));
+        assert_eq!(qp_row(row), qp_row(whole), "{k}: {key:?}");
+        compared += 1;
+    }
+    let send_bw: Vec<&QpRow> = late.qps.rows.values().filter(|q| q.comm == "ib_send_bw").collect();
+    assert_eq!(send_bw.len(), 2, "{k}: both perftests' QPs made before the join: {send_bw:#?}");
+    assert!(send_bw.iter().all(|q| q.peer.is_some_and(|p| p.host != q.key.host)), "{k}: paired across");
+    assert!(send_bw.iter().any(|q| q.after_peer_post > 0), "{k}: completions joined to posts");
+
+    // CQs: each with completions in the whole, the same maker, pointer and count.
+    for (handle, cq) in &full.cqs {
+        let Some(l) = late.cqs.get(handle) else { continue };
+        assert_eq!(
+            (l.pid, l.kernel, l.host, l.completions),
+            (cq.pid, cq.kernel, cq.host, cq.completions),
+            "{k}: CQ {handle:#x}"
+        );
+        compared += 1;
+    }
+    let owned = |s: &Story| s.cqs.values().filter(|c| c.pid.is_some()).count();
+    assert_eq!(owned(&late), owned(&full), "{k}: every CQ's maker known");
+
+    // MRs: each the late view knows, as the whole has it at the end.
+    for p in late.processes.values() {
+        for m in &p.mrs {
+            let whole =
+                full.processes[&p.pid].mrs.iter().rev().find(|w| (w.addr, w.length) == (m.addr, m.length));
+            let whole =
+                whole.unwrap_or_else(|| panic!("{k}: MR {:#x} of {} only in the late view", m.addr, p.pid));
+            assert_eq!(
+                (m.pages, m.lkey, m.rkey, m.live),
+                (whole.pages, whole.lkey, whole.rkey, whole.live),
+                "{k}: MR {:#x}",
+                m.addr
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 10, "{k}: compared {compared} rows");
+
+    // Without the state, the same late streams do not join across the wire: what it adds.
+    let bare =
+        |recs: Vec<Record>| recs.into_iter().filter(|r| !matches!(r, Record::State(_))).collect::<Vec<_>>();
+    let unseeded = viewed(&bare(late1), &bare(late2));
+    assert!(
+        unseeded.qps.rows.values().filter(|q| q.comm == "ib_send_bw").all(|q| q.peer.is_none()),
+        "{k}: a late view with no state pairs nothing"
+    );
 }

@@ -106,6 +106,14 @@ fn show(
                     p.mappings.len()
                 );
             }
+            if !st.qps.is_empty() || !st.cqs.is_empty() {
+                let paired = st.qps.iter().filter(|q| q.dest_qpn.is_some()).count();
+                eprintln!(
+                    "rdma-trace: when joined: {} QPs ({paired} told their peer), {} CQs",
+                    st.qps.len(),
+                    st.cqs.len()
+                );
+            }
         }
         Record::Trailer(t) => {
             stopped = Some(format!(

@@ -177,13 +177,25 @@ impl Broadcaster {
                     Err(why) => self.notices.push(ServeNotice::NotSeeded(why)),
                 }
             }
-            match j.hello.want {
-                Want::Both => pre.state(&state)?,
+            let mut preamble = pre.take_written();
+            let pieces = match j.hello.want {
+                Want::Both => state.pieces(crate::capture::STATE_PIECE_ROWS),
                 // The number is kept so the stream has no gap.
-                Want::Events => pre.state(&crate::capture::State { processes: Vec::new(), ..state })?,
+                Want::Events => vec![crate::capture::State {
+                    processes: Vec::new(),
+                    qps: Vec::new(),
+                    cqs: Vec::new(),
+                    ..state
+                }],
+            };
+            // A large state in several records, all numbered just before the shared stream.
+            for piece in pieces {
+                let mut one = Jsonl::starting_at(Vec::new(), at - 1);
+                one.state(&piece)?;
+                preamble.extend(one.take_written());
             }
             let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
-            tx.send(Arc::from(pre.take_written())).ok();
+            tx.send(Arc::from(preamble)).ok();
             let worker = std::thread::spawn(move || serve_one(j.out, rx));
             self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });
             self.subs.push(Subscriber { queue: tx, dropped: 0, last_dropped_seq: 0, worker, peer: j.peer });
@@ -338,7 +350,8 @@ mod tests {
             mappings: vec![Mapping { start: 1, end: 2, pgoff: 0, what: None }],
             ..Default::default()
         };
-        let mut st = State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen] };
+        let mut st =
+            State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen], ..Default::default() };
         let mr = PinnedRange { length: 4096, charged: 4096, mr_id: Some(3), ..Default::default() };
         let seeds = vec![
             ProcessState {

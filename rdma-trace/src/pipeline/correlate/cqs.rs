@@ -67,6 +67,17 @@ pub struct CqStory {
     pub host: u32,
 }
 
+/// A CQ a daemon said had completions before this story began (`capture::CqState`): its
+/// row, with its maker and count; its latencies are sampled from here on.
+pub(super) fn seed(rows: &mut CqRows, c: &crate::capture::CqState) {
+    let handle = if c.handle != 0 { c.handle } else { c.kernel };
+    let row = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
+    row.pid = c.pid.or(row.pid);
+    row.kernel = c.kernel;
+    row.host = c.pid.map(crate::event::host_of).unwrap_or(row.host);
+    row.completions += c.completions;
+}
+
 /// What joins a CQ's hops between events (its rows are the story's).
 #[derive(Default)]
 pub(super) struct Cqs {

@@ -86,10 +86,15 @@ impl Pins {
         match (e.probe(), e.kind) {
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => {
                 // The provider's reg_mr returns right after the umem, on the same thread.
+                let pid = ps.pid;
                 if let Some(row) = newest(ps, |r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none()) {
                     row.lkey = e.field("lkey");
                     row.rkey = e.field("rkey");
                     row.mr = e.field("mr").filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
+                    // The live pin too: a late subscriber's state names its keys.
+                    if let Some(r) = row.umem.and_then(|u| self.live.get_mut(&pid)?.get_mut(&u)) {
+                        (r.lkey, r.rkey) = (row.lkey, row.rkey);
+                    }
                 }
             }
             (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Entry) => {

@@ -20,6 +20,7 @@
 //! posts to join, and the rows say so by their zero.
 
 use super::cqs::Samples;
+use crate::capture::QpState;
 use crate::event::{Event, EventKind, ProbeId, host_of};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -78,8 +79,15 @@ pub struct QpRow {
     /// The peer's post → a completion here; its own post → a completion here (the newest).
     pub across_ns: Samples,
     pub own_ns: Samples,
+    /// The newest post: its time, and its event (none where it came before this story
+    /// began, told by a daemon's state).
     #[serde(skip)]
-    last_post: Option<(u64, usize)>,
+    last_post: Option<(u64, Option<usize>)>,
+    /// Of `peer_unknown`, those a daemon counted before this story began (seeded): its
+    /// host alone could not see the peer. Once the peer is known they are what a receive
+    /// on a connected QP is, a message its peer sent (the post itself was not seen here).
+    #[serde(skip)]
+    told_peer_unknown: u64,
 }
 
 impl QpRow {
@@ -152,7 +160,7 @@ impl Qps {
             }
             if e.is(ProbeId::RxePostSend) {
                 row.posts += 1;
-                row.last_post = Some((e.ts_ns, i));
+                row.last_post = Some((e.ts_ns, Some(i)));
             } else {
                 Self::modify(story, key, e);
             }
@@ -173,15 +181,24 @@ impl Qps {
         let dest = e.field("dest_qp_num").unwrap_or(0) as u32;
         row.dest_qpn = Some(dest);
         row.dgid = e.field("dgid_prefix").zip(e.field("dgid_iid"));
-        // The other end: a QP numbered `dest` that named this one. On one host first (a
-        // loopback connection), else on any other.
+        Self::pair(story, key, dest);
+    }
+
+    /// The other end of `key`, told `dest` at RTR: a QP numbered `dest` that named this
+    /// one. On one host first (a loopback connection), else on any other.
+    fn pair(story: &mut QpStory, key: QpKey, dest: u32) {
         let mut ends =
             story.rows.values().filter(|r| r.key != key && r.key.qpn == dest && r.dest_qpn == Some(key.qpn));
         let peer =
             ends.clone().find(|r| r.key.host == key.host).or_else(|| ends.find(|r| r.key.host != key.host));
         if let Some(p) = peer.map(|r| r.key) {
-            story.rows.get_mut(&key).expect("above").peer = Some(p);
-            story.rows.get_mut(&p).expect("found").peer = Some(key);
+            for (end, other) in [(key, p), (p, key)] {
+                let row = story.rows.get_mut(&end).expect("both ends are rows");
+                row.peer = Some(other);
+                let told = std::mem::take(&mut row.told_peer_unknown);
+                row.peer_unknown -= told;
+                row.after_peer_post += told;
+            }
         }
     }
 
@@ -233,7 +250,78 @@ impl Qps {
             row.after_own_post += 1;
             row.own_ns.push(latency_ns);
         }
-        push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
-        story.joins_total += 1;
+        // A post from before this story began has no event to point at: counted, not listed.
+        if let Some(post) = post {
+            push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
+            story.joins_total += 1;
+        }
+    }
+
+    /// The QPs as a late subscriber is told them (`capture::State`): every row, its pid
+    /// and times as this story has them.
+    pub fn state(story: &QpStory) -> Vec<QpState> {
+        story
+            .rows
+            .values()
+            .map(|r| QpState {
+                qpn: r.key.qpn,
+                pid: r.pid,
+                comm: r.comm.clone(),
+                send_cq: r.send_cq,
+                recv_cq: r.recv_cq,
+                state: r.state,
+                dest_qpn: r.dest_qpn,
+                dgid: r.dgid.map(|(p, i)| [p, i]),
+                last_post_ns: r.last_post.map(|(t, _)| t),
+                posts: r.posts,
+                completions: r.completions,
+                after_peer_post: r.after_peer_post,
+                after_own_post: r.after_own_post,
+                before_any_post: r.before_any_post,
+                flushed: r.flushed,
+                peer_unknown: r.peer_unknown,
+            })
+            .collect()
+    }
+
+    /// What a daemon said existed when this story began: its QPs, their CQs, and their
+    /// peers paired (with QPs seeded or seen before, on any host).
+    pub fn seed(&mut self, story: &mut QpStory, qps: &[QpState]) {
+        for q in qps {
+            let key = QpKey { host: host_of(q.pid), qpn: q.qpn };
+            let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
+            *row = QpRow {
+                key,
+                pid: q.pid,
+                comm: q.comm.clone(),
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                state: q.state,
+                dest_qpn: q.dest_qpn,
+                dgid: q.dgid.map(|[p, i]| (p, i)),
+                peer: row.peer,
+                posts: q.posts,
+                completions: q.completions,
+                after_peer_post: q.after_peer_post,
+                after_own_post: q.after_own_post,
+                before_any_post: q.before_any_post,
+                flushed: q.flushed,
+                peer_unknown: q.peer_unknown,
+                last_post: q.last_post_ns.map(|t| (t, None)),
+                told_peer_unknown: q.peer_unknown,
+                ..Default::default()
+            };
+            for cq in [q.send_cq, q.recv_cq].into_iter().filter(|c| *c != 0) {
+                let list = self.by_cq.entry((key.host, cq)).or_default();
+                if !list.contains(&key) {
+                    list.push(key);
+                }
+            }
+        }
+        for q in qps {
+            if let Some(dest) = q.dest_qpn {
+                Self::pair(story, QpKey { host: host_of(q.pid), qpn: q.qpn }, dest);
+            }
+        }
     }
 }

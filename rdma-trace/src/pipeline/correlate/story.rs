@@ -14,7 +14,7 @@ use super::mmaps::{Named, Namer};
 use super::pins::Pins;
 use super::qps::{PostJoin, QpStory, Qps};
 pub use super::rows::{BUCKETS_NS, Call, Completion, Histogram, MapStory, ProcessStory};
-use crate::capture::{Mapping, PinnedRange, ProcessState, State};
+use crate::capture::{CqState, Mapping, PinnedRange, ProcessState, State};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use crate::util::push_capped;
@@ -145,6 +145,49 @@ impl CqOwners {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The CQs as a late subscriber is told them: each CQ a completion was seen on (its
+    /// row), and each whose maker is known, by either pointer.
+    fn state(&self, rows: &super::cqs::CqRows) -> Vec<CqState> {
+        let mut out: Vec<CqState> = rows
+            .values()
+            .map(|r| CqState {
+                kernel: r.kernel,
+                handle: r.handle,
+                pid: r.pid.or_else(|| self.by_kernel_cq.get(&r.kernel).copied()),
+                completions: r.completions,
+            })
+            .collect();
+        let mut kernels: Vec<(&u64, &u32)> = self.by_kernel_cq.iter().collect();
+        kernels.sort_unstable();
+        for (&kernel, &pid) in kernels {
+            if !out.iter().any(|c| c.kernel == kernel) {
+                out.push(CqState { kernel, pid: Some(pid), ..Default::default() });
+            }
+        }
+        let mut handles: Vec<(&u64, &u32)> = self.by_handle.iter().collect();
+        handles.sort_unstable();
+        for (&handle, &pid) in handles {
+            match out.iter_mut().find(|c| c.handle == handle) {
+                Some(c) => _ = c.pid.get_or_insert(pid),
+                None => out.push(CqState { handle, pid: Some(pid), ..Default::default() }),
+            }
+        }
+        out
+    }
+
+    /// What a daemon said: each CQ's maker, by whichever pointer it was known.
+    fn seed(&mut self, cqs: &[CqState]) {
+        for c in cqs {
+            let Some(pid) = c.pid else { continue };
+            if c.kernel != 0 {
+                self.by_kernel_cq.insert(c.kernel, pid);
+            }
+            if c.handle != 0 && c.handle != c.kernel {
+                self.by_handle.insert(c.handle, pid);
+            }
         }
     }
 
@@ -372,9 +415,16 @@ impl Builder {
         }
     }
 
-    /// What a daemon said exists when this story began (its state record): pins and
-    /// mappings made before, so they are shown and their ends are counted.
+    /// What a daemon said exists when this story began (its state record, or one piece of
+    /// it): pins and mappings made before, so they are shown and their ends are counted;
+    /// QPs with their CQs and peers, and CQs with their makers, so what comes next joins as
+    /// it would have had the story seen them made.
     pub(super) fn seed(&mut self, st: &State) {
+        self.owners.seed(&st.cqs);
+        for c in st.cqs.iter().filter(|c| c.completions > 0) {
+            super::cqs::seed(&mut self.story.cqs, c);
+        }
+        self.qps.seed(&mut self.story.qps, &st.qps);
         for p in &st.processes {
             let ps = self
                 .story
@@ -473,7 +523,15 @@ impl Builder {
                 }
             })
             .collect();
-        State { v: crate::capture::VERSION, seq: 0, ty: "state".into(), ts_ns, processes }
+        State {
+            v: crate::capture::VERSION,
+            seq: 0,
+            ty: "state".into(),
+            ts_ns,
+            processes,
+            qps: super::qps::Qps::state(&self.story.qps),
+            cqs: self.owners.state(&self.story.cqs),
+        }
     }
 
     /// The data-phase syscalls (see `Phase`).
