@@ -364,3 +364,47 @@ fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
     let last = status.lines().last().unwrap().trim_matches('"').trim_end();
     assert!(last.ends_with('…'), "status line cut silently: {last:?}");
 }
+
+/// Issue 39: on a screen of two hosts, what was lost says where and why (the daemons'
+/// accounting per host, and what a daemon did not send this view), the largest first,
+/// while there is room; the total always stays.
+#[test]
+fn the_status_line_says_which_host_lost_what_and_why() {
+    use rdma_trace::capture::{LossReason, LossSite, SiteCount, Stats};
+    use rdma_trace::output::tui::HostLine;
+    let mut m = model("companion-7.3.jsonl");
+    m.hosts = vec![
+        HostLine { name: "rdma-lab-1".into(), ..Default::default() },
+        HostLine { name: "rdma-lab-2".into(), clock: "+1.000 ms ± 0.100 ms".into(), ..Default::default() },
+    ];
+    m.source = "rdma-lab-1 · rdma-lab-2 +1.000 ms ± 0.100 ms".into();
+    let stats = |reason: LossReason, n: u64| Stats {
+        sites: vec![SiteCount {
+            site: LossSite::Probe("ib_umem_get".into()),
+            lost: [(reason, n)].into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    m.host_stats(0, &stats(LossReason::SkippedByKernel, 9));
+    m.host_stats(1, &stats(LossReason::RingFull, 30));
+    m.host_not_sent(1, 5);
+    assert_eq!(m.lost_total, 39);
+    let ui = Ui::default();
+    let wide = render(&m, &ui, 200, 24);
+    let status = wide.lines().last().unwrap();
+    assert!(
+        status.contains("39 lost +5 not sent to this view (rdma-lab-2 ring full 30, rdma-lab-1 skipped by the kernel 9, 1 more)"),
+        "{status}"
+    );
+    for w in [80, 60] {
+        let narrow = render(&m, &ui, w, 24);
+        assert!(narrow.lines().last().unwrap().contains("39 lost"), "at {w}: {narrow}");
+    }
+    // One source: the reasons alone.
+    let mut one = model("companion-7.3.jsonl");
+    one.stats(&stats(LossReason::RingFull, 4));
+    let status = render(&one, &ui, 160, 24);
+    assert!(status.lines().last().unwrap().contains("4 lost (ring full 4)"), "{status}");
+    assert_eq!(model("companion-7.3.jsonl").loss_words(2), None, "nothing lost, nothing said");
+}

@@ -132,6 +132,8 @@ pub struct Model {
     pub lost_total: u64,
     /// Records a daemon did not send this viewer (it fell behind), as the daemon counted.
     pub not_sent: u64,
+    /// One source's loss by reason (several sources: each host's line has its own).
+    pub lost_by: BTreeMap<crate::capture::LossReason, u64>,
     /// Events per second (over the last wall-clock second the source measured).
     pub rate: f64,
     pub finished: Option<String>,
@@ -171,6 +173,10 @@ pub struct HostLine {
     /// The measured offset's error bar, ns.
     pub clock_error_ns: Option<u64>,
     pub lost: u64,
+    /// Of it, by reason (its daemon's accounting), and records its daemon did not send
+    /// this view (it fell behind).
+    pub lost_by: BTreeMap<crate::capture::LossReason, u64>,
+    pub not_sent: u64,
     /// Its stream ended (why).
     pub ended: Option<String>,
 }
@@ -180,6 +186,15 @@ impl HostLine {
     pub fn waiting(socket: &std::path::Path) -> Self {
         HostLine { name: socket.display().to_string(), ..Default::default() }
     }
+}
+
+/// A stats record's loss, by reason over every site.
+fn by_reason(s: &Stats) -> BTreeMap<crate::capture::LossReason, u64> {
+    let mut out = BTreeMap::new();
+    for (r, n) in s.sites.iter().flat_map(|c| &c.lost) {
+        *out.entry(r.clone()).or_default() += n;
+    }
+    out
 }
 
 impl Model {
@@ -194,6 +209,7 @@ impl Model {
         self.events_total = newer.events_total;
         self.lost_total = newer.lost_total;
         self.not_sent = newer.not_sent;
+        self.lost_by.clone_from(&newer.lost_by);
         self.rate = newer.rate;
         self.position = newer.position;
         self.finished.clone_from(&newer.finished);
@@ -235,7 +251,41 @@ impl Model {
     /// Source `i`'s accounting (of several): what the screen calls lost is every host's.
     pub fn host_stats(&mut self, i: usize, s: &Stats) {
         self.hosts[i].lost = s.sites.iter().flat_map(|c| c.lost.values()).sum();
+        self.hosts[i].lost_by = by_reason(s);
         self.lost_total = self.hosts.iter().map(|h| h.lost).sum();
+    }
+
+    /// Records source `i`'s daemon did not send this view.
+    pub fn host_not_sent(&mut self, i: usize, count: u64) {
+        self.hosts[i].not_sent += count;
+        self.not_sent += count;
+    }
+
+    /// What was lost, said where and why, the largest first (at most `most`): "ring full
+    /// 30, skipped by the kernel 9", each led by its host when there are several. None
+    /// when nothing was.
+    pub fn loss_words(&self, most: usize) -> Option<String> {
+        let mut parts: Vec<(u64, String)> = Vec::new();
+        if self.hosts.is_empty() {
+            parts.extend(self.lost_by.iter().map(|(r, n)| (*n, r.to_string())));
+        }
+        for h in &self.hosts {
+            parts.extend(h.lost_by.iter().map(|(r, n)| (*n, format!("{} {r}", h.name))));
+            if h.not_sent > 0 {
+                parts.push((h.not_sent, format!("{} not sent to this view", h.name)));
+            }
+        }
+        parts.retain(|(n, _)| *n > 0);
+        if parts.is_empty() {
+            return None;
+        }
+        parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let more = parts.len().saturating_sub(most);
+        let mut words: Vec<String> = parts.iter().take(most).map(|(n, w)| format!("{w} {n}")).collect();
+        if more > 0 {
+            words.push(format!("{more} more"));
+        }
+        Some(words.join(", "))
     }
 
     /// The first hop of `c`'s completions: from the posts they were joined to, on the
@@ -295,6 +345,7 @@ impl Model {
 
     pub fn stats(&mut self, s: &Stats) {
         self.lost_total = s.sites.iter().flat_map(|c| c.lost.values()).sum();
+        self.lost_by = by_reason(s);
     }
 
     /// An event arrived, which the story knows as `index`: kept as the pointer the

@@ -84,6 +84,10 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     if m.not_sent > 0 {
         parts.push((Span::styled(format!(" +{} not sent to this view", m.not_sent), red), vec![]));
     }
+    // Where and why, while there is room (the largest two; the total always stays).
+    if let Some(words) = m.loss_words(2) {
+        parts.push((Span::styled(format!(" ({words})"), red), vec![(5, None)]));
+    }
     let probes = format!(" │ {} probes ({} skipped)", m.attached, m.skipped);
     if m.skipped == 0 {
         parts.push((
