@@ -39,6 +39,10 @@ pub enum ReadError {
     Damaged(Damage),
     #[error("line {line} (byte {offset}) is longer than {MAX_LINE} bytes: this is not a capture")]
     TooLong { line: u64, offset: u64 },
+    /// The first line is no record: whatever this is (random bytes, gzip, a step file), it
+    /// is not a capture, and reading on would only count its lines as damaged.
+    #[error("{0}: this is not a capture (its first line is no capture record)")]
+    NotACapture(Damage),
 }
 
 /// What a reader saw besides the records it returned.
@@ -236,6 +240,14 @@ impl<R: BufRead> Reader<R> {
 
     fn damaged(&mut self, why: String) -> Option<Result<Record, ReadError>> {
         let d = Damage { line: self.line, offset: self.line_start, why };
+        if self.line == 1 {
+            self.done = true;
+            let why = match what_it_is(&self.buf) {
+                Some(known) => format!("{}; {known}", d.why),
+                None => d.why,
+            };
+            return Some(Err(ReadError::NotACapture(Damage { why, ..d })));
+        }
         if self.strict {
             self.done = true;
             return Some(Err(ReadError::Damaged(d)));
@@ -333,4 +345,17 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
         }
     }
     Ok(out)
+}
+
+/// What a first line that is no capture record says the file is, where that is known, and
+/// what to do with it.
+fn what_it_is(line: &[u8]) -> Option<&'static str> {
+    if line.starts_with(&[0x1f, 0x8b]) {
+        return Some("it is gzip-compressed: gunzip it first (captures are read plain or zstd)");
+    }
+    let text = std::str::from_utf8(line).ok()?;
+    if serde_json::from_str::<crate::steps::StepRecord>(text.trim_end()).is_ok() {
+        return Some("it is a companion step file: give it with --steps, beside the capture it belongs to");
+    }
+    None
 }

@@ -3,7 +3,16 @@ use rdma_trace::cli::{Cli, Cmd};
 use rdma_trace::cmd;
 
 fn run() -> anyhow::Result<i32> {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    if reads_only(&cli.cmd) {
+        // A reader that stops reading (`| head`, `| jq` that failed) ends this command
+        // quietly, as it ends cat: the default action of SIGPIPE, which Rust's runtime
+        // sets aside (every print would panic on EPIPE instead). Not for trace, daemon and
+        // tui: they hold probes and outputs that have to end in order.
+        // SAFETY: signal(2) with the default disposition, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match cli.cmd {
         Cmd::Trace(a) => cmd::trace::run(a),
         Cmd::Daemon(a) => cmd::daemon::run(a),
         Cmd::Tui(a) => cmd::tui::run(a),
@@ -19,6 +28,19 @@ fn run() -> anyhow::Result<i32> {
             cmd::report::export(&files, perfetto.as_deref(), folded.as_deref(), flamegraph.as_deref(), read)
         }
     }
+}
+
+/// The commands that only read files and print what they find.
+fn reads_only(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Story { .. }
+            | Cmd::Replay { .. }
+            | Cmd::Explain(_)
+            | Cmd::Report { .. }
+            | Cmd::Diff { .. }
+            | Cmd::Export { .. }
+    )
 }
 
 fn main() {

@@ -338,3 +338,131 @@ fn follow_refuses_a_compressed_capture_with_a_reason() {
     assert!(err.contains("--follow reads plain captures"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `| head`: a reader that stops reading ends the reading commands quietly, as it ends
+/// cat (by SIGPIPE, or 0 where the output was already written), never with a panic or
+/// an error line. Each command's output is longer than the one line read here.
+#[test]
+fn a_closed_pipe_ends_the_reading_commands_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let cap = lab.join("companion-7.3.jsonl").display().to_string();
+    let other = lab.join("companion-6.12.jsonl").display().to_string();
+    let runs: [&[&str]; 6] = [
+        &["story", &cap],
+        &["story", "--json", &cap],
+        &["report", "--json", &cap],
+        &["replay", &cap],
+        &["explain", "mr", "--json", &cap],
+        &["diff", &other, &cap],
+    ];
+    for args in runs {
+        let mut child = Command::new(bin())
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?}: printed nothing");
+        // The reader is gone (dropped with its pipe): what is left to print meets EPIPE.
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        let quiet = out.status.success() || out.status.signal() == Some(libc::SIGPIPE);
+        assert!(quiet, "{args:?}: {:?} {err}", out.status);
+    }
+}
+
+/// A file that is not a capture (random bytes, gzip, a companion step file) is said to be
+/// one, naming its first line, with a nonzero exit: never an empty report of "format v0".
+#[test]
+fn a_file_that_is_not_a_capture_is_refused_naming_its_first_line() {
+    let dir = temp_dir("not-a-capture");
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let random: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(dir.join("random.bin"), random).unwrap();
+    // gzip's magic and header, then deflate bytes.
+    std::fs::write(dir.join("cap.gz"), [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0x4b, 0x4c, 0x4a, 6, 0]).unwrap();
+    let files = [dir.join("random.bin"), dir.join("cap.gz"), lab.join("companion-7.3.steps.jsonl")];
+    for f in &files {
+        for cmd in [&["report"][..], &["story"], &["report", "--json"]] {
+            let out = Command::new(bin()).args(cmd).arg(f).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{cmd:?} {}: {err}", f.display());
+            assert!(
+                err.contains("line 1 (byte 0)") && err.contains("is not a capture"),
+                "{cmd:?} {}: {err}",
+                f.display()
+            );
+            assert!(out.stdout.is_empty(), "{cmd:?} {}: printed a report", f.display());
+        }
+    }
+    let said = |f: &Path| {
+        String::from_utf8_lossy(&Command::new(bin()).arg("report").arg(f).output().unwrap().stderr)
+            .into_owned()
+    };
+    assert!(said(&files[1]).contains("gzip-compressed: gunzip it first"), "{}", said(&files[1]));
+    assert!(said(&files[2]).contains("a companion step file: give it with --steps"), "{}", said(&files[2]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `tui` with no terminal (stdin from /dev/null, stdout to a pipe): one line saying what to
+/// use instead and exit 2, at once; it used to wait for keys it could never read.
+#[test]
+fn tui_without_a_terminal_says_so_and_exits_2() {
+    let cap = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl");
+    let started = std::time::Instant::now();
+    let out = Command::new(bin()).arg("tui").arg(&cap).stdin(std::process::Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs a terminal"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "it ended at once");
+}
+
+/// Issue 41: a capture of two completions on one CQ, one at time 0 and one at the end of
+/// time, is read at once (the per-second counts once looped over every second between),
+/// by `story`, `report` and `tui`'s story alike (one engine).
+#[test]
+fn completions_a_lifetime_apart_are_read_at_once() {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl");
+    let text = std::fs::read_to_string(lab).unwrap();
+    let header = text.lines().next().unwrap();
+    let completion = text
+        .lines()
+        .find(|l| l.contains(r#""name":"comp_handler","#) && l.contains(r#""kind":"entry""#))
+        .unwrap();
+    let mut lines = vec![header.to_string()];
+    for (seq, ts) in [(1u64, 0u64), (2, u64::MAX)] {
+        let mut v: serde_json::Value = serde_json::from_str(completion).unwrap();
+        v["seq"] = seq.into();
+        v["ts_ns"] = ts.into();
+        lines.push(v.to_string());
+    }
+    let dir = temp_dir("far-apart");
+    let cap = dir.join("far.jsonl");
+    std::fs::write(&cap, lines.join("\n") + "\n").unwrap();
+    for cmd in ["story", "report"] {
+        let started = std::time::Instant::now();
+        let out = Command::new(bin()).arg(cmd).arg(&cap).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{cmd} took {:?}", started.elapsed());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `trace --pid` of a process that does not exist is an error naming it, before anything
+/// is attached (it used to trace nothing for it and exit 0).
+#[test]
+fn trace_of_a_pid_that_does_not_exist_is_refused() {
+    let out = Command::new(bin()).args(["trace", "--pid", "999999999", "--duration", "1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--pid 999999999: no such process"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -33,6 +33,16 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         let ids: Vec<&str> = crate::plan::catalog::CATALOG.iter().map(|s| s.id.as_str()).collect();
         bail!("unknown probe id {} (the ids are: {})", unknown.join(", "), ids.join(", "));
     }
+    // A pid that is not running would be watched for nothing, and the run say nothing.
+    let gone: Vec<String> = a
+        .pids
+        .iter()
+        .filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .map(u32::to_string)
+        .collect();
+    if !gone.is_empty() {
+        bail!("--pid {}: no such process", gone.join(", "));
+    }
     Ok(TraceOptions {
         probes: a.probes.clone(),
         pids: a.pids.clone(),

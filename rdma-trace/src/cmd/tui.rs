@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 const CONNECT_FOR: Duration = Duration::from_secs(600);
 
 pub fn run(a: TuiArgs) -> Result<i32> {
+    use std::io::IsTerminal;
+    // The screen needs a terminal to draw on and to read keys from: without one (a pipe, a
+    // CI step, `< /dev/null`) it could neither show anything nor be told to stop.
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        eprintln!(
+            "rdma-trace tui: needs a terminal (stdin and stdout); for a stream without one use `rdma-trace trace` (--connect SOCKET for a daemon), or `story`/`report` for a file"
+        );
+        return Ok(2);
+    }
     if let Some(file) = &a.file {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (feeder, rx) = tui::channel(name, true);
@@ -280,7 +289,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
 /// this thread into the model, and stops when the screen quits.
 fn live(a: TuiArgs) -> Result<i32> {
     use crate::live::trace::TraceOptions;
-    let log = std::env::temp_dir().join(format!("rdma-trace-tui-{}.log", std::process::id()));
+    let log = private_dir()?.join(format!("tui-{}.log", std::process::id()));
     let opts = TraceOptions {
         probes: a.probes.clone(),
         pids: a.pids.clone(),
@@ -311,4 +320,27 @@ fn live(a: TuiArgs) -> Result<i32> {
     }
     eprintln!("rdma-trace tui: {}", shown?);
     Ok(0)
+}
+
+/// `$TMPDIR/rdma-trace-<uid>`, mode 0700 and this user's (made if missing; refused if it is
+/// a symlink, another user's, or open to others): where the TUI keeps the traced command's
+/// output, which can hold anything the command prints.
+fn private_dir() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: geteuid(2) cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let dir = std::env::temp_dir().join(format!("rdma-trace-{me}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => anyhow::bail!("creating {}: {e}", dir.display()),
+    }
+    let m = std::fs::symlink_metadata(&dir)?;
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "{} is not a private directory of this user's (mode 0700, uid {me}): not used",
+            dir.display()
+        );
+    }
+    Ok(dir)
 }
