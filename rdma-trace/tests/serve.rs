@@ -152,6 +152,82 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
     assert!(took < std::time::Duration::from_secs(30), "the daemon did not wait for it: {took:?}");
 }
 
+/// Issue 39/41: a process with 100 000 MRs (a storage or KV-cache engine) when a viewer
+/// joins: its state comes as records that each fit the reader's line limit, read strictly
+/// with no gap, and a story seeded from them has every MR pinned.
+#[test]
+fn a_state_of_100_000_mrs_reaches_a_late_subscriber_whole() {
+    use rdma_trace::capture::{PinnedRange, ProcessState};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mrs: Vec<PinnedRange> = (0..100_000u64)
+        .map(|i| PinnedRange {
+            addr: 0x7f00_0000_0000 + (i << 16),
+            length: 65_536,
+            charged: 65_536,
+            mr_id: Some(i as u32 + 1),
+            lkey: Some(i),
+            rkey: Some(i),
+            ..Default::default()
+        })
+        .collect();
+    let engine = ProcessState {
+        pid: 4242,
+        comm: "kvcache".into(),
+        pinned_bytes: 100_000 * 65_536,
+        mrs,
+        ..Default::default()
+    };
+    let mut b = Broadcaster::new(header(), rx).seeded_by(Box::new(move || Ok(vec![engine.clone()])));
+    let late = subscribe(&tx, "late");
+    b.tick().unwrap();
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let bytes = late.join().unwrap();
+    let longest = bytes.split(|c| *c == b'\n').map(<[u8]>::len).max().unwrap();
+    assert!(longest < rdma_trace::source::capture::MAX_LINE / 4, "a line of {longest} bytes");
+    let recs = records(&bytes);
+    let states: Vec<&rdma_trace::capture::State> =
+        recs.iter().filter_map(|r| if let Record::State(s) = r { Some(s) } else { None }).collect();
+    assert!(states.len() >= 100, "in pieces: {}", states.len());
+    let mut live = rdma_trace::pipeline::correlate::live::Live::new(Vec::new(), Default::default());
+    for st in &states {
+        live.seed(st);
+    }
+    let ps = &live.now().processes[&4242];
+    assert_eq!((ps.comm.as_str(), ps.mrs_live, ps.pinned_bytes), ("kvcache", 100_000, 100_000 * 65_536));
+}
+
+/// Issue 41: a subscriber that never reads again cannot hold the end of the run: with its
+/// queue full and its socket's buffer too, `close` (SIGTERM, `--duration`) returns within
+/// `CLOSE_WAIT`, names it as cut off, and the reading one still has every record.
+#[test]
+fn a_subscriber_that_never_reads_cannot_hold_the_daemon_at_its_end() {
+    let events = lab_events("session-7.3.jsonl");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx);
+    let reader = subscribe(&tx, "reader");
+    let (_never_read, theirs) = UnixStream::pair().unwrap();
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Events), peer: "stalled".into() })
+        .unwrap();
+    b.tick().unwrap();
+    // More than its queue and its socket's buffer hold.
+    let rounds = rdma_trace::serve::QUEUE / events.len() + 4;
+    for _ in 0..rounds {
+        for e in &events {
+            b.event(&std::sync::Arc::new(e.clone())).unwrap();
+        }
+    }
+    b.trailer(&trailer()).unwrap();
+    let t0 = std::time::Instant::now();
+    let cut = b.close();
+    let took = t0.elapsed();
+    assert!(took < rdma_trace::serve::CLOSE_WAIT + std::time::Duration::from_secs(1), "close took {took:?}");
+    assert_eq!(cut, vec!["stalled".to_string()], "the one that never read is named");
+    let all = records(&reader.join().unwrap());
+    assert_eq!(all.iter().filter(|r| matches!(r, Record::Event(_))).count(), rounds * events.len());
+    assert!(matches!(all.last(), Some(Record::Trailer(_))), "the reader got the trailer");
+}
+
 /// The socket faces users the daemon does not trust: a hello without a newline is read no
 /// further than `MAX_HELLO` bytes and refused in one line; past `MAX_GREETING` connections
 /// that say nothing, the next is told the daemon is busy; once those go, a real subscriber

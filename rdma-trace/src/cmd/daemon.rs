@@ -50,6 +50,9 @@ impl Outputs {
                 ServeNotice::NotSeeded(why) => {
                     eprintln!("rdma-trace daemon: the state sent has only what events showed: {why}")
                 }
+                ServeNotice::Refused { peer, why } => {
+                    eprintln!("rdma-trace daemon: subscriber {peer} {why}")
+                }
             }
         }
         while let Ok(r) = self.refusals.try_recv() {
@@ -150,9 +153,13 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     };
     out.say();
     let subscribers = out.broadcaster.subscribers();
-    out.broadcaster.close();
+    let cut = out.broadcaster.close();
     std::fs::remove_file(&socket).ok();
-    eprintln!("rdma-trace daemon: {subscribers} subscribers were sent the trailer");
+    eprintln!("rdma-trace daemon: {} subscribers were sent the trailer", subscribers - cut.len());
+    for peer in cut {
+        let wait = crate::units::duration(crate::serve::CLOSE_WAIT.as_nanos() as u64);
+        eprintln!("rdma-trace daemon: subscriber {peer} was not reading: cut off after {wait}");
+    }
     if let Some(q) = &out.file {
         finished.account.note_left_out(q.name(), &q.left_out_rows);
     }

@@ -22,7 +22,15 @@ pub fn spawn_held(
     let mut c = std::process::Command::new("/bin/sh");
     c.arg("-c").arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"").args(cmd);
     if let Some(log) = log {
-        let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(log)
+            .with_context(|| format!("creating {}", log.display()))?;
         c.stdin(std::process::Stdio::null()).stdout(f.try_clone()?).stderr(f);
     }
     // SAFETY: dup2 is async-signal-safe; it gives the child the read end as fd 3

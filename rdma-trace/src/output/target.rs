@@ -73,7 +73,7 @@ const ZSTD_LEVEL: i32 = 3;
 impl CaptureFile {
     pub fn create(base: &Path, rotation: Option<Rotation>) -> io::Result<Self> {
         let compress = base.extension().is_some_and(|e| e == "zst");
-        let out = open(base, compress)?;
+        let out = open(base, compress, false)?;
         Ok(Self {
             base: base.to_path_buf(),
             compress,
@@ -106,12 +106,49 @@ pub fn rotated_name(base: &Path, index: u32) -> PathBuf {
     base.with_file_name(name)
 }
 
-fn open(path: &Path, compress: bool) -> io::Result<Out> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    // An existing file keeps its mode through open(2): set it (on regular files only:
-    // never chmod a device such as /dev/full or a FIFO someone made).
-    if f.metadata()?.is_file() {
+/// Opens a capture file for writing, safely for a root tracer in a directory others can
+/// write to: a symlink at the name is not followed (O_NOFOLLOW); an existing file is
+/// emptied only when it is this user's; a rotated file (its name can be guessed) is made
+/// new (O_EXCL), after removing an old one of this user's.
+fn open(path: &Path, compress: bool, rotated: bool) -> io::Result<Out> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let mine = |m: &std::fs::Metadata| {
+        // SAFETY: geteuid(2) cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() == me {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} belongs to uid {}, not to this user: not overwritten", path.display(), m.uid()),
+            ))
+        }
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if rotated {
+        if let Ok(m) = std::fs::symlink_metadata(path)
+            && m.is_file()
+        {
+            mine(&m)?;
+            std::fs::remove_file(path)?;
+        }
+        o.create_new(true);
+    } else {
+        o.create(true);
+    }
+    let f = o.open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => {
+            io::Error::new(e.kind(), format!("{} is a symlink: not followed", path.display()))
+        }
+        _ => e,
+    })?;
+    let meta = f.metadata()?;
+    // Regular files only: never truncate or chmod a device such as /dev/full or a FIFO.
+    if meta.is_file() {
+        mine(&meta)?;
+        f.set_len(0)?;
+        // An existing file keeps its mode through open(2).
         f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
     let w = BufWriter::new(f);
@@ -161,7 +198,7 @@ impl Target for CaptureFile {
         finish_out(&mut self.out)?;
         self.index += 1;
         self.current = rotated_name(&self.base, self.index);
-        self.out = open(&self.current, self.compress)?;
+        self.out = open(&self.current, self.compress, true)?;
         self.written = 0;
         if let Some(keep) = r.keep
             && self.index >= keep
@@ -203,6 +240,42 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41: a root tracer's `-o` in a directory others write to: a symlink planted at
+    /// the name is refused, not followed; a file of another user's is not emptied; one's
+    /// own old file is; a rotated name is made new even where an old one of ours was.
+    #[test]
+    fn capture_files_are_not_aimed_elsewhere() {
+        let dir = std::env::temp_dir().join(format!("rt-target-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let link = dir.join("cap.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = CaptureFile::create(&link, None).err().expect("a symlink is refused");
+        assert!(err.to_string().contains("is a symlink: not followed"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        std::fs::remove_file(&link).unwrap();
+
+        std::fs::write(&link, "an old capture of mine\n").unwrap();
+        let mut f = CaptureFile::create(&link, Some(Rotation { max_bytes: 1, keep: None })).unwrap();
+        assert_eq!(std::fs::read(&link).unwrap().len(), 0, "one's own file is emptied");
+        // An old rotated file of ours where the next one goes: replaced.
+        std::fs::write(rotated_name(&link, 1), "old rotation\n").unwrap();
+        f.write_all(b"x").unwrap();
+        f.rotate().unwrap();
+        f.finish().unwrap();
+        assert_eq!(std::fs::read(rotated_name(&link, 1)).unwrap().len(), 0);
+
+        // SAFETY: geteuid(2) cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&victim, Some(65534), Some(65534)).unwrap();
+            let err = CaptureFile::create(&victim, None).err().expect("another user's file is refused");
+            assert!(err.to_string().contains("belongs to uid 65534"), "{err}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn rotated_names_keep_the_extensions() {

@@ -63,26 +63,26 @@ impl Merge {
     /// Takes in source `i`'s record; returns what can be fed now, placed, each with its
     /// source.
     pub fn take(&mut self, i: usize, rec: Record) -> Vec<(usize, Record)> {
+        let header = matches!(rec, Record::Header(_));
         if let Record::Header(h) = &rec {
             self.headers[i] = Some((**h).clone());
         }
-        let Some(first) = self.headers[0].clone() else {
+        // Nothing of a source is placed before its header and the first's: it waits. Only
+        // a header can release what waits, so only then is the waiting list looked at (a
+        // source without one costs each of its records once, not the list each time).
+        if self.headers[0].is_none() || self.headers[i].is_none() {
             self.held.push((i, rec));
             return Vec::new();
-        };
+        }
+        let waiting = if header { std::mem::take(&mut self.held) } else { Vec::new() };
         let mut out = Vec::new();
-        let held = std::mem::take(&mut self.held);
-        for (j, r) in held.into_iter().chain([(i, rec)]) {
-            if let Some(h) = &self.headers[j]
-                && self.placements[j].is_none()
-            {
-                self.placements[j] = Some(Placement::of(j, &first, h));
-            }
-            match &self.placements[j] {
-                Some(p) => out.push((j, self.place(j, p.clone(), r))),
-                // No header from it yet (a stream begins with one): keep it for then.
-                None => self.held.push((j, r)),
-            }
+        for (j, r) in waiting.into_iter().chain([(i, rec)]) {
+            let (Some(first), Some(h)) = (&self.headers[0], &self.headers[j]) else {
+                self.held.push((j, r));
+                continue;
+            };
+            let p = self.placements[j].get_or_insert_with(|| Placement::of(j, first, h)).clone();
+            out.push((j, self.place(j, p, r)));
         }
         out
     }

@@ -25,6 +25,12 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 
 /// Records queued per subscriber before it starts losing them.
 pub const QUEUE: usize = 65_536;
+/// Subscribers served at once; past this a new one is refused in one line.
+pub const MAX_SUBSCRIBERS: usize = 64;
+/// How long the end of a run waits for subscribers to be written out (their last
+/// records, the trailer) before the daemon ends regardless: a subscriber that stopped
+/// reading cannot hold SIGTERM or `--duration` back.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a subscriber asks for in its hello line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -82,6 +88,11 @@ pub enum ServeNotice {
     },
     /// The kernel's resource tables could not be read for a subscriber's state.
     NotSeeded(String),
+    /// Not served (the cap on subscribers, no thread for it).
+    Refused {
+        peer: String,
+        why: String,
+    },
 }
 
 /// Reads what the kernel holds now (`live::seed::now`), for the state a subscriber gets.
@@ -166,7 +177,13 @@ impl Broadcaster {
     /// Joins waiting subscribers here, between two records: each gets its preamble,
     /// numbered just before the next shared record.
     fn admit(&mut self) -> io::Result<()> {
-        while let Ok(j) = self.joins.try_recv() {
+        while let Ok(mut j) = self.joins.try_recv() {
+            if self.subs.len() >= MAX_SUBSCRIBERS {
+                let why = format!("refused: {MAX_SUBSCRIBERS} subscribers already (this daemon's limit)");
+                writeln!(j.out, "rdma-trace daemon: {why}").ok();
+                self.notices.push(ServeNotice::Refused { peer: j.peer, why });
+                continue;
+            }
             let at = self.format.next_seq();
             let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
             pre.header(&self.header)?;
@@ -196,7 +213,18 @@ impl Broadcaster {
             }
             let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
             tx.send(Arc::from(preamble)).ok();
-            let worker = std::thread::spawn(move || serve_one(j.out, rx));
+            let peer = j.peer.clone();
+            let spawned =
+                std::thread::Builder::new().name("rdma-trace-sub".into()).spawn(move || serve_one(j.out, rx));
+            // Out of threads: this one is not served (and told so by its closed stream).
+            let worker = match spawned {
+                Ok(w) => w,
+                Err(e) => {
+                    self.notices
+                        .push(ServeNotice::Refused { peer, why: format!("no thread to serve it ({e})") });
+                    continue;
+                }
+            };
             self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });
             self.subs.push(Subscriber { queue: tx, dropped: 0, last_dropped_seq: 0, worker, peer: j.peer });
         }
@@ -237,16 +265,38 @@ impl Broadcaster {
         }
     }
 
-    /// Ends every subscriber's stream (after the trailer) and waits for each to write it
-    /// out; one still behind is told what it lost, waiting for room (the run is over).
-    pub fn close(self) {
+    /// Ends every subscriber's stream (after the trailer) and waits, `CLOSE_WAIT` at most in
+    /// all, for each to be written out; one still behind is told what it lost if room comes
+    /// by then. Returns the subscribers still being written to at the deadline (cut off).
+    pub fn close(self) -> Vec<String> {
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let pause = std::time::Duration::from_millis(5);
+        let mut workers = Vec::new();
         for s in self.subs {
             if s.dropped > 0 {
-                s.queue.send(loss_line(s.last_dropped_seq, s.dropped)).ok();
+                let loss = loss_line(s.last_dropped_seq, s.dropped);
+                while let Err(TrySendError::Full(_)) = s.queue.try_send(loss.clone()) {
+                    if std::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    std::thread::sleep(pause);
+                }
             }
             drop(s.queue);
-            s.worker.join().ok();
+            workers.push((s.peer, s.worker));
         }
+        let mut cut = Vec::new();
+        for (peer, w) in workers {
+            while !w.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(pause);
+            }
+            if w.is_finished() {
+                w.join().ok();
+            } else {
+                cut.push(peer);
+            }
+        }
+        cut
     }
 
     /// Subscribers connected now.

@@ -3,7 +3,7 @@
 //! the broadcaster. Anyone else gets one line saying so, and the connection is closed.
 
 use super::{Hello, Joining};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -15,8 +15,11 @@ use std::time::Duration;
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
 
-/// A subscriber has this long to say hello.
+/// A subscriber has this long to say hello, all of it.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A write to a subscriber that takes longer than this ends its stream: one that stopped
+/// reading frees its thread and queue (a slow one loses records and is told, long before).
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a refused peer's bytes are drained on its greeting thread.
 const REFUSE_WAIT: Duration = Duration::from_millis(200);
 /// The longest hello read (a real one is under 100 bytes).
@@ -152,10 +155,7 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
         refuse(&mut conn, &why, REFUSE_WAIT);
         return Err(format!("refused {peer}: not an allowed uid"));
     }
-    conn.set_read_timeout(Some(HELLO_TIMEOUT)).ok();
-    let mut line = String::new();
-    let read = BufReader::new((&conn).take(MAX_HELLO)).read_line(&mut line);
-    read.map_err(|e| format!("{peer}: no hello ({e})"))?;
+    let line = read_hello(&conn).map_err(|e| format!("{peer}: no hello ({e})"))?;
     if !line.ends_with('\n') {
         refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"), REFUSE_WAIT);
         return Err(format!("{peer}: no hello line within {MAX_HELLO} bytes"));
@@ -173,5 +173,32 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
         return Err(format!("{peer}: hello for format {}", hello.version));
     }
     conn.set_read_timeout(None).ok();
+    conn.set_write_timeout(Some(WRITE_DEADLINE)).ok();
     joins.send(Joining { out: Box::new(conn), hello, peer }).map_err(|_| "the daemon is stopping".to_string())
+}
+
+/// The hello line (at most `MAX_HELLO` bytes, newline included when there was one), within
+/// `HELLO_TIMEOUT` for all of it: a byte now and then does not hold the greeting open.
+fn read_hello(conn: &UnixStream) -> std::io::Result<String> {
+    let deadline = std::time::Instant::now() + HELLO_TIMEOUT;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 256];
+    while buf.len() < MAX_HELLO as usize && !buf.contains(&b'\n') {
+        let rest = deadline.saturating_duration_since(std::time::Instant::now());
+        if rest.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the hello took longer than 5 s"));
+        }
+        conn.set_read_timeout(Some(rest))?;
+        let want = byte.len().min(MAX_HELLO as usize - buf.len());
+        let n = (&*conn).read(&mut byte[..want])?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&byte[..n]);
+    }
+    // A hello is one line: anything after its newline was not asked for.
+    if let Some(end) = buf.iter().position(|b| *b == b'\n') {
+        buf.truncate(end + 1);
+    }
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }

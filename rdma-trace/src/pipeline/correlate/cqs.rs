@@ -103,10 +103,13 @@ impl Cqs {
             cq.last_second = second;
             cq.per_second.push_back(0);
         }
-        while cq.last_second < second {
-            cq.last_second += 1;
+        // Quiet seconds count as zeros, at most the `SECONDS` kept: a gap of years (a
+        // damaged or hostile timestamp) costs no more than a minute's.
+        let quiet = second.saturating_sub(cq.last_second);
+        for _ in 0..quiet.min(SECONDS as u64) {
             push_capped(&mut cq.per_second, SECONDS, 0);
         }
+        cq.last_second = cq.last_second.max(second);
         if let Some(last) = cq.per_second.back_mut() {
             *last += 1;
         }
