@@ -709,8 +709,10 @@ fn pair_a_late_viewer_joins_what_was_set_up_before_it() {
     let said = std::fs::read_to_string(&derr).unwrap();
     publish(&pair.shared(&format!("late.clock{me}")), &said);
 
-    // A send_bw long enough to be watched after the viewer joins (seconds, not sends).
-    let perftest = "ib_send_bw -F -e -d rxe0 -x 1 -D 40";
+    // A send_bw long enough to be watched after the viewer joins: about 200 sends a second
+    // here (perftest's -D, by seconds, does not work with -e). Should it end first, the
+    // state still holds what the path is drawn from.
+    let perftest = "ib_send_bw -F -e -d rxe0 -x 1 -n 5000";
     let cmd = if me == 1 {
         perftest.to_string()
     } else {

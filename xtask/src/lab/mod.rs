@@ -88,6 +88,11 @@ pub struct VmTestArgs {
     /// iterating on a few tests; the gate runs them all.
     #[arg(long, value_name = "SUBSTRING")]
     pub only: Option<String>,
+    /// Run them this many times in a row, each round a boot of its own per kernel (for a
+    /// flaky test: `--only pair_ --repeat 5`); every round's result and time is printed,
+    /// and a test passes only if it passed in every round.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: u32,
 }
 
 #[derive(clap::Args, Default)]

@@ -272,7 +272,8 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let guests = super::prepare(&series)?;
     let mut lines = Vec::new();
     let (mut passed, mut failed) = (0, 0);
-    for g in &guests {
+    let rounds = a.repeat.max(1);
+    for (g, round) in guests.iter().flat_map(|g| (1..=rounds).map(move |r| (g, r))) {
         let left = overall.saturating_sub(start.elapsed());
         let boot_start = Instant::now();
         let res = if left.is_zero() {
@@ -304,8 +305,9 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
                 passed += t.passed;
                 failed += t.failed.len();
                 let mut l = format!(
-                    "{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
+                    "{}{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
                     g.series.name(),
+                    if rounds > 1 { format!(" round {round}/{rounds}") } else { String::new() },
                     g.kver,
                     t.passed,
                     t.failed.len(),
@@ -321,7 +323,7 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
             }
             Err(e) => {
                 failed += 1;
-                format!("{} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
+                format!("{} round {round} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
             }
         };
         println!("vm-test: {line}");
