@@ -3,6 +3,21 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Bad input, told apart from a run that failed: a wrong value, a file that cannot be
+/// opened or is no capture. `main` exits 2 on it (and on a reader's error), as on a usage
+/// error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// `anyhow::bail!` for bad input.
+#[macro_export]
+macro_rules! bad_input {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::BadInput(format!($($t)*))))
+    };
+}
+
 #[derive(Parser)]
 #[command(
     name = "rdma-trace",
@@ -17,7 +32,10 @@ ib_uverbs_mmap; on hardware the doorbell then becomes a plain MMIO store, no sys
   • completion events — NIC interrupt (or soft-RoCE worker) → ib_uverbs_comp_handler → the \
 completion channel wakes ibv_get_cq_event\n\n\
 Probe positions and struct offsets are read from the running kernel's BTF, so one binary works across \
-kernel versions. Needs root (CAP_BPF + CAP_PERFMON)."
+kernel versions. Needs root (CAP_BPF + CAP_PERFMON).",
+    after_help = "Exit status: 0 done; 1 diff --fail-on tripped, or a run that failed while it ran (an \
+output that could not be written, nothing to trace); 2 a usage error or bad input (a wrong value, a \
+missing file, a file that is no capture, a pid that does not exist, no privileges)."
 )]
 pub struct Cli {
     #[command(subcommand)]

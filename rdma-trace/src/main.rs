@@ -30,6 +30,15 @@ fn run() -> anyhow::Result<i32> {
     }
 }
 
+/// 2 for bad input (a value, a file that cannot be opened or read as a capture), 1 for a
+/// run that failed while it ran (README and `--help`: Exit status).
+fn exit_code(e: &anyhow::Error) -> i32 {
+    let bad = e
+        .chain()
+        .any(|c| c.is::<rdma_trace::cli::BadInput>() || c.is::<rdma_trace::source::capture::ReadError>());
+    if bad { 2 } else { 1 }
+}
+
 /// The commands that only read files and print what they find.
 fn reads_only(cmd: &Cmd) -> bool {
     matches!(
@@ -48,7 +57,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("rdma-trace: error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(exit_code(&e));
         }
     }
 }

@@ -87,7 +87,7 @@ fn corrupt_line_is_skipped_and_named_or_with_strict_refused() {
     let out =
         Command::new(env!("CARGO_BIN_EXE_rdma-trace")).args(["replay", "--strict"]).arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "bad input: {err}");
     assert!(err.contains(&format!("line 7 (byte {offset})")), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     std::fs::remove_dir_all(dir).ok();

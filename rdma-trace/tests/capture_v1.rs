@@ -162,7 +162,8 @@ fn replay_into_a_closed_pipe_ends_quietly() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     // Ended as cat is (SIGPIPE), or having seen EPIPE itself: quietly either way.
-    let quiet = out.status.success() || std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGPIPE);
+    let quiet = out.status.success()
+        || std::os::unix::process::ExitStatusExt::signal(&out.status) == Some(libc::SIGPIPE);
     assert!(quiet, "exit {}: {err}", out.status);
     assert!(!err.contains("Broken pipe"), "{err}");
 }

@@ -106,7 +106,7 @@ fn trace_without_rdma_stops_unless_asked_for_syscalls() {
 fn an_unknown_probe_id_is_refused_naming_the_ids() {
     let out = Command::new(bin()).args(["trace", "--probe", "bogus", "--duration", "1"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "bad input: {err}");
     assert!(err.contains("unknown probe id bogus"), "{err}");
     for spec in rdma_trace::plan::catalog::CATALOG {
         assert!(err.contains(spec.id.as_str()), "{} not named:\n{err}", spec.id);
@@ -334,7 +334,7 @@ fn follow_refuses_a_compressed_capture_with_a_reason() {
     assert!(st.success());
     let out = Command::new(bin()).args(["replay", "--follow"]).arg(&zst).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "bad input: {err}");
     assert!(err.contains("--follow reads plain captures"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -377,8 +377,8 @@ fn a_closed_pipe_ends_the_reading_commands_quietly() {
     }
 }
 
-/// A file that is not a capture (random bytes, gzip, a companion step file) is said to be
-/// one, naming its first line, with a nonzero exit: never an empty report of "format v0".
+/// A file that is not a capture (random bytes, gzip, a companion step file) is said not to
+/// be one, naming its first line, exit 2 (bad input): never an empty report of "format v0".
 #[test]
 fn a_file_that_is_not_a_capture_is_refused_naming_its_first_line() {
     let dir = temp_dir("not-a-capture");
@@ -392,7 +392,7 @@ fn a_file_that_is_not_a_capture_is_refused_naming_its_first_line() {
         for cmd in [&["report"][..], &["story"], &["report", "--json"]] {
             let out = Command::new(bin()).args(cmd).arg(f).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{cmd:?} {}: {err}", f.display());
+            assert_eq!(out.status.code(), Some(2), "{cmd:?} {}: {err}", f.display());
             assert!(
                 err.contains("line 1 (byte 0)") && err.contains("is not a capture"),
                 "{cmd:?} {}: {err}",
@@ -462,7 +462,44 @@ fn completions_a_lifetime_apart_are_read_at_once() {
 fn trace_of_a_pid_that_does_not_exist_is_refused() {
     let out = Command::new(bin()).args(["trace", "--pid", "999999999", "--duration", "1"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--pid 999999999: no such process"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Exit status (README, `--help`): 2 for bad input of every kind, 1 only for a diff past
+/// its threshold (or a run that failed while it ran), 0 otherwise; one line each.
+#[test]
+fn exit_codes_tell_bad_input_from_a_regression() {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
+    let (a, b) = (lab.join("memlock-6.12.jsonl"), lab.join("companion-7.3.jsonl"));
+    let dir = temp_dir("exit-codes");
+    let run = |args: &[&std::ffi::OsStr]| Command::new(bin()).args(args).output().unwrap();
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let bad: Vec<Vec<std::ffi::OsString>> = vec![
+        vec![os("report"), dir.join("missing.jsonl").into()],
+        vec![os("story"), dir.clone().into()],
+        vec![os("diff"), a.clone().into(), b.clone().into(), os("--fail-on"), os("bogus=+20%")],
+        vec![os("trace"), os("--ring-kib"), os("3")],
+        vec![os("trace"), os("--rotate"), os("2"), os("-o"), dir.join("x.jsonl").into()],
+        vec![os("export"), a.clone().into()],
+        vec![os("story"), a.clone().into(), os("--steps"), dir.join("missing.steps").into()],
+    ];
+    for args in &bad {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_os_str()).collect();
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A threshold that holds, and one broken: 0 and 1.
+    let diff = |rule: &str| {
+        Command::new(bin()).arg("diff").arg(&a).arg(&b).args(["--fail-on", rule]).output().unwrap()
+    };
+    assert_eq!(diff("pin-pages=+100000").status.code(), Some(0));
+    assert_eq!(diff("pin-pages=+1").status.code(), Some(1));
+    let help = String::from_utf8_lossy(&run(&[std::ffi::OsStr::new("--help")]).stdout).into_owned();
+    assert!(help.contains("Exit status: 0 done; 1 diff --fail-on tripped"), "{help}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -149,6 +149,8 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     let json = std::fs::read_to_string(dir.join("session-6.12.rdma-res-mr.json")).unwrap();
     let processes = seed::group(seed::parse_res_mr(&json).unwrap(), |_| Vec::new());
     let (mut f, _slot) = tui::channel("daemon (lab session 6.12)".into(), false);
+    // A daemon's stream: its header (v1, loss accounted), then the state.
+    f.header(&Default::default()).unwrap();
     f.state(&State { processes, ..Default::default() }).unwrap();
     let ui = Ui { screen: Screen::Pinning, ..Default::default() };
     insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&f.model, &ui, 80, 24));
@@ -407,4 +409,15 @@ fn the_status_line_says_which_host_lost_what_and_why() {
     let status = render(&one, &ui, 160, 24);
     assert!(status.lines().last().unwrap().contains("4 lost (ring full 4)"), "{status}");
     assert_eq!(model("companion-7.3.jsonl").loss_words(2), None, "nothing lost, nothing said");
+}
+
+/// Issue 40: a v0 capture has no account of its loss: the status line says so rather than
+/// "0 lost"; a v1 capture's says what its stats counted.
+#[test]
+fn a_capture_with_no_account_never_says_0_lost() {
+    let v0 = render(&model("session-6.12.jsonl"), &Ui::default(), 120, 24);
+    let status = v0.lines().last().unwrap();
+    assert!(status.contains("loss not known (v0)") && !status.contains("0 lost"), "{status}");
+    let v1 = render(&model("companion-7.3.jsonl"), &Ui::default(), 120, 24);
+    assert!(v1.lines().last().unwrap().contains(" 0 lost"), "{v1}");
 }

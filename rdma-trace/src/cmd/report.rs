@@ -31,6 +31,7 @@ pub struct Read {
 
 /// One capture being read: its next timed record (an event, or a step at its end).
 struct Source {
+    path: PathBuf,
     reader: Reader<Box<dyn std::io::BufRead + Send>>,
     next: Option<Record>,
     /// Its times and pids onto the first capture's.
@@ -64,8 +65,10 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
     };
     let mut sources = Vec::new();
     for f in files {
-        let input = crate::source::capture::open(f).with_context(|| format!("opening {}", f.display()))?;
+        let input = crate::source::capture::open(f)
+            .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", f.display())))?;
         sources.push(Source {
+            path: f.clone(),
             reader: Reader::new(input, opts.strict),
             next: None,
             placement: Placement::default(),
@@ -119,7 +122,7 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
 fn fill(i: usize, s: &mut Source, out: &mut Read) -> Result<()> {
     while s.next.is_none() {
         let Some(r) = s.reader.next() else { return Ok(()) };
-        match r? {
+        match r.with_context(|| format!("reading {}", s.path.display()))? {
             Record::Header(h) => out.headers[i] = Some(*h),
             Record::Stats(st) => out.aggs[i].stats(&st),
             Record::Loss(l) => out.aggs[i].loss(&l),
@@ -172,9 +175,9 @@ pub fn diff(a: &Path, b: &Path, fail_on: &[String], json: bool, opts: ReadOpts) 
         .iter()
         .map(|t| t.parse::<crate::output::diff::Threshold>())
         .collect::<Result<Vec<_>, String>>()
-        .map_err(anyhow::Error::msg)?;
+        .map_err(|e| crate::cli::BadInput(format!("--fail-on: {e}")))?;
     let (ra, rb) = (build(&[a.to_path_buf()], opts)?, build(&[b.to_path_buf()], opts)?);
-    let d = crate::output::diff::diff(&ra, &rb, &thresholds).map_err(anyhow::Error::msg)?;
+    let d = crate::output::diff::diff(&ra, &rb, &thresholds).map_err(crate::cli::BadInput)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&d)?);
     } else {
@@ -193,7 +196,7 @@ pub fn export(
     opts: ReadOpts,
 ) -> Result<i32> {
     if perfetto.is_none() && folded.is_none() && flamegraph.is_none() {
-        bail!("say what to export: --perfetto OUT.json, --folded OUT, --flamegraph OUT.svg");
+        crate::bad_input!("say what to export: --perfetto OUT.json, --folded OUT, --flamegraph OUT.svg");
     }
     let r = read(files, opts, true)?;
     let events = r.events;

@@ -15,12 +15,13 @@ use std::path::Path;
 /// The capture as a reader (plain or zstd; `-` is stdin; `--follow` waits for more).
 fn reader(file: &Path, opts: ReadOpts) -> Result<Reader<Box<dyn std::io::BufRead + Send>>> {
     if opts.follow && file != Path::new("-") && crate::source::capture::is_zstd(file) {
-        anyhow::bail!(
+        crate::bad_input!(
             "--follow reads plain captures: {} is zstd (a frame still being written cannot be followed)",
             file.display()
         );
     }
-    let input = crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let input = crate::source::capture::open(file)
+        .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", file.display())))?;
     let reader = Reader::new(input, opts.strict);
     Ok(if opts.follow { reader.following() } else { reader })
 }
@@ -37,7 +38,7 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
     path.map(crate::pipeline::correlate::story::read_steps)
         .transpose()
         .map(Option::unwrap_or_default)
-        .map_err(anyhow::Error::msg)
+        .map_err(|e| crate::cli::BadInput(e).into())
 }
 
 /// `story`: the capture fed through the story (bounded: `Limits::default`), then printed.

@@ -18,20 +18,23 @@ use std::time::Duration;
 
 fn options(a: &TraceArgs) -> Result<TraceOptions> {
     if !a.ring_kib.is_power_of_two() || a.ring_kib < 4 {
-        bail!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
+        crate::bad_input!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
     }
     if !(1..=MAX_INSTANCES).contains(&a.kretprobe_instances) {
-        bail!("--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})", a.kretprobe_instances);
+        crate::bad_input!(
+            "--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})",
+            a.kretprobe_instances
+        );
     }
     rotation(a)?;
     if a.max_size.is_some() && a.output.as_deref().is_none_or(|o| o == std::path::Path::new("-")) {
-        bail!("--max-size needs -o FILE");
+        crate::bad_input!("--max-size needs -o FILE");
     }
     let unknown: Vec<&str> =
         a.probes.iter().map(String::as_str).filter(|p| crate::plan::catalog::by_name(p).is_none()).collect();
     if !unknown.is_empty() {
         let ids: Vec<&str> = crate::plan::catalog::CATALOG.iter().map(|s| s.id.as_str()).collect();
-        bail!("unknown probe id {} (the ids are: {})", unknown.join(", "), ids.join(", "));
+        crate::bad_input!("unknown probe id {} (the ids are: {})", unknown.join(", "), ids.join(", "));
     }
     // A pid that is not running would be watched for nothing, and the run say nothing.
     let gone: Vec<String> = a
@@ -41,7 +44,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         .map(u32::to_string)
         .collect();
     if !gone.is_empty() {
-        bail!("--pid {}: no such process", gone.join(", "));
+        crate::bad_input!("--pid {}: no such process", gone.join(", "));
     }
     Ok(TraceOptions {
         probes: a.probes.clone(),
@@ -64,11 +67,11 @@ fn header(a: &TraceArgs, tracer: &Tracer) -> crate::capture::Header {
 fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
     match (&a.max_size, a.rotate) {
         (None, None) => Ok(None),
-        (None, Some(_)) => bail!("--rotate needs --max-size"),
+        (None, Some(_)) => crate::bad_input!("--rotate needs --max-size"),
         (Some(size), keep) => {
-            let max_bytes = parse_size(size).map_err(anyhow::Error::msg).context("--max-size")?;
+            let max_bytes = parse_size(size).map_err(|e| crate::cli::BadInput(format!("--max-size: {e}")))?;
             if keep == Some(0) {
-                bail!("--rotate must keep at least one file");
+                crate::bad_input!("--rotate must keep at least one file");
             }
             Ok(Some(Rotation { max_bytes, keep }))
         }

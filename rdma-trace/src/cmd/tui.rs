@@ -224,8 +224,8 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
         feeder.reset();
         c.restart.store(false, Ordering::Relaxed);
         c.to_end.store(false, Ordering::Relaxed);
-        let input =
-            crate::source::capture::open(file).with_context(|| format!("opening {}", file.display()))?;
+        let input = crate::source::capture::open(file)
+            .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", file.display())))?;
         let mut reader = Reader::new(input, false);
         let mut clock = Clock { anchor: None, speed_x10: 10 };
         let mut n = 0;

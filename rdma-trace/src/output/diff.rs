@@ -25,7 +25,9 @@ pub fn metrics(r: &Report) -> BTreeMap<String, Option<f64>> {
     m.insert("completions".into(), Some(procs.iter().map(|p| p.completions).sum::<u64>() as f64));
     m.insert("syscalls-per-completion".into(), r.data_phase.per_completion_event);
     m.insert("syscalls-per-wr".into(), r.data_phase.per_work_request);
-    m.insert("lost".into(), Some(r.captures.iter().map(|c| c.lost).sum::<u64>() as f64));
+    // A v0 capture has no account of loss: not measured, rather than 0.
+    let accounted = r.captures.iter().all(|c| c.version >= 1);
+    m.insert("lost".into(), accounted.then(|| r.captures.iter().map(|c| c.lost).sum::<u64>() as f64));
     m
 }
 

@@ -132,6 +132,9 @@ pub struct Model {
     pub lost_total: u64,
     /// Records a daemon did not send this viewer (it fell behind), as the daemon counted.
     pub not_sent: u64,
+    /// The stream accounts for its loss (format v1: a header, stats, a trailer); a v0 file
+    /// does not, and its loss is not known rather than 0.
+    pub accounted: bool,
     /// One source's loss by reason (several sources: each host's line has its own).
     pub lost_by: BTreeMap<crate::capture::LossReason, u64>,
     /// Events per second (over the last wall-clock second the source measured).
@@ -210,6 +213,7 @@ impl Model {
         self.lost_total = newer.lost_total;
         self.not_sent = newer.not_sent;
         self.lost_by.clone_from(&newer.lost_by);
+        self.accounted = newer.accounted;
         self.rate = newer.rate;
         self.position = newer.position;
         self.finished.clone_from(&newer.finished);
@@ -330,6 +334,8 @@ impl Model {
     }
 
     pub fn header(&mut self, h: &Header) {
+        // A v1 stream (it has a header) accounts for its loss; a v0 file cannot.
+        self.accounted = true;
         self.attached = h.probes.iter().filter(|p| p.attached).count();
         self.skipped = h.probes.len() - self.attached;
         self.kernel = h.kernel_release.clone();

@@ -77,10 +77,12 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     }
     let events = format!(" │ {} ev {:.0}/s │ ", m.events_total, m.rate);
     parts.push((Span::raw(events), vec![(5, Some(Span::raw(format!(" │ {} ev │ ", m.events_total))))]));
-    parts.push((
-        Span::styled(format!("{} lost", m.lost_total), if m.lost_total > 0 { red } else { Style::new() }),
-        vec![],
-    ));
+    let lost = if m.accounted || m.lost_total > 0 {
+        format!("{} lost", m.lost_total)
+    } else {
+        "loss not known (v0)".to_string()
+    };
+    parts.push((Span::styled(lost, if m.lost_total > 0 { red } else { Style::new() }), vec![]));
     if m.not_sent > 0 {
         parts.push((Span::styled(format!(" +{} not sent to this view", m.not_sent), red), vec![]));
     }

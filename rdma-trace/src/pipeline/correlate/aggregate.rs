@@ -138,7 +138,12 @@ impl Aggregates {
         let p = self.paths.entry(e.path).or_default();
         match e.kind {
             EventKind::Entry => {
-                p.count += 1;
+                // The completion path's events are completion events (the handler's, as
+                // the story and the TUI count them); the posts and modifies it also takes
+                // in are counted by probe beside them.
+                if e.path != Path::Completion || e.is(ProbeId::CompHandler) {
+                    p.count += 1;
+                }
                 match p.by_probe.get_mut(e.name.as_str()) {
                     Some(n) => *n += 1,
                     None => _ = p.by_probe.insert(e.name.to_string(), 1),
