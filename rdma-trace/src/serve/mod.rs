@@ -177,6 +177,9 @@ impl Broadcaster {
     /// Joins waiting subscribers here, between two records: each gets its preamble,
     /// numbered just before the next shared record.
     fn admit(&mut self) -> io::Result<()> {
+        // The state is made once for the joiners waiting together, and only when one of
+        // them wants it (the seed runs `rdma res` and reads /proc, on this thread).
+        let mut shared: Option<crate::capture::State> = None;
         while let Ok(mut j) = self.joins.try_recv() {
             if self.subs.len() >= MAX_SUBSCRIBERS {
                 let why = format!("refused: {MAX_SUBSCRIBERS} subscribers already (this daemon's limit)");
@@ -187,22 +190,26 @@ impl Broadcaster {
             let at = self.format.next_seq();
             let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
             pre.header(&self.header)?;
-            let mut state = self.story.state();
-            if let Some(seed) = &mut self.seed {
-                match seed() {
-                    Ok(found) => merge_seeded(&mut state, found),
-                    Err(why) => self.notices.push(ServeNotice::NotSeeded(why)),
-                }
-            }
             let mut preamble = pre.take_written();
             let pieces = match j.hello.want {
-                Want::Both => state.pieces(crate::capture::STATE_PIECE_ROWS),
-                // The number is kept so the stream has no gap.
+                Want::Both => {
+                    if shared.is_none() {
+                        let mut state = self.story.state();
+                        if let Some(seed) = &mut self.seed {
+                            match seed() {
+                                Ok(found) => merge_seeded(&mut state, found),
+                                Err(why) => self.notices.push(ServeNotice::NotSeeded(why)),
+                            }
+                        }
+                        shared = Some(state);
+                    }
+                    shared.clone().expect("made above").pieces(crate::capture::STATE_PIECE_ROWS)
+                }
+                // An empty state: the number is kept so the stream has no gap.
                 Want::Events => vec![crate::capture::State {
-                    processes: Vec::new(),
-                    qps: Vec::new(),
-                    cqs: Vec::new(),
-                    ..state
+                    v: crate::capture::VERSION,
+                    ty: "state".into(),
+                    ..Default::default()
                 }],
             };
             // A large state in several records, all numbered just before the shared stream.

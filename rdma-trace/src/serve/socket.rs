@@ -90,8 +90,30 @@ impl Listener {
     pub fn serve(self, joins: Sender<Joining>, notes: Sender<String>) {
         let greeting = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
+            let mut out_of_fds = false;
             for conn in self.listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
+                let mut conn = match conn {
+                    Ok(c) => c,
+                    // Out of descriptors: accepting again at once would spin. Back off, and
+                    // say so once (until a connection is accepted again).
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        if !out_of_fds {
+                            notes.send(format!("accepting subscribers: {e}; retrying every 100 ms")).ok();
+                            out_of_fds = true;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                out_of_fds = false;
+                // A uid that may not subscribe is told on this thread, at once: refusals
+                // take no greeting slot.
+                if let Some((peer, why)) = not_allowed(&conn, &self.allowed) {
+                    refuse(&mut conn, &why, Duration::ZERO);
+                    notes.send(format!("refused {peer}: not an allowed uid")).ok();
+                    continue;
+                }
                 // Bounded: a flood of connections that never say hello costs at most
                 // MAX_GREETING threads and buffers of MAX_HELLO bytes.
                 if greeting.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
@@ -101,14 +123,19 @@ impl Listener {
                     notes.send(format!("refused a subscriber: {MAX_GREETING} already being greeted")).ok();
                     continue;
                 }
-                let (joins, notes, allowed) = (joins.clone(), notes.clone(), self.allowed.clone());
-                let greeting = greeting.clone();
-                std::thread::spawn(move || {
+                let (joins, allowed) = (joins.clone(), self.allowed.clone());
+                let (notes_, greeting_) = (notes.clone(), greeting.clone());
+                let spawned = std::thread::Builder::new().name("rdma-trace-greet".into()).spawn(move || {
                     if let Err(why) = greet(conn, &allowed, &joins) {
-                        notes.send(why).ok();
+                        notes_.send(why).ok();
                     }
-                    greeting.fetch_sub(1, Ordering::AcqRel);
+                    greeting_.fetch_sub(1, Ordering::AcqRel);
                 });
+                // No thread for it (the connection, moved in, is closed): said, not a panic.
+                if let Err(e) = spawned {
+                    greeting.fetch_sub(1, Ordering::AcqRel);
+                    notes.send(format!("refused a subscriber: no thread to greet it ({e})")).ok();
+                }
             }
         });
     }
@@ -140,22 +167,41 @@ fn refuse(conn: &mut UnixStream, why: &str, wait: Duration) {
     }
 }
 
+/// The peer (as the daemon's notices name it) and the line it is refused with, if its uid
+/// may not subscribe (or its credentials cannot be read).
+fn not_allowed(conn: &UnixStream, allowed: &[u32]) -> Option<(String, String)> {
+    let cred = match peer_cred(conn) {
+        Ok(c) => c,
+        Err(e) => return Some(("a peer".into(), format!("refused: its credentials cannot be read ({e})"))),
+    };
+    if allowed.contains(&cred.uid) {
+        return None;
+    }
+    let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
+    let why = format!(
+        "refused: uid {} may not subscribe (allowed uids: {}; the daemon's --allow-uid adds one)",
+        cred.uid,
+        list.join(", ")
+    );
+    Some((format!("pid {} uid {}", cred.pid, cred.uid), why))
+}
+
 /// Checks who the peer is, reads its hello (at most `MAX_HELLO` bytes, within
 /// `HELLO_TIMEOUT`), and passes the connection on.
 fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), String> {
     let cred = peer_cred(&conn).map_err(|e| format!("a subscriber's credentials: {e}"))?;
     let peer = format!("pid {} uid {}", cred.pid, cred.uid);
-    if !allowed.contains(&cred.uid) {
-        let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
-        let why = format!(
-            "refused: uid {} may not subscribe (allowed uids: {}; the daemon's --allow-uid adds one)",
-            cred.uid,
-            list.join(", ")
-        );
+    if let Some((peer, why)) = not_allowed(&conn, allowed) {
         refuse(&mut conn, &why, REFUSE_WAIT);
         return Err(format!("refused {peer}: not an allowed uid"));
     }
-    let line = read_hello(&conn).map_err(|e| format!("{peer}: no hello ({e})"))?;
+    let line = match read_hello(&conn) {
+        Ok(l) => l,
+        Err(e) => {
+            refuse(&mut conn, &format!("refused: no hello ({e})"), Duration::ZERO);
+            return Err(format!("{peer}: no hello ({e})"));
+        }
+    };
     if !line.ends_with('\n') {
         refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"), REFUSE_WAIT);
         return Err(format!("{peer}: no hello line within {MAX_HELLO} bytes"));
