@@ -346,9 +346,16 @@ pub struct TraceArgs {
     /// clock, each line led by its host (without -o or --story, which take one).
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command", "redact"])]
     pub connect: Vec<PathBuf>,
-    /// Run this command under the tracer and watch its syscalls from its first one.
+    /// Run this command under the tracer and watch its syscalls from its first one. It runs
+    /// as the user who ran sudo (SUDO_UID), not as root, unless --user says otherwise;
+    /// rdma-trace exits with its status (128+N for a signal), and SIGINT, SIGTERM and
+    /// --duration reach it.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+    /// The user CMD runs as (a name or a uid; `root` to keep root, whose CAP_IPC_LOCK lifts
+    /// the memlock limit that pinning is charged to).
+    #[arg(long, value_name = "USER", requires = "command")]
+    pub user: Option<String>,
 }
 
 /// A count that must be 1 or more (a queue of none holds nothing).

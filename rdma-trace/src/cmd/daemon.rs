@@ -102,6 +102,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         return_instances: a.kretprobe_instances,
         watch_verbs_users: true,
         command_log: None,
+        run_as: None,
     };
     let Some(tracer) = super::start::tracer(opts)? else { return Ok(2) };
     let listener = Listener::bind(&a.socket, &a.allow_uids)

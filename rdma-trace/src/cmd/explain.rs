@@ -67,6 +67,7 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
         watch_verbs_users: false,
         command_log: None,
+        run_as: crate::live::spawn::RunAs::choose(None)?,
     };
     let Some(tracer) = super::start::tracer(opts)? else { return Ok(None) };
     let header = tracer.header();

@@ -55,6 +55,8 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         return_instances: a.kretprobe_instances,
         watch_verbs_users: false,
         command_log: None,
+        run_as: crate::live::spawn::RunAs::choose(a.user.as_deref())
+            .map_err(|e| crate::cli::BadInput(format!("{e:#}")))?,
     })
 }
 

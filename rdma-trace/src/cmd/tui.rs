@@ -299,6 +299,7 @@ fn live(a: TuiArgs) -> Result<i32> {
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
         watch_verbs_users: false,
         command_log: (!a.command.is_empty()).then(|| log.clone()),
+        run_as: crate::live::spawn::RunAs::choose(None)?,
     };
     let Some(tracer) = super::start::tracer(opts)? else { return Ok(2) };
     let (mut feeder, rx) = tui::channel("live".into(), false);

@@ -223,6 +223,34 @@ impl<'a> RunLoop<'a> {
     }
 }
 
+/// The run stops (a signal, the duration): a command still running gets `sig`, as a
+/// shell's job would, and a second to end. The run's exit code is the command's status
+/// (128+N for a signal, as shells say it), or 0 with no command.
+async fn stop(child: &mut Option<std::process::Child>, sig: i32, why: &str) -> Stopped {
+    let Some(c) = child.as_mut() else { return Stopped { why: why.into(), code: 0 } };
+    if matches!(c.try_wait(), Ok(None)) {
+        // SAFETY: kill(2) of our own child, not yet reaped (its pid is still its own).
+        unsafe { libc::kill(c.id() as i32, sig) };
+        for _ in 0..50 {
+            if !matches!(c.try_wait(), Ok(None)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let code = match c.try_wait() {
+        Ok(Some(st)) => status_code(st),
+        _ => 128 + sig,
+    };
+    Stopped { why: why.into(), code }
+}
+
+/// An exit status as shells give it: the code, or 128+N for signal N.
+fn status_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
 /// The event loop: reads the ring in bounded batches and checks, between batches, the
 /// signals, the duration, the command's exit and the outputs, so a stop is honoured at
 /// any event rate.
@@ -258,10 +286,10 @@ pub(super) async fn event_loop(
         }
         tokio::select! {
             biased;
-            _ = sigint.recv() => return Ok(Stopped { why: "SIGINT".into(), code: 0 }),
-            _ = sigterm.recv() => return Ok(Stopped { why: "SIGTERM".into(), code: 0 }),
+            _ = sigint.recv() => return Ok(stop(child, libc::SIGINT, "SIGINT").await),
+            _ = sigterm.recv() => return Ok(stop(child, libc::SIGTERM, "SIGTERM").await),
             _ = &mut deadline, if duration.is_some() => {
-                return Ok(Stopped { why: "the duration elapsed".into(), code: 0 });
+                return Ok(stop(child, libc::SIGTERM, "the duration elapsed").await);
             }
             _ = child_check.tick(), if child.is_some() => {
                 if let Some(c) = child.as_mut()
@@ -270,7 +298,7 @@ pub(super) async fn event_loop(
                     // Give in-flight completions (kworkers) a moment, then stop.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     let why = format!("the command exited (pid {}, {st})", c.id());
-                    return Ok(Stopped { why, code: st.code().unwrap_or(1) });
+                    return Ok(Stopped { why, code: status_code(st) });
                 }
             }
             _ = flush.tick() => run.periodic(Periodic::Tick, loaded),

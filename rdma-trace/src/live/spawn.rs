@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 pub fn spawn_held(
     cmd: &[String],
     log: Option<&std::path::Path>,
+    run_as: Option<&RunAs>,
 ) -> Result<(std::process::Child, std::fs::File)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
@@ -33,11 +34,21 @@ pub fn spawn_held(
             .with_context(|| format!("creating {}", log.display()))?;
         c.stdin(std::process::Stdio::null()).stdout(f.try_clone()?).stderr(f);
     }
-    // SAFETY: dup2 is async-signal-safe; it gives the child the read end as fd 3
-    // (without O_CLOEXEC).
+    // Looked up before the fork: only async-signal-safe calls run in the child.
+    let creds = run_as.map(|r| (r.uid, r.gid, r.groups()));
+    // SAFETY: dup2, setgroups, setgid and setuid are async-signal-safe; the first gives
+    // the child the read end as fd 3 (without O_CLOEXEC), the others drop to the user
+    // (groups first, the uid last: after it nothing else may be dropped).
     unsafe {
         c.pre_exec(move || {
             if libc::dup2(rfd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid, groups)) = &creds
+                && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0)
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -46,4 +57,81 @@ pub fn spawn_held(
     let child = c.spawn().with_context(|| format!("cannot start {}", cmd[0]))?;
     drop(r);
     Ok((child, w))
+}
+
+/// Whom the traced command runs as: a user other than root, with its primary group and
+/// the groups it is a member of. Root has CAP_IPC_LOCK, so a command run as root is never
+/// held to RLIMIT_MEMLOCK: the refusals this tool explains could not happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// `--user` (a name or a uid; root or 0 keeps root), else, under sudo, the user who ran
+    /// it (SUDO_UID, SUDO_GID, SUDO_USER), else none: the command runs as this process.
+    pub fn choose(user: Option<&str>) -> Result<Option<RunAs>> {
+        if let Some(u) = user {
+            let r = Self::lookup(u)?;
+            return Ok((r.uid != 0).then_some(r));
+        }
+        // SAFETY: geteuid(2) cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(None);
+        }
+        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+        let (Some(uid), Some(gid)) = (var("SUDO_UID"), var("SUDO_GID")) else { return Ok(None) };
+        if uid == 0 {
+            return Ok(None);
+        }
+        let name = match std::env::var("SUDO_USER") {
+            Ok(n) if !n.is_empty() => n,
+            _ => Self::lookup(&uid.to_string())?.name,
+        };
+        Ok(Some(RunAs { name, uid, gid }))
+    }
+
+    /// A user by name, or by number.
+    fn lookup(user: &str) -> Result<RunAs> {
+        // SAFETY: passwd is plain data (integers and pointers): all zeroes is a valid value.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut buf = vec![0 as libc::c_char; 16 * 1024];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = match user.parse::<u32>() {
+            // SAFETY: getpwuid_r(3) into a passwd and a buffer of the size given.
+            Ok(uid) => unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) },
+            Err(_) => {
+                let name = std::ffi::CString::new(user).context("a user name")?;
+                // SAFETY: getpwnam_r(3) into a passwd and a buffer of the size given.
+                unsafe { libc::getpwnam_r(name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) }
+            }
+        };
+        if rc != 0 || found.is_null() {
+            bail!("--user {user}: no such user");
+        }
+        // SAFETY: getpw*_r succeeded: pw_name points into `buf`, NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
+        Ok(RunAs { name, uid: pwd.pw_uid, gid: pwd.pw_gid })
+    }
+
+    /// The groups the user is a member of (its primary group among them).
+    fn groups(&self) -> Vec<libc::gid_t> {
+        let Ok(name) = std::ffi::CString::new(self.name.as_str()) else { return vec![self.gid] };
+        let mut n: libc::c_int = 32;
+        loop {
+            let mut groups = vec![0 as libc::gid_t; n as usize];
+            let want = n;
+            // SAFETY: getgrouplist(3) writes at most `n` groups and says how many there are.
+            let rc = unsafe { libc::getgrouplist(name.as_ptr(), self.gid, groups.as_mut_ptr(), &mut n) };
+            if rc >= 0 {
+                groups.truncate(n as usize);
+                return groups;
+            }
+            if n <= want {
+                return vec![self.gid];
+            }
+        }
+    }
 }

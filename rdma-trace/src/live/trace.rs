@@ -34,6 +34,8 @@ pub struct TraceOptions {
     pub watch_verbs_users: bool,
     /// Where the command's stdout and stderr go (the TUI owns the terminal), if not ours.
     pub command_log: Option<std::path::PathBuf>,
+    /// Whom the command runs as (`spawn::RunAs::choose`); none: as this process.
+    pub run_as: Option<super::spawn::RunAs>,
 }
 
 /// What the tracer has to tell while it starts and stops.
@@ -160,7 +162,7 @@ impl Tracer {
         }
         let mut child = None;
         if !opts.command.is_empty() {
-            let (c, release) = spawn_held(&opts.command, opts.command_log.as_deref())?;
+            let (c, release) = spawn_held(&opts.command, opts.command_log.as_deref(), opts.run_as.as_ref())?;
             loaded.watch(c.id())?;
             child = Some((c, release));
         }
