@@ -304,6 +304,12 @@ pub struct CqState {
     pub pid: Option<u32>,
     #[serde(default)]
     pub completions: u64,
+    /// The QPs (numbered on its host) its completions were last joined through: to a post on
+    /// the QP's peer, and to the QP's own post.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_peer_qpn: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_own_qpn: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -548,3 +548,56 @@ fn late(k: &str) {
         "{k}: a late view with no state pairs nothing"
     );
 }
+
+/// Issue 39, found by the gate on 7.3 (2026-12-05): on host 1, ib_send_bw freed its CQ and
+/// the companion's CQ was made at the same kernel address. The TUI found the path of
+/// ib_send_bw's CQ by that pointer and named the companion's QP ("its own post,
+/// acknowledged, qp 0x16"); the pair test's screen check failed. The path now comes from
+/// the QP the CQ's completions were joined through.
+#[test]
+fn a_cq_whose_address_the_kernel_gave_again_keeps_its_own_path() {
+    use rdma_trace::output::tui::{HostLine, model::Model};
+    let files = [
+        common::lab_capture("pair-7.3-reused-cq.host1.jsonl.zst"),
+        common::lab_capture("pair-7.3-reused-cq.host2.jsonl.zst"),
+    ];
+    let (one, two) = (records(&files[0]), records(&files[1]));
+    let mut merge = Merge::new(2);
+    let mut live = Live::new(Vec::new(), Limits::default());
+    live.settle_only();
+    let mut model = Model::new("two hosts".into());
+    model.hosts = vec![HostLine::default(), HostLine::default()];
+    for k in 0..one.len().max(two.len()) {
+        for (src, recs) in [(0, &one), (1, &two)] {
+            let Some(r) = recs.get(k) else { continue };
+            for (j, placed) in merge.take(src, r.clone()) {
+                match placed {
+                    Record::Header(h) => model.host(j, &h, merge.placements[j].as_ref()),
+                    Record::State(st) => live.seed(&st),
+                    Record::Event(e) => _ = live.push(e),
+                    Record::Step(s) => live.add_steps(vec![s.step]),
+                    _ => {}
+                }
+            }
+        }
+    }
+    live.flush();
+    model.rows_from(&live);
+    // The reuse is real: the companion's QP on host 1 sends on a CQ at the pointer
+    // ib_send_bw's receive CQ had.
+    let send_bw = model
+        .cqs
+        .values()
+        .find(|r| r.comm == "ib_send_bw" && r.cq.host == 0 && r.cq.completions > 100)
+        .expect("host 1's ib_send_bw CQ");
+    let reused = live
+        .now()
+        .qps
+        .rows
+        .values()
+        .any(|q| q.comm.starts_with("rdma-trace-wor") && q.send_cq == send_bw.cq.kernel);
+    assert!(reused, "the companion's CQ took the address");
+    let hop = send_bw.post.as_ref().expect("a path");
+    assert!(hop.across, "{}", hop.from);
+    assert_eq!(hop.from, "qp 0x14 @rdma-lab-2", "the QP its completions followed, on the other host");
+}

@@ -295,11 +295,25 @@ impl Model {
     /// The first hop of `c`'s completions: from the posts they were joined to, on the
     /// peer of the QP whose receive CQ it is, else on the QP whose send CQ it is.
     fn post_hop(&self, qps: &crate::pipeline::correlate::qps::QpStory, c: &CqStory) -> Option<PostHop> {
-        let mine = qps.rows.values().filter(|q| q.key.host == c.host && c.kernel != 0);
         let name = |k: crate::pipeline::correlate::qps::QpKey| {
             let host = self.hosts.get(k.host as usize).filter(|_| self.hosts.len() > 1);
             format!("qp {:#x}{}", k.qpn, host.map(|h| format!(" @{}", h.name)).unwrap_or_default())
         };
+        // The QPs its completions were joined through (a freed CQ's address is given to the
+        // next CQ made: the pointer alone can name another process's QP).
+        let through = |k: Option<crate::pipeline::correlate::qps::QpKey>| k.and_then(|k| qps.rows.get(&k));
+        if let Some(q) = through(c.via_peer).filter(|q| q.after_peer_post > 0) {
+            return Some(PostHop { from: name(q.peer?), across: true, ns: q.across_ns.clone() });
+        }
+        if let Some(q) = through(c.via_own).filter(|q| q.after_own_post > 0) {
+            return Some(PostHop { from: name(q.key), across: false, ns: q.own_ns.clone() });
+        }
+        // A CQ told of before this viewer joined, by a daemon of an older format: its QPs by
+        // pointer.
+        let mine = qps
+            .rows
+            .values()
+            .filter(|q| q.key.host == c.host && c.kernel != 0 && c.pid.is_none_or(|p| p == q.pid));
         let across = mine
             .clone()
             .filter(|q| q.recv_cq == c.kernel && q.after_peer_post > 0)

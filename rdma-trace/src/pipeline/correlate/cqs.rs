@@ -40,6 +40,14 @@ pub fn cq_handle(e: &Event) -> Option<u64> {
     e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq"))
 }
 
+/// A QP: the host it lives on (0 for a single capture) and its number there (here, below
+/// `qps`, because a CQ names the QPs its completions were joined through).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct QpKey {
+    pub host: u32,
+    pub qpn: u32,
+}
+
 /// The CQs by handle (`cq_handle`).
 pub type CqRows = BTreeMap<u64, CqStory>;
 
@@ -65,6 +73,11 @@ pub struct CqStory {
     /// send and receive CQs are known by (`qps`).
     pub kernel: u64,
     pub host: u32,
+    /// The QP its newest completion joined to a post on its peer went through, and the QP
+    /// whose own post its newest other one followed. Kept by key: the kernel gives a freed
+    /// CQ's address to the next CQ made, so the pointer cannot say whose QP it was.
+    pub via_peer: Option<QpKey>,
+    pub via_own: Option<QpKey>,
 }
 
 /// A CQ a daemon said had completions before this story began (`capture::CqState`): its
@@ -76,6 +89,17 @@ pub(super) fn seed(rows: &mut CqRows, c: &crate::capture::CqState) {
     row.kernel = c.kernel;
     row.host = c.pid.map(crate::event::host_of).unwrap_or(row.host);
     row.completions += c.completions;
+    let key = |qpn: Option<u32>| qpn.map(|qpn| QpKey { host: row.host, qpn });
+    row.via_peer = key(c.via_peer_qpn).or(row.via_peer);
+    row.via_own = key(c.via_own_qpn).or(row.via_own);
+}
+
+/// A completion of CQ `handle` was joined through QP `key` (to a post on its peer when
+/// `across`).
+pub(super) fn joined(rows: &mut CqRows, handle: u64, key: QpKey, across: bool) {
+    if let Some(cq) = rows.get_mut(&handle) {
+        *(if across { &mut cq.via_peer } else { &mut cq.via_own }) = Some(key);
+    }
 }
 
 /// What joins a CQ's hops between events (its rows are the story's).

@@ -36,12 +36,7 @@ const FIRST_APP_QPN: u64 = 2;
 /// `IB_QP_DEST_QPN` in `attr_mask`: `dest_qp_num` was given.
 const IB_QP_DEST_QPN: u64 = 1 << 20;
 
-/// A QP: the host it lives on (0 for a single capture) and its number there.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub struct QpKey {
-    pub host: u32,
-    pub qpn: u32,
-}
+pub use super::cqs::QpKey;
 
 /// One QP: who drives it, its CQs, its peer, and its posts and completions joined.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -125,14 +120,15 @@ pub struct Qps {
 }
 
 impl Qps {
-    /// Takes in event `i` (the next in time order).
-    pub fn event(&mut self, story: &mut QpStory, cap: usize, i: usize, e: &Event) {
+    /// Takes in event `i` (the next in time order). For a completion, returns the QP it
+    /// was joined through and whether to a post on its peer (true) or its own (false).
+    pub fn event(&mut self, story: &mut QpStory, cap: usize, i: usize, e: &Event) -> Option<(QpKey, bool)> {
         if e.kind != EventKind::Entry {
-            return;
+            return None;
         }
         if e.is(ProbeId::RxeCreateCq) || e.is(ProbeId::Mlx5CreateCq) {
             // A new CQ at an address ends whatever CQ was freed there before.
-            let Some(cq) = e.field("cq") else { return };
+            let cq = e.field("cq")?;
             let host = host_of(e.pid);
             for key in self.by_cq.remove(&(host, cq)).unwrap_or_default() {
                 if let Some(row) = story.rows.get_mut(&key) {
@@ -144,7 +140,7 @@ impl Qps {
                 }
             }
         } else if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
-            let Some(qpn) = e.field("qp_num").filter(|n| *n >= FIRST_APP_QPN) else { return };
+            let qpn = e.field("qp_num").filter(|n| *n >= FIRST_APP_QPN)?;
             let key = QpKey { host: host_of(e.pid), qpn: qpn as u32 };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
             (row.pid, row.comm) = (e.pid, e.comm.clone());
@@ -165,8 +161,9 @@ impl Qps {
                 Self::modify(story, key, e);
             }
         } else if e.is(ProbeId::CompHandler) {
-            Self::completion(story, &self.by_cq, cap, i, e);
+            return Self::completion(story, &self.by_cq, cap, i, e);
         }
+        None
     }
 
     /// A modify: the state, and at RTR the peer named (and paired once both ends agree).
@@ -215,9 +212,9 @@ impl Qps {
         cap: usize,
         i: usize,
         e: &Event,
-    ) {
-        let Some(cq) = e.field("cq") else { return };
-        let Some(qps) = by_cq.get(&(host_of(e.pid), cq)) else { return };
+    ) -> Option<(QpKey, bool)> {
+        let cq = e.field("cq")?;
+        let qps = by_cq.get(&(host_of(e.pid), cq))?;
         let candidates = qps.iter().filter_map(|key| {
             let row = story.rows.get(key)?;
             let own = (row.send_cq == cq).then_some(row.last_post).flatten().map(|p| (p, false));
@@ -228,7 +225,7 @@ impl Qps {
         });
         let best = candidates.flatten().max_by_key(|(_, ((ts, _), _))| *ts);
         let Some((key, ((post_ts, post), across))) = best else {
-            let Some(first) = qps.iter().find(|k| story.rows.contains_key(k)) else { return };
+            let first = qps.iter().find(|k| story.rows.contains_key(k))?;
             let row = story.rows.get_mut(first).expect("found");
             row.completions += 1;
             if row.state == Some(IB_QPS_ERR) {
@@ -238,7 +235,7 @@ impl Qps {
             } else {
                 row.before_any_post += 1;
             }
-            return;
+            return None;
         };
         let row = story.rows.get_mut(&key).expect("a candidate's row");
         row.completions += 1;
@@ -255,6 +252,7 @@ impl Qps {
             push_capped(&mut story.joins, cap, PostJoin { post, completion: i, latency_ns, across });
             story.joins_total += 1;
         }
+        Some((key, across))
     }
 
     /// The QPs as a late subscriber is told them (`capture::State`): every row, its pid
