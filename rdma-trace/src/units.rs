@@ -58,6 +58,11 @@ pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
     sorted.get(rank.min(sorted.len()).checked_sub(1)?).copied()
 }
 
+/// `n` and the noun, plural unless one: "1 page", "3 pages", "1 completion event".
+pub fn count(n: u64, one: &str) -> String {
+    if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

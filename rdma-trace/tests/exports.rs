@@ -206,7 +206,7 @@ fn folded_stacks_and_the_flame_graph_of_both_kernels() {
         assert_eq!(total, with_stacks, "{c}: every kernel stack counted once");
         let svg = flame::svg(&folded, c);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains(&format!("<title>all ({total} samples, 100.0%)</title>")), "{c}");
+        assert!(svg.contains(&format!("<title>all ({total} hits, 100.0%)</title>")), "{c}");
     }
 }
 

@@ -17,6 +17,11 @@ use std::path::Path;
 /// included); a companion run's steps (its step file beside it) come in where its marker
 /// would have announced each: after the events up to the step's end.
 fn fed(capture: &str) -> tui::Feeder {
+    fed_until(capture, |_| false)
+}
+
+/// As `fed`, the capture's events before the first that `stop` takes.
+fn fed_until(capture: &str, stop: impl Fn(&rdma_trace::event::Event) -> bool) -> tui::Feeder {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab");
     let steps_file = dir.join(capture.replace(".jsonl", ".steps.jsonl"));
     let steps = if steps_file.is_file() { story::read_steps(&steps_file).unwrap() } else { Vec::new() };
@@ -24,6 +29,7 @@ fn fed(capture: &str) -> tui::Feeder {
     let (mut f, _slot) = tui::channel(format!("file {capture}"), true);
     for r in Reader::new(open(&dir.join(capture)).unwrap(), true) {
         match r.unwrap() {
+            Record::Event(e) if stop(&e) => break,
             Record::Event(e) => {
                 while let Some(s) = steps.next_if(|s| s.t_end_ns < e.ts_ns) {
                     f.step(s).unwrap();
@@ -47,7 +53,7 @@ fn model(capture: &str) -> Model {
 fn explained(f: &mut tui::Feeder, ui: &Ui) -> String {
     let (topic, anchor) = lesson::chosen(&f.model, ui).unwrap();
     let m = f.model.clone();
-    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor }, &m)
+    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor, width: 88 }, &m)
 }
 
 fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
@@ -420,4 +426,55 @@ fn a_capture_with_no_account_never_says_0_lost() {
     assert!(status.contains("loss not known (v0)") && !status.contains("0 lost"), "{status}");
     let v1 = render(&model("companion-7.3.jsonl"), &Ui::default(), 120, 24);
     assert!(v1.lines().last().unwrap().contains(" 0 lost"), "{v1}");
+}
+
+/// Issue 40: the Mmap screen leads with what is mapped now (newest first), the unmapped
+/// after it; `u` leaves the unmapped out.
+#[test]
+fn the_mmap_screen_leads_with_what_is_mapped_now() {
+    use rdma_trace::output::tui::ui::shown_maps;
+    let mut both = 0;
+    // The companion in its teardown, its rings being unmapped one by one (cut at the third
+    // of their six munmaps, 153.649684977 s into its boot), and whole runs.
+    let third_unmap = |e: &rdma_trace::event::Event| e.ts_ns >= 153_649_684_977;
+    let models = [
+        ("companion-7.3.jsonl (teardown)", fed_until("companion-7.3.jsonl", third_unmap).model),
+        ("perftest-rping-6.12.jsonl.zst", model("perftest-rping-6.12.jsonl.zst")),
+        ("session-7.3.jsonl", model("session-7.3.jsonl")),
+    ];
+    for (capture, m) in models {
+        let shown = shown_maps(&m, &Ui::default());
+        let first_unmapped = shown.iter().position(|r| r.unmapped).unwrap_or(shown.len());
+        assert!(
+            shown[first_unmapped..].iter().all(|r| r.unmapped),
+            "{capture}: mapped rows after unmapped ones"
+        );
+        let hidden = shown_maps(&m, &Ui { hide_unmapped: true, ..Default::default() });
+        assert_eq!(hidden.len(), first_unmapped, "{capture}");
+        assert!(hidden.iter().all(|r| !r.unmapped), "{capture}");
+        both += usize::from(first_unmapped > 0 && first_unmapped < shown.len());
+    }
+    assert!(both > 0, "a capture with both mapped and unmapped rows was checked");
+}
+
+/// Issue 40: `e`'s answer is wrapped once, to the panel it is shown in (an 80-column
+/// terminal's is 78 inside its borders): no prose line is longer, so none is wrapped again
+/// into an orphan word.
+#[test]
+fn an_answer_is_wrapped_to_its_panel() {
+    let mut f = fed("companion-7.3.jsonl");
+    let ui = Ui { screen: Screen::Pinning, ..Default::default() };
+    let (topic, anchor) = lesson::chosen(&f.model, &ui).unwrap();
+    let m = f.model.clone();
+    for width in [78u16, 60] {
+        let text = lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor, width }, &m);
+        let prose: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("   ") && !l.starts_with("    ") && !l.contains(" · "))
+            .collect();
+        assert!(prose.len() > 5, "{text}");
+        for l in prose {
+            assert!(l.chars().count() <= usize::from(width), "at {width}: {l:?}");
+        }
+    }
 }

@@ -214,7 +214,7 @@ fn e_explains_the_selected_row_on_pinning_mmap_and_completions() {
             t.wait_gone("explain (");
         }
         t.keys("3");
-        let screen = t.wait_for("uverbs mappings (6)");
+        let screen = t.wait_for("uverbs mappings (6, 0 mapped");
         let maps = rows(&screen);
         // Each mapping is named by its queue: the companion's two QPs' send and receive
         // queues and its two CQs' rings.
@@ -263,15 +263,16 @@ fn enter_shows_an_event_whole() {
             assert!(s.contains("more lines (enter"), "at {w}×{h}, the detail is cut silently:\n{s}");
         }
         t.keys("Enter");
-        let x = t.wait_for("whole (↑↓ scroll");
+        let x = t.wait_for("all of it (↑↓ scroll");
         // The newest of them (selected): rxe_mmap's or ib_uverbs_mmap's entry, whose stack
         // ends in the system call's entry.
-        for line in ["mmap Entry in rdma-trace-work [227]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
+        for line in
+            ["mmap entered in rdma-trace-work [227]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
         {
             assert!(x.contains(line), "at {w}×{h}, {line:?} not in the event whole:\n{x}");
         }
         t.keys("Escape");
-        t.wait_gone("whole (↑↓ scroll");
+        t.wait_gone("all of it (↑↓ scroll");
     }
 }
 

@@ -70,8 +70,11 @@ pub fn run(a: &TuiLoadArgs) -> Result<()> {
 
 fn replay(bin: &Path, capture: &Path, dir: &Path, events: u64) -> Result<()> {
     let d = dir.display();
-    let script =
-        format!("{} tui {} 2> {d}/stderr; echo $? > {d}/code; sleep 600", bin.display(), capture.display());
+    let script = format!(
+        "{} tui --verbose {} 2> {d}/stderr; echo $? > {d}/code; sleep 600",
+        bin.display(),
+        capture.display()
+    );
     let tmux = Tmux("rdma-trace-tui-load");
     tmux.run(&["kill-server"]);
     tmux.run(&["new-session", "-d", "-s", "t", "-x", "120", "-y", "32", "sh", "-c", &script]);

@@ -200,7 +200,13 @@ pub fn export(
     }
     let r = read(files, opts, true)?;
     let events = r.events;
+    // `-` is stdout, as everywhere.
     let write = |path: &Path, text: &str| -> Result<()> {
+        if path == Path::new("-") {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            return out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing stdout");
+        }
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("rdma-trace: wrote {}", path.display());
         Ok(())

@@ -32,11 +32,11 @@ pub fn run(a: TuiArgs) -> Result<i32> {
         let fed = replay(file, feeder);
         let shown = screen.join().map_err(|_| anyhow::anyhow!("the screen thread panicked"))?;
         fed?;
-        eprintln!("rdma-trace tui: {}", shown?);
+        said(a.verbose, shown?);
         return Ok(0);
     }
     if a.connect.len() > 1 {
-        return several(a.connect);
+        return several(a.connect, a.verbose);
     }
     if let Some(socket) = a.connect.first() {
         let (mut feeder, rx) = tui::channel(format!("daemon {}", socket.display()), false);
@@ -59,7 +59,7 @@ pub fn run(a: TuiArgs) -> Result<i32> {
                 Err(why) => feeder.finished(why.to_string()),
             }
         });
-        eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
+        said(a.verbose, tui::screen(rx, control, false)?);
         return Ok(0);
     }
     live(a)
@@ -89,7 +89,7 @@ fn connect(
 
 /// Several daemons on one screen: each connected and read on its own thread, their
 /// records placed onto the first's clock and pids (`serve::merge`) and fed to one story.
-fn several(sockets: Vec<std::path::PathBuf>) -> Result<i32> {
+fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
     use crate::serve::merge::{self, Merge, Tagged};
     let (mut feeder, rx) = tui::channel(format!("{} daemons", sockets.len()), false);
     let control = feeder.control.clone();
@@ -139,7 +139,7 @@ fn several(sockets: Vec<std::path::PathBuf>) -> Result<i32> {
         feeder.finished("every daemon's stream ended".into());
         feeder.serve_until_quit();
     });
-    eprintln!("rdma-trace tui: {}", tui::screen(rx, control, false)?);
+    said(verbose, tui::screen(rx, control, false)?);
     Ok(0)
 }
 
@@ -319,7 +319,7 @@ fn live(a: TuiArgs) -> Result<i32> {
     if !a.command.is_empty() {
         eprintln!("rdma-trace: the command's output is in {}", log.display());
     }
-    eprintln!("rdma-trace tui: {}", shown?);
+    said(a.verbose, shown?);
     Ok(0)
 }
 
@@ -344,4 +344,11 @@ fn private_dir() -> Result<std::path::PathBuf> {
         );
     }
     Ok(dir)
+}
+
+/// The screen's own account at exit (frames, keys, snapshots), with `--verbose` only.
+fn said(verbose: bool, frames: tui::Frames) {
+    if verbose {
+        eprintln!("rdma-trace tui: {frames}");
+    }
 }

@@ -64,7 +64,7 @@ fn colour(name: &str) -> String {
 }
 
 /// The flame graph of folded stacks: the root at the bottom, each frame as wide as its
-/// share of the samples; hovering shows the frame and its count.
+/// share of the probe hits; hovering shows the frame and its count.
 pub fn svg(folded: &str, title: &str) -> String {
     let root = tree(folded);
     let height = (depth(&root) as f64 + 2.0) * ROW;
@@ -110,7 +110,7 @@ fn draw(
     };
     writeln!(
         out,
-        r#"<g><title>{} ({} samples, {pct:.1}%)</title><rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}" rx="2"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+        r#"<g><title>{} ({} hits, {pct:.1}%)</title><rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}" rx="2"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
         escape(name),
         n.count,
         w,
@@ -139,9 +139,9 @@ mod tests {
         let s = svg(folded, "t");
         // all, pin, a, b, c, mmap, d
         assert_eq!(s.matches("<rect").count(), 7, "{s}");
-        assert!(s.contains("<title>b (3 samples, 37.5%)</title>"), "{s}");
+        assert!(s.contains("<title>b (3 hits, 37.5%)</title>"), "{s}");
         assert!(s.contains(r#"width="1200.0""#) && s.contains(r#"width="600.0""#), "{s}");
-        assert!(s.contains("<title>all (8 samples, 100.0%)</title>"));
+        assert!(s.contains("<title>all (8 hits, 100.0%)</title>"));
     }
 
     #[test]

@@ -22,12 +22,12 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
     let wake = ps.wakeup_latencies_ns.clone();
     writeln!(
         out,
-        "process {} ({}): {} events, {} verbs calls, {} completion events{}, pinned peak {}",
+        "process {} ({}): {}, {}, {}{}, pinned peak {}",
         ps.pid,
         crate::pipeline::render::printable(&ps.comm),
-        ps.event_count,
-        ps.calls_total,
-        ps.completions_total,
+        crate::units::count(ps.event_count, "event"),
+        crate::units::count(ps.calls_total, "verbs call"),
+        crate::units::count(ps.completions_total, "completion event"),
         median(wake.clone())
             .map(|m| format!(" (wakeup median {} over {})", ms(m), wake.len()))
             .unwrap_or_default(),
@@ -47,7 +47,9 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
             .filter_map(|&i| events.ev(i))
             .filter(|k| k.kind == EventKind::Entry)
             .map(|k| match (k.probe(), k.field("pages")) {
-                (Some(ProbeId::UmemGet), Some(p)) => format!("umem_get pins {p} pages"),
+                (Some(ProbeId::UmemGet), Some(p)) => {
+                    format!("umem_get pins {}", crate::units::count(p, "page"))
+                }
                 _ => k.name.to_string(),
             })
             .collect();

@@ -14,9 +14,12 @@ pub use super::arch::{SyscallSpec, WATCHED};
 pub fn render_of(name: &str) -> crate::plan::catalog::Render {
     use crate::plan::catalog::Render;
     match name {
-        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" => Render::Hex,
+        // Addresses (user pointers) and bit sets, in hex.
+        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" | "pathname" | "tsp"
+        | "sigmask" | "readfds" | "writefds" | "exceptfds" | "timeout" | "sig" => Render::Hex,
         "ret" => Render::Errno,
-        "fd" | "newfd" => Render::Fd,
+        // ints: a descriptor (AT_FDCWD is -100), a timeout in ms (-1 waits forever).
+        "fd" | "newfd" | "dirfd" | "epfd" | "timeout_ms" => Render::Fd,
         _ => Render::Dec,
     }
 }

@@ -53,13 +53,20 @@ pub fn functions_named(x: &Explanation) -> Vec<String> {
     out
 }
 
+/// The explanation as the command line prints it (88 columns).
 pub fn text(x: &Explanation) -> String {
+    text_at(x, 88)
+}
+
+/// The explanation with its prose wrapped to `width` columns (the TUI's panel): text
+/// wrapped once, where it is shown, leaves no orphan words.
+pub fn text_at(x: &Explanation, width: usize) -> String {
     let mut out = String::new();
-    write_text(&mut out, x).expect("formatting into a String cannot fail");
+    write_text(&mut out, x, width).expect("formatting into a String cannot fail");
     out
 }
 
-fn write_text(out: &mut String, x: &Explanation) -> std::fmt::Result {
+fn write_text(out: &mut String, x: &Explanation, width: usize) -> std::fmt::Result {
     let kernel = x.kernel.as_deref().map(|k| format!(" on Linux {k}")).unwrap_or_default();
     writeln!(out, "{} ({}){kernel}", x.title, x.topic)?;
     writeln!(out, "{}\n", x.occurrence)?;
@@ -74,13 +81,13 @@ fn write_text(out: &mut String, x: &Explanation) -> std::fmt::Result {
             writeln!(out, "   · {}(){file}{what}", f.function)?;
         }
         if !s.text.is_empty() {
-            writeln!(out, "{}", wrap(&s.text, 88, "   "))?;
+            writeln!(out, "{}", wrap(&s.text, width, "   "))?;
         }
         writeln!(out)?;
     }
     for (head, t) in &x.notes {
         writeln!(out, "{head}")?;
-        writeln!(out, "{}\n", wrap(t, 88, "   "))?;
+        writeln!(out, "{}\n", wrap(t, width, "   "))?;
     }
     Ok(())
 }

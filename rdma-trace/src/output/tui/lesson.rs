@@ -22,7 +22,12 @@ pub struct Ask {
     pub id: u64,
     pub topic: Topic,
     pub anchor: usize,
+    /// The columns the answer is shown in (its text is wrapped to them).
+    pub width: u16,
 }
+
+/// The narrowest an answer is wrapped to.
+pub const MIN_WIDTH: u16 = 40;
 
 /// What `e` explains on the screen shown: a topic and the story's index of the event to
 /// anchor it on, or why there is nothing to explain.
@@ -93,7 +98,7 @@ pub fn answer(live: &mut Live, ask: &Ask, m: &Model) -> String {
         clock_error_ns,
     };
     match explain::explain(ask.topic, &input) {
-        Ok(x) => explain::text(&x),
+        Ok(x) => explain::text_at(&x, usize::from(ask.width.max(MIN_WIDTH))),
         Err(why) => {
             format!("{}: {why} (among the {} events the story keeps)", ask.topic.title(), events.len())
         }

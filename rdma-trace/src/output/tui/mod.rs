@@ -373,12 +373,19 @@ fn key(
         }
         KeyCode::Esc => ui.filter.clear(),
         KeyCode::Char('?') => ui.help = !ui.help,
+        KeyCode::Char('u') if ui.screen == Screen::Mmap => {
+            (ui.hide_unmapped, ui.selected) = (!ui.hide_unmapped, 0);
+        }
         KeyCode::Char('e') => {
             let text = match lesson::chosen(model, ui) {
                 Ok((topic, anchor)) => {
                     let id = ui.asked.map_or(1, |a| a + 1);
+                    // The panel spans the terminal, less its two borders: the text is
+                    // wrapped to that, not to the 88 columns of the command line's.
+                    let cols = ratatui::crossterm::terminal::size().map_or(90, |(w, _)| w);
+                    let width = cols.saturating_sub(2).max(lesson::MIN_WIDTH);
                     if let Ok(mut a) = control.ask.lock() {
-                        *a = Some(lesson::Ask { id, topic, anchor });
+                        *a = Some(lesson::Ask { id, topic, anchor, width });
                     }
                     ui.asked = Some(id);
                     format!("{}: asking the story…", topic.title())
@@ -390,7 +397,7 @@ fn key(
         KeyCode::Enter if ui.screen == Screen::Events => {
             let shown = ui::shown_events(model, ui);
             if let Some(e) = ui.pick(&shown) {
-                let title = format!("{} whole (↑↓ scroll, enter or esc close)", e.name);
+                let title = format!("the {} event, all of it (↑↓ scroll, enter or esc close)", e.name);
                 ui.explain = Some(screens::event_detail(model, e).join("\n"));
                 (ui.explain_title, ui.explain_scroll) = (Some(title), 0);
             }

@@ -271,6 +271,13 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     let n = rows.len();
+    let mapped = shown_maps(m, ui).iter().filter(|r| !r.unmapped).count();
+    // Mapped first, newest first; then the unmapped.
+    let title = if ui.hide_unmapped {
+        format!("uverbs mappings ({mapped} mapped; u shows unmapped)")
+    } else {
+        format!("uverbs mappings ({n}, {mapped} mapped; u hides unmapped)")
+    };
     // What it maps gives way last: the cache mode to its initials first, then the
     // process's name, then the verbs call (a named queue says it), then the cache mode.
     const COLS: [Col; 7] = [
@@ -282,7 +289,7 @@ fn mmap(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         Col::whole("made by").shorten(3, 14).drop(3),
         Col::whole("state").drop(7),
     ];
-    let t = table(&COLS, rows, format!("uverbs mappings ({n})"), area);
+    let t = table(&COLS, rows, title, area);
     f.render_stateful_widget(t, area, &mut table_state(ui, n));
 }
 
@@ -466,8 +473,15 @@ fn in_rows(all: &[impl AsRef<str>], w: u16, rows: u16, how: &str, style: Style) 
 /// An event whole, a line each: what and where, its fields, its stack (frames the catalog
 /// knows are annotated).
 pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
-    let mut lines =
-        vec![format!("{} {:?} in {} [{}]", e.name, e.kind, render::printable(&e.comm), m.who(e.pid))];
+    use crate::event::EventKind;
+    // Words, not the enum's names.
+    let what = match e.kind {
+        EventKind::Entry => "entered",
+        EventKind::Return => "returned",
+        EventKind::SyscallEnter => "called",
+        EventKind::SyscallExit => "returned from",
+    };
+    let mut lines = vec![format!("{} {what} in {} [{}]", e.name, render::printable(&e.comm), m.who(e.pid))];
     lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, *v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
@@ -539,12 +553,13 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 }
 
 /// The help box's lines: a key and what it does.
-pub const HELP: [&str; 15] = [
+pub const HELP: [&str; 16] = [
     "tab / 1-6   switch screens",
     "↑↓ j k      select a row",
     "e           explain the selected row's path (MR, mapping,",
     "            CQ, event); ↑↓ scroll it, e or esc close it",
     "enter       the selected event whole (Events)",
+    "u           show or hide the unmapped (Mmap)",
     "/           filter by pid, comm, lkey, rkey, CQ, @host,",
     "            container:ID or cgroup path; esc clears",
     "space       pause: a replay stops; live, the screen holds",

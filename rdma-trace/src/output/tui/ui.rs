@@ -63,6 +63,8 @@ pub struct Ui {
     /// The last `e` asked of the story, and the last whose answer was shown.
     pub asked: Option<u64>,
     pub answered: Option<u64>,
+    /// The Mmap screen leaves out what was unmapped (`u`).
+    pub hide_unmapped: bool,
 }
 
 impl Ui {
@@ -97,8 +99,11 @@ pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
 }
 
 /// The mappings the Mmap screen lists, newest first, filtered.
+/// What is mapped now first (newest first), then what was unmapped (unless hidden).
 pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
-    m.maps.iter().rev().filter(|r| ui.admits(&[m.tags(r.pid), r.comm.clone()])).collect()
+    let admitted = m.maps.iter().rev().filter(|r| ui.admits(&[m.tags(r.pid), r.comm.clone()]));
+    let (mapped, unmapped): (Vec<&MapRow>, Vec<&MapRow>) = admitted.partition(|r| !r.unmapped);
+    if ui.hide_unmapped { mapped } else { mapped.into_iter().chain(unmapped).collect() }
 }
 
 /// The CQs the Completions screen lists, filtered.

@@ -158,6 +158,8 @@ impl CqOwners {
                 handle: r.handle,
                 pid: r.pid.or_else(|| self.by_kernel_cq.get(&r.kernel).copied()),
                 completions: r.completions,
+                via_peer_qpn: r.via_peer.map(|k| k.qpn),
+                via_own_qpn: r.via_own.map(|k| k.qpn),
             })
             .collect();
         let mut kernels: Vec<(&u64, &u32)> = self.by_kernel_cq.iter().collect();
@@ -197,21 +199,31 @@ impl CqOwners {
     }
 }
 
-/// Set-up ends with the last CQ/QP/MR creation; teardown starts with the first release.
-/// Kept as it goes: a later set-up event clears what was counted before it (those
-/// syscalls were still set-up), the first teardown event closes the count.
+/// The data phase: the work, from the first post (or, where posts never reach the kernel,
+/// the first completion) to the last completion consumed; the syscall the first is in
+/// counts. Set-up ends with the last CQ/QP/MR creation or QP modify; teardown starts with
+/// the first release. Kept as it goes: a later set-up event starts the count again (that
+/// was still set-up); syscalls wait in `pending` until a post, a completion or its wakeup
+/// shows the work went on past them (what follows the last one, the QPs destroyed and the
+/// rings unmapped, is teardown, not work), and the first teardown event closes the count.
 #[derive(Default)]
 struct Phase {
     setup_done_at: Option<u64>,
     teardown_at: Option<u64>,
+    pending: BTreeMap<String, u64>,
+    /// The first post or completion was seen: the phase's syscalls are being counted.
+    started: bool,
+    /// The newest syscall entered (the one a post or a completion came in).
+    last_enter: Option<String>,
 }
 
-const SETUP: [ProbeId; 5] = [
+const SETUP: [ProbeId; 6] = [
     ProbeId::RxeCreateCq,
     ProbeId::Mlx5CreateCq,
     ProbeId::UmemGet,
     ProbeId::UverbsMmap,
     ProbeId::IbvCreateQp,
+    ProbeId::ModifyQp,
 ];
 const TEARDOWN: [ProbeId; 3] = [ProbeId::UmemRelease, ProbeId::MrDereg, ProbeId::IbvDeregMr];
 
@@ -302,9 +314,12 @@ impl Builder {
         self.kernel_reads |= e.is(ProbeId::CompEventRead);
         self.pins.dereg(e, &mut self.story.processes);
         self.cqs.hops(&mut self.story.cqs, e);
-        self.qps.event(&mut self.story.qps, self.per_list, i, e);
+        let via = self.qps.event(&mut self.story.qps, self.per_list, i, e);
         let owner = self.owner(e);
         let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, i, e, owner));
+        if let (Some(handle), Some((key, across))) = (cq, via) {
+            super::cqs::joined(&mut self.story.cqs, handle, key, across);
+        }
         let Some(pid) = owner else {
             push_capped(&mut self.story.unjoined, self.per_list, i);
             self.story.unjoined_total += 1;
@@ -342,6 +357,7 @@ impl Builder {
             self.pending.entry(pid).or_default().push_back((ps.completions_total, e.ts_ns, cq));
             ps.completions_total += 1;
             *ps.completions_by_context.entry(RanIn(e.context)).or_default() += 1;
+            self.work_went_on(pid);
             return;
         }
         if let Some(l) = e.field("memlock_limit") {
@@ -398,6 +414,7 @@ impl Builder {
             return;
         }
         let Some((n, at, cq)) = self.pending.get_mut(&pid).and_then(|q| q.pop_front()) else { return };
+        self.work_went_on(pid);
         let latency = e.ts_ns.saturating_sub(at);
         self.cqs.woke(&mut self.story.cqs, e, cq, latency);
         self.story.wakeup_ns.push(latency);
@@ -539,11 +556,13 @@ impl Builder {
         let ph = self.phases.entry(pid).or_default();
         if e.is_any(&SETUP) {
             ph.setup_done_at = Some(e.ts_ns);
+            (ph.started, ph.pending) = (false, BTreeMap::new());
             self.story.processes.get_mut(&pid).expect("placed by event()").data_phase_syscalls.clear();
             return;
         }
         if e.is_any(&TEARDOWN) {
             ph.teardown_at.get_or_insert(e.ts_ns);
+            ph.pending.clear();
             return;
         }
         let in_phase = ph.setup_done_at.is_some_and(|s| e.ts_ns > s) && ph.teardown_at.is_none();
@@ -554,7 +573,30 @@ impl Builder {
                 }
                 _ => e.name.to_string(),
             };
-            *self.process(pid).data_phase_syscalls.entry(key).or_default() += 1;
+            *ph.pending.entry(key.clone()).or_default() += 1;
+            ph.last_enter = Some(key);
+        }
+        // A post (soft-RoCE's doorbell, inside the write that carries it): the work goes on.
+        if e.is(ProbeId::RxePostSend) && e.kind == EventKind::Entry && in_phase {
+            self.work_went_on(pid);
+        }
+    }
+
+    /// A post, a completion or its wakeup of `pid`'s: the syscalls since the last are the
+    /// work's (at the first, only the one it came in).
+    fn work_went_on(&mut self, pid: u32) {
+        let Some(ph) = self.phases.get_mut(&pid) else { return };
+        if ph.setup_done_at.is_none() || ph.teardown_at.is_some() {
+            return;
+        }
+        if !ph.started {
+            ph.started = true;
+            let in_flight = ph.last_enter.take().filter(|k| ph.pending.contains_key(k));
+            ph.pending = in_flight.map(|k| BTreeMap::from([(k, 1)])).unwrap_or_default();
+        }
+        let Some(ps) = self.story.processes.get_mut(&pid) else { return };
+        for (k, n) in std::mem::take(&mut ph.pending) {
+            *ps.data_phase_syscalls.entry(k).or_default() += n;
         }
     }
 
