@@ -189,11 +189,14 @@ wakeup-p99, pinned-peak-bytes, refused-pins, completions, syscalls-per-completio
 
 #[derive(clap::Args)]
 pub struct TuiArgs {
+    /// At exit, the screen's own account: frames drawn, keys answered and how fast.
+    #[arg(long)]
+    pub verbose: bool,
     /// A capture to replay (plain or zstd).
     #[arg(conflicts_with_all = ["connect", "probes", "pids", "command"])]
     pub file: Option<PathBuf>,
-    /// Show a daemon's stream (`rdma-trace daemon`): its socket, or `ssh://[USER@]HOST[:PORT]
-    /// [/SOCKET]` for one on another host (over your own ssh, which runs `rdma-trace trace
+    /// Show a daemon's stream (`rdma-trace daemon`): its socket, or
+    /// `ssh://[USER@]HOST[:PORT][/SOCKET]` for one on another host (over your own ssh, which runs `rdma-trace trace
     /// --connect SOCKET -o -` there; `RDMA_TRACE_SSH` is the ssh command, like
     /// `GIT_SSH_COMMAND`). A capture file or `-` is read as a source too (at once, with no
     /// replay clock). Repeat for several sources (one per host, say both ends of a
@@ -226,6 +229,11 @@ pub struct DaemonArgs {
     /// kernel's peer credentials decide.
     #[arg(long = "allow-uid", value_name = "UID")]
     pub allow_uids: Vec<u32>,
+    /// Send kernel addresses (struct pointers, page frame numbers) to subscribers that are
+    /// not root too. Without it they get stand-ins, the same for the same value throughout
+    /// (as `trace --redact`), so every join still holds.
+    #[arg(long)]
+    pub show_kernel_addresses: bool,
     /// Only these probes (ids from `rdma-trace probes`); repeatable. Default: all.
     #[arg(long = "probe", value_name = "ID")]
     pub probes: Vec<String>,
@@ -235,6 +243,9 @@ pub struct DaemonArgs {
     /// Serve Prometheus metrics (text format) over HTTP on ADDR: bytes pinned per process
     /// against its memlock limit, MR registrations and refusals, pin and wakeup latency
     /// histograms, completions per process and context, events lost per probe and reason.
+    /// Anyone who can reach ADDR can read them (no access control: process names and pids,
+    /// no kernel addresses); the default binds the loopback only, so bind wider only where
+    /// the network is yours (`--metrics 0.0.0.0:9464`).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
     pub metrics: Option<String>,
     /// Measure another host's clock against this one's before tracing: the peer daemon's
@@ -298,8 +309,8 @@ pub struct TraceArgs {
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Write the capture stream (format v1, docs/event-format.md) to this file (mode 0600;
-    /// zstd if it ends in .zst), or to stdout with `-`: a header, every event, stats each
-    /// second, loss notices, a trailer; written out every 50 ms.
+    /// zstd if it ends in .zst), or to stdout with `-`: a header, every event, stats every
+    /// 800 ms, loss notices, a trailer; written out every 50 ms.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// With -o FILE: start a new file once this one holds SIZE bytes (K, M, G suffixes), as
@@ -312,7 +323,9 @@ pub struct TraceArgs {
     pub rotate: Option<u32>,
     /// Replace kernel addresses (struct pointers, page frame numbers) with stand-ins in
     /// every output, for a capture to share: the same address gets the same stand-in, so
-    /// the story still joins. Stacks are symbols already; user-space addresses stay.
+    /// the story still joins. Stacks are symbols already; user-space addresses stay. With
+    /// --connect, the daemon is asked for its stream so (a subscriber that is not root gets
+    /// it so anyway, unless the daemon runs with --show-kernel-addresses).
     #[arg(long)]
     pub redact: bool,
     /// Stop after this many seconds.
@@ -344,7 +357,7 @@ pub struct TraceArgs {
     /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (a daemon on another host, over your own ssh), a
     /// capture file or `-`. Repeat for several (one per host): one stream on the first's
     /// clock, each line led by its host (without -o or --story, which take one).
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command", "redact"])]
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["probes", "pids", "command"])]
     pub connect: Vec<PathBuf>,
     /// Run this command under the tracer and watch its syscalls from its first one. It runs
     /// as the user who ran sudo (SUDO_UID), not as root, unless --user says otherwise;

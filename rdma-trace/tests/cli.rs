@@ -553,3 +553,17 @@ fn the_traced_command_runs_as_its_user_and_gives_its_status() {
     assert_eq!(nobody.status.code(), Some(2), "{err}");
     assert!(err.contains("--user no-such-user-here: no such user"), "{err}");
 }
+
+/// `-` is stdout for export too (it wrote a file named `-`).
+#[test]
+fn export_to_dash_writes_stdout() {
+    let dir = temp_dir("export-dash");
+    let cap = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/companion-7.3.jsonl");
+    let out =
+        Command::new(bin()).current_dir(&dir).args(["export", "--folded", "-"]).arg(&cap).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let folded = String::from_utf8_lossy(&out.stdout);
+    assert!(folded.lines().count() > 3 && folded.contains("ib_umem_get"), "{folded}");
+    assert!(!dir.join("-").exists(), "no file named -");
+    std::fs::remove_dir_all(&dir).ok();
+}

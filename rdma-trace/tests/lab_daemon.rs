@@ -54,6 +54,22 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     let mut daemon = start_daemon(&["--allow-uid", "1000"], socket, None, &derr, "serving on");
 
     let mut early = subscriber(&dir, "early", socket);
+    // uid 1000, allowed but not root: its stream has stand-ins for kernel addresses.
+    let user_out = Path::new("/tmp/rdma-trace-lab-uid1000.jsonl");
+    std::fs::remove_file(user_out).ok();
+    let uerr = dir.join("uid1000.stderr");
+    let mut user = Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all", "--"])
+        .arg(tracer_bin())
+        .args(["trace", "-q", "--connect"])
+        .arg(socket)
+        .arg("-o")
+        .arg(user_out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&uerr).unwrap())
+        .spawn()
+        .expect("setpriv");
+    wait_for(&uerr, "connected to", &mut user, 60).expect("uid 1000 connects");
     let nobody = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
         .arg(tracer_bin())
@@ -90,7 +106,10 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     let dst = wait_timeout(&mut daemon, 60);
     let dtext = std::fs::read_to_string(&derr).unwrap();
     assert!(dst.success(), "daemon {dst}:\n{dtext}");
-    assert!(dtext.contains("2 subscribers were sent the trailer"), "{dtext}");
+    assert!(dtext.contains("3 subscribers were sent the trailer"), "{dtext}");
+    let ust = wait_timeout(&mut user, 30);
+    assert!(ust.success(), "uid 1000 {ust}: {}", std::fs::read_to_string(&uerr).unwrap_or_default());
+    std::fs::copy(user_out, dir.join("uid1000.jsonl")).ok();
     for (name, c) in [("early", &mut early), ("late", &mut late)] {
         let st = wait_timeout(c, 30);
         let err = std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap();
@@ -132,6 +151,37 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
     };
     let (ea, eb) = (events(&a), events(&b));
     assert!(eb.iter().any(|e| e.comm == "ib_send_bw" && e.is(rdma_trace::event::ProbeId::UmemGet)));
+
+    // uid 1000's: the same events, kernel pointers as stand-ins (the same for the same).
+    let u = records(user_out);
+    let Record::Header(uh) = &u[0] else { panic!("a header first") };
+    assert!(uh.redacted, "its header says the addresses are stand-ins");
+    let eu = events(&u);
+    let kernel = |es: &[rdma_trace::event::Event]| -> Vec<u64> {
+        use rdma_trace::event::Value;
+        es.iter()
+            .flat_map(|e| e.fields.iter())
+            .filter(|(k, _)| !k.starts_with("memlock"))
+            .filter_map(|(_, v)| match v {
+                Value::U(n) if *n >= rdma_trace::pipeline::redact::KERNEL_HALF => Some(*n),
+                _ => None,
+            })
+            .filter(|n| rdma_trace::pipeline::render::err_ptr(*n).is_none())
+            .collect()
+    };
+    let user_from = u.iter().find_map(|r| if let Record::Event(e) = r { e.seq } else { None }).unwrap();
+    let root_same: Vec<_> = ea.iter().filter(|e| e.seq >= Some(user_from)).cloned().collect();
+    assert_eq!(eu.len(), root_same.len(), "the same events from where it joined");
+    let (raw, stand_ins) = (kernel(&root_same), kernel(&eu));
+    assert!(
+        raw.iter().any(|v| *v < rdma_trace::pipeline::redact::KERNEL_STAND_IN),
+        "root sees kernel pointers"
+    );
+    assert_eq!(raw.len(), stand_ins.len());
+    assert!(
+        stand_ins.iter().all(|v| *v > rdma_trace::pipeline::redact::KERNEL_STAND_IN),
+        "uid 1000 sees none"
+    );
     assert!(
         ea.iter().any(|e| e.pid == cpid && e.path == rdma_trace::event::Path::Syscall && e.name == "write"),
         "the companion's doorbell writes were watched"

@@ -50,7 +50,8 @@ fn trailer() -> rdma_trace::capture::Trailer {
 /// A subscriber: the daemon's end goes to the broadcaster, ours is read on a thread.
 fn subscribe(tx: &std::sync::mpsc::Sender<Joining>, name: &str) -> std::thread::JoinHandle<Vec<u8>> {
     let (ours, theirs) = UnixStream::pair().unwrap();
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into() }).unwrap();
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into(), uid: 0 })
+        .unwrap();
     std::thread::spawn(move || {
         let mut buf = Vec::new();
         (&ours).read_to_end(&mut buf).unwrap();
@@ -111,8 +112,13 @@ fn a_subscriber_that_stops_reading_is_told_what_it_lost_and_costs_the_other_noth
     let reader = subscribe(&tx, "reader");
     // The stalled one: nobody reads its socket until the end.
     let (stalled_ours, theirs) = UnixStream::pair().unwrap();
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Events), peer: "stalled".into() })
-        .unwrap();
+    tx.send(Joining {
+        out: Box::new(theirs),
+        hello: Hello::new(Want::Events),
+        peer: "stalled".into(),
+        uid: 0,
+    })
+    .unwrap();
     b.tick().unwrap();
     let rounds = 2 * rdma_trace::serve::QUEUE / events.len() + 2;
     let t0 = std::time::Instant::now();
@@ -207,8 +213,13 @@ fn a_subscriber_that_never_reads_cannot_hold_the_daemon_at_its_end() {
     let mut b = Broadcaster::new(header(), rx);
     let reader = subscribe(&tx, "reader");
     let (_never_read, theirs) = UnixStream::pair().unwrap();
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Events), peer: "stalled".into() })
-        .unwrap();
+    tx.send(Joining {
+        out: Box::new(theirs),
+        hello: Hello::new(Want::Events),
+        peer: "stalled".into(),
+        uid: 0,
+    })
+    .unwrap();
     b.tick().unwrap();
     // More than its queue and its socket's buffer hold.
     let rounds = rdma_trace::serve::QUEUE / events.len() + 4;
@@ -274,4 +285,88 @@ fn the_socket_bounds_what_a_peer_can_make_it_hold() {
     let j = joined.recv_timeout(std::time::Duration::from_secs(5)).expect("a real subscriber joins");
     assert_eq!(j.hello, Hello::new(Want::Both));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+fn subscribe_as(tx: &std::sync::mpsc::Sender<Joining>, uid: u32) -> std::thread::JoinHandle<Vec<u8>> {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let peer = format!("uid {uid}");
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer, uid }).unwrap();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        (&ours).read_to_end(&mut buf).unwrap();
+        buf
+    })
+}
+
+/// The kernel addresses in a stream's events and state (values in the kernel half).
+fn kernel_values(recs: &[Record]) -> Vec<u64> {
+    use rdma_trace::event::Value;
+    let kernel = |v: u64| v >= rdma_trace::pipeline::redact::KERNEL_HALF;
+    let mut out = Vec::new();
+    for r in recs {
+        match r {
+            Record::Event(e) => out.extend(e.fields.iter().filter_map(|(k, v)| match v {
+                Value::U(n)
+                    if kernel(*n)
+                        && !k.starts_with("memlock")
+                        && rdma_trace::pipeline::render::err_ptr(*n).is_none() =>
+                {
+                    Some(*n)
+                }
+                _ => None,
+            })),
+            Record::State(st) => {
+                out.extend(st.qps.iter().flat_map(|q| [q.send_cq, q.recv_cq]).filter(|v| kernel(*v)));
+                out.extend(st.cqs.iter().map(|c| c.kernel).filter(|v| kernel(*v)));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Issue 41: a subscriber that is not root gets kernel addresses as stand-ins (as
+/// `--redact` makes them: one per value, so the story's joins hold), in its events and in
+/// the state; root gets them as they are, and so does every uid when the daemon reveals
+/// them. The records are the same, numbered alike.
+#[test]
+fn a_subscriber_that_is_not_root_gets_stand_ins_for_kernel_addresses() {
+    use rdma_trace::pipeline::redact::KERNEL_STAND_IN;
+    let events = lab_events("companion-7.3.jsonl");
+    let half = events.iter().position(|e| e.name == "comp_handler").expect("a completion");
+    for reveal in [false, true] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut b = Broadcaster::new(header(), rx).revealing(reveal);
+        for e in &events[..half] {
+            b.event(&std::sync::Arc::new(e.clone())).unwrap();
+        }
+        let (root, user) = (subscribe_as(&tx, 0), subscribe_as(&tx, 1001));
+        b.tick().unwrap();
+        for e in &events[half..] {
+            b.event(&std::sync::Arc::new(e.clone())).unwrap();
+        }
+        b.trailer(&trailer()).unwrap();
+        b.close();
+        let (root, user) = (records(&root.join().unwrap()), records(&user.join().unwrap()));
+        assert_eq!(root.len(), user.len(), "reveal {reveal}");
+        assert_eq!(
+            root.iter().map(Record::seq).collect::<Vec<_>>(),
+            user.iter().map(Record::seq).collect::<Vec<_>>(),
+            "numbered alike"
+        );
+        let raw = kernel_values(&root);
+        assert!(raw.iter().any(|v| *v < KERNEL_STAND_IN), "root sees kernel pointers");
+        let theirs = kernel_values(&user);
+        let Record::Header(h) = &user[0] else { panic!("a header first") };
+        if reveal {
+            assert_eq!(theirs, raw, "revealed: as they are");
+            assert!(!h.redacted);
+        } else {
+            assert!(h.redacted, "its header says so");
+            assert!(!theirs.is_empty() && theirs.iter().all(|v| *v > KERNEL_STAND_IN), "{theirs:x?}");
+            // One stand-in per value: the joins hold (the same CQs, the same owners).
+            let distinct = |v: &[u64]| v.iter().collect::<std::collections::BTreeSet<_>>().len();
+            assert_eq!(distinct(&theirs), distinct(&raw));
+        }
+    }
 }

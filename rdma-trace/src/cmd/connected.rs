@@ -26,7 +26,7 @@ pub fn run(a: &TraceArgs) -> Result<i32> {
 
 fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
     let source = crate::serve::client::Source::parse(socket).map_err(anyhow::Error::msg)?;
-    let input = match source.open(crate::serve::Want::Both) {
+    let input = match source.open_redacted(crate::serve::Want::Both, a.redact) {
         Ok(i) => i,
         Err(why) => {
             eprintln!("rdma-trace: {why}");
@@ -149,7 +149,7 @@ fn several(a: &TraceArgs, sources: &[PathBuf]) -> Result<i32> {
     let (tx, rx) = std::sync::mpsc::channel();
     for (i, spec) in sources.iter().enumerate() {
         let source = Source::parse(spec).map_err(anyhow::Error::msg)?;
-        match source.open(crate::serve::Want::Both) {
+        match source.open_redacted(crate::serve::Want::Both, a.redact) {
             Ok(input) => spawn(i, crate::source::capture::Reader::new(input, false), tx.clone()),
             Err(why) => {
                 eprintln!("rdma-trace: {why}");

@@ -142,7 +142,8 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     };
     let mut broadcaster = Broadcaster::new(header, joins)
         .seeded_by(Box::new(crate::live::seed::now))
-        .with_queue(a.subscriber_queue);
+        .with_queue(a.subscriber_queue)
+        .revealing(a.show_kernel_addresses);
     if let Some(text) = metrics {
         broadcaster = broadcaster.with_metrics(text);
     }

@@ -123,6 +123,8 @@ pub(super) struct RunLoop<'a> {
     users_new: Vec<u32>,
     /// The loss already said in the stream, per row and reason: what is new is said next.
     losses: LossWatch,
+    /// Processes found gone at the last stats tick (see `forget_the_gone`).
+    gone_last: std::collections::HashSet<u32>,
 }
 
 impl<'a> RunLoop<'a> {
@@ -150,7 +152,26 @@ impl<'a> RunLoop<'a> {
             users_seen: Default::default(),
             users_new: Vec::new(),
             losses: LossWatch::default(),
+            gone_last: Default::default(),
         }
+    }
+
+    /// Long uptime: what is kept per process (the verbs users seen, fd kinds, memlock
+    /// limits) is let go once the process has been gone at two stats ticks running, by when
+    /// its last events are read. A pid the kernel gives to a new verbs process is then
+    /// watched as new, and the caches do not grow with every process the daemon saw.
+    fn forget_the_gone(&mut self) {
+        let mut pids: std::collections::HashSet<u32> = self.users_seen.iter().copied().collect();
+        pids.extend(self.enricher.fds.pids());
+        pids.extend(self.enricher.memlock.pids());
+        let gone: std::collections::HashSet<u32> =
+            pids.into_iter().filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
+        for &p in gone.intersection(&self.gone_last) {
+            self.users_seen.remove(&p);
+            self.enricher.fds.forget_process(p);
+            self.enricher.memlock.forget(p);
+        }
+        self.gone_last = gone;
     }
 
     /// Keeps the sink's first error; after one, nothing more is written.
@@ -208,6 +229,7 @@ impl<'a> RunLoop<'a> {
                 }
                 let r = self.sink.stats(&Stats { ts_ns, sites: counts, ..Default::default() });
                 self.keep(r);
+                self.forget_the_gone();
             }
         }
     }

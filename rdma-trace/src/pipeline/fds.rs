@@ -97,11 +97,35 @@ impl FdCache {
         self.known.remove(&(pid, fd));
         self.gone.insert((pid, fd));
     }
+
+    /// The processes it holds something of.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.known.keys().chain(&self.gone).chain(&self.failed).map(|(p, _)| *p)
+    }
+
+    /// Process `pid` ended: all it knew of it goes (a new process given the pid starts
+    /// afresh; a daemon's cache does not grow with every process it ever saw).
+    pub fn forget_process(&mut self, pid: u32) {
+        self.known.retain(|(p, _), _| *p != pid);
+        self.gone.retain(|(p, _)| *p != pid);
+        self.failed.retain(|(p, _)| *p != pid);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_that_ended_is_forgotten_whole() {
+        let mut c = FdCache::default();
+        c.bind(7, 3, FdKind::Uverbs);
+        c.bind(8, 3, FdKind::CompChannel);
+        c.forget(7, 4);
+        c.forget_process(7);
+        assert!(c.pids().all(|p| p == 8), "{:?}", c.pids().collect::<Vec<_>>());
+        assert_eq!(c.kind(8, 3), Some(FdKind::CompChannel));
+    }
 
     #[test]
     fn reused_fd_numbers_follow_their_opens() {

@@ -25,6 +25,16 @@ impl MemlockCache {
     pub fn of(&mut self, pid: u32) -> Option<u64> {
         *self.known.entry(pid).or_insert_with(|| memlock_of(pid))
     }
+
+    /// The processes it holds a limit of.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.known.keys().copied()
+    }
+
+    /// Process `pid` ended: a new process given the pid is read afresh.
+    pub fn forget(&mut self, pid: u32) {
+        self.known.remove(&pid);
+    }
 }
 
 #[cfg(test)]

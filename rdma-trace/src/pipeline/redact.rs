@@ -28,6 +28,31 @@ fn stand_in(map: &mut HashMap<u64, u64>, base: u64, v: u64) -> u64 {
 }
 
 impl Redactor {
+    /// A kernel address's stand-in (any other value as it is).
+    fn kernel(&mut self, v: u64) -> u64 {
+        if v >= KERNEL_HALF && crate::pipeline::render::err_ptr(v).is_none() {
+            stand_in(&mut self.kernel, KERNEL_STAND_IN, v)
+        } else {
+            v
+        }
+    }
+
+    /// A daemon's state: the kernel pointers in it (a pin's umem, a QP's CQs, a CQ's
+    /// `struct ib_cq *`) get the stand-ins the events get, so the joins still hold.
+    pub fn state(&mut self, st: &mut crate::capture::State) {
+        for p in &mut st.processes {
+            for m in &mut p.mrs {
+                m.umem = m.umem.map(|u| self.kernel(u));
+            }
+        }
+        for q in &mut st.qps {
+            (q.send_cq, q.recv_cq) = (self.kernel(q.send_cq), self.kernel(q.recv_cq));
+        }
+        for c in &mut st.cqs {
+            (c.kernel, c.handle) = (self.kernel(c.kernel), self.kernel(c.handle));
+        }
+    }
+
     pub fn event(&mut self, ev: &mut Event) {
         for (name, v) in ev.fields.iter_mut() {
             let Value::U(n) = v else { continue };

@@ -32,9 +32,14 @@ pub enum ConnectError {
 /// Connects, says hello, and returns the stream (positioned at the daemon's first record),
 /// or the daemon's refusal as the error.
 pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
+    connect_as(path, Hello::new(want))
+}
+
+/// Connects with `hello` (it may ask for stand-ins of kernel addresses).
+pub fn connect_as(path: &Path, hello: Hello) -> Result<Box<dyn BufRead + Send>, ConnectError> {
     let mut s = UnixStream::connect(path)
         .map_err(|source| ConnectError::Unreachable { path: path.to_path_buf(), source })?;
-    let hello = serde_json::to_string(&Hello::new(want)).expect("a hello serializes");
+    let hello = serde_json::to_string(&hello).expect("a hello serializes");
     // A daemon that refuses may close before the hello is written: its line is read below.
     if let Err(e) = writeln!(s, "{hello}")
         && !matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset)
@@ -136,9 +141,19 @@ impl Source {
 
     /// The daemon's stream (positioned at its first record), or why not.
     pub fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
+        self.open_redacted(want, false)
+    }
+
+    /// The same, kernel addresses as stand-ins when `redact` (a daemon's: a capture file
+    /// is read as it was written, and says in its header whether it was redacted).
+    pub fn open_redacted(&self, want: Want, redact: bool) -> Result<Box<dyn BufRead + Send>, ConnectError> {
         match self {
-            Source::Socket(p) => connect(p, want),
-            Source::Ssh { destination, port, socket } => over_ssh(destination, *port, socket),
+            Source::Socket(p) => connect_as(p, Hello { redact, ..Hello::new(want) }),
+            Source::Ssh { destination, port, socket } => over_ssh(destination, *port, socket, redact),
+            Source::File(_) if redact => Err(ConnectError::Unusable(format!(
+                "{}: --redact asks a daemon for stand-ins; a capture file is read as it was written (make it with trace --redact)",
+                self.name()
+            ))),
             Source::File(p) => {
                 let e =
                     |e: std::io::Error| ConnectError::Unusable(format!("cannot read {}: {e}", p.display()));
@@ -165,6 +180,7 @@ fn over_ssh(
     destination: &str,
     port: Option<u16>,
     socket: &str,
+    redact: bool,
 ) -> Result<Box<dyn BufRead + Send>, ConnectError> {
     use std::process::Stdio;
     let remote = std::env::var("RDMA_TRACE_REMOTE_BIN").unwrap_or_else(|_| "rdma-trace".into());
@@ -172,7 +188,8 @@ fn over_ssh(
     if let Some(p) = port {
         c.args(["-p", &p.to_string()]);
     }
-    c.arg("--").arg(destination).arg(format!("{remote} trace --connect '{socket}' -o -"));
+    let redact = if redact { " --redact" } else { "" };
+    c.arg("--").arg(destination).arg(format!("{remote} trace --connect '{socket}'{redact} -o -"));
     let mut child = c
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

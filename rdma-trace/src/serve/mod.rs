@@ -50,11 +50,14 @@ pub struct Hello {
     /// The newest capture format version the subscriber reads.
     pub version: u32,
     pub want: Want,
+    /// Kernel addresses as stand-ins (`trace --connect --redact`), whoever asks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redact: bool,
 }
 
 impl Hello {
     pub fn new(want: Want) -> Self {
-        Hello { hello: "rdma-trace".into(), version: crate::capture::VERSION, want }
+        Hello { hello: "rdma-trace".into(), version: crate::capture::VERSION, want, redact: false }
     }
 }
 
@@ -64,10 +67,15 @@ pub struct Joining {
     pub hello: Hello,
     /// Who it is, for the daemon's notices (pid and uid from SO_PEERCRED).
     pub peer: String,
+    /// Its uid (SO_PEERCRED; the host's end of a virtio port counts as root): one that is
+    /// not root gets kernel addresses as stand-ins unless the daemon reveals them.
+    pub uid: u32,
 }
 
 struct Subscriber {
     queue: SyncSender<Arc<[u8]>>,
+    /// Sent the stream with kernel addresses replaced (`pipeline::redact`).
+    redacted: bool,
     /// Records it lost since it was last told, and the number of the last one.
     dropped: u64,
     last_dropped_seq: u64,
@@ -132,6 +140,12 @@ pub struct Broadcaster {
     metrics: Option<Arc<std::sync::Mutex<String>>>,
     /// Records each subscriber may fall behind by before it loses any.
     queue: usize,
+    /// Subscribers that are not root get kernel addresses too (`--show-kernel-addresses`).
+    reveal: bool,
+    /// The stream as redacted subscribers get it: formatted in step with `format` (the same
+    /// numbers) while one is connected.
+    hidden: Option<Jsonl<Vec<u8>>>,
+    redactor: crate::pipeline::redact::Redactor,
 }
 
 impl Broadcaster {
@@ -148,7 +162,16 @@ impl Broadcaster {
             seed: None,
             metrics: None,
             queue: QUEUE,
+            reveal: false,
+            hidden: None,
+            redactor: Default::default(),
         }
+    }
+
+    /// Subscribers that are not root get the kernel addresses too (else stand-ins).
+    pub fn revealing(mut self, reveal: bool) -> Self {
+        self.reveal = reveal;
+        self
     }
 
     /// How far (records) a subscriber may fall behind before it loses records.
@@ -188,8 +211,12 @@ impl Broadcaster {
                 continue;
             }
             let at = self.format.next_seq();
+            let redacted = (j.uid != 0 && !self.reveal) || j.hello.redact;
             let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
-            pre.header(&self.header)?;
+            pre.header(&crate::capture::Header {
+                redacted: redacted || self.header.redacted,
+                ..self.header.clone()
+            })?;
             let mut preamble = pre.take_written();
             let pieces = match j.hello.want {
                 Want::Both => {
@@ -213,10 +240,16 @@ impl Broadcaster {
                 }],
             };
             // A large state in several records, all numbered just before the shared stream.
-            for piece in pieces {
+            for mut piece in pieces {
+                if redacted {
+                    self.redactor.state(&mut piece);
+                }
                 let mut one = Jsonl::starting_at(Vec::new(), at - 1);
                 one.state(&piece)?;
                 preamble.extend(one.take_written());
+            }
+            if redacted && self.hidden.is_none() {
+                self.hidden = Some(Jsonl::starting_at(Vec::new(), at));
             }
             let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
             tx.send(Arc::from(preamble)).ok();
@@ -233,14 +266,22 @@ impl Broadcaster {
                 }
             };
             self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });
-            self.subs.push(Subscriber { queue: tx, dropped: 0, last_dropped_seq: 0, worker, peer: j.peer });
+            self.subs.push(Subscriber {
+                queue: tx,
+                redacted,
+                dropped: 0,
+                last_dropped_seq: 0,
+                worker,
+                peer: j.peer,
+            });
         }
         Ok(())
     }
 
     /// Offers the record just formatted to every subscriber.
     fn offer(&mut self) {
-        let line: Arc<[u8]> = Arc::from(self.format.take_written());
+        let main: Arc<[u8]> = Arc::from(self.format.take_written());
+        let hidden: Option<Arc<[u8]>> = self.hidden.as_mut().map(|h| Arc::from(h.take_written()));
         let seq = self.format.next_seq() - 1;
         let mut gone = Vec::new();
         for (k, s) in self.subs.iter_mut().enumerate() {
@@ -257,7 +298,11 @@ impl Broadcaster {
                 s.last_dropped_seq = seq;
                 continue;
             }
-            match s.queue.try_send(line.clone()) {
+            let line = match (&hidden, s.redacted) {
+                (Some(h), true) => h.clone(),
+                _ => main.clone(),
+            };
+            match s.queue.try_send(line) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
                     s.dropped += 1;
@@ -270,6 +315,19 @@ impl Broadcaster {
             let s = self.subs.swap_remove(k);
             self.notices.push(ServeNotice::Left { peer: s.peer, lost: s.dropped });
         }
+        // The redacted stream is made only while someone gets it.
+        if !self.subs.iter().any(|s| s.redacted) {
+            self.hidden = None;
+        }
+    }
+
+    /// Formats a record that holds no kernel address in both streams (numbered alike).
+    fn both(&mut self, f: impl Fn(&mut Jsonl<Vec<u8>>) -> io::Result<()>) -> io::Result<()> {
+        f(&mut self.format)?;
+        if let Some(h) = &mut self.hidden {
+            f(h)?;
+        }
+        Ok(())
     }
 
     /// Ends every subscriber's stream (after the trailer) and waits, `CLOSE_WAIT` at most in
@@ -353,12 +411,17 @@ impl Sink for Broadcaster {
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         self.story.push(ev.clone());
         self.format.event(ev)?;
+        if let Some(h) = &mut self.hidden {
+            let mut e = Event::clone(ev);
+            self.redactor.event(&mut e);
+            h.event(&std::sync::Arc::new(e))?;
+        }
         self.offer();
         Ok(())
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> io::Result<()> {
         self.story.add_steps(vec![s.clone()]);
-        self.format.step(s)?;
+        self.both(|f| f.step(s))?;
         self.offer();
         Ok(())
     }
@@ -370,18 +433,18 @@ impl Sink for Broadcaster {
                 *t = text;
             }
         }
-        self.format.stats(s)?;
+        self.both(|f| f.stats(s))?;
         self.offer();
         Ok(())
     }
     fn loss(&mut self, l: &Loss) -> io::Result<()> {
-        self.format.loss(l)?;
+        self.both(|f| f.loss(l))?;
         self.offer();
         Ok(())
     }
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
         self.admit()?;
-        self.format.trailer(t)?;
+        self.both(|f| f.trailer(t))?;
         self.offer();
         Ok(())
     }

@@ -220,7 +220,9 @@ fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Resu
     }
     conn.set_read_timeout(None).ok();
     conn.set_write_timeout(Some(WRITE_DEADLINE)).ok();
-    joins.send(Joining { out: Box::new(conn), hello, peer }).map_err(|_| "the daemon is stopping".to_string())
+    joins
+        .send(Joining { out: Box::new(conn), hello, peer, uid: cred.uid })
+        .map_err(|_| "the daemon is stopping".to_string())
 }
 
 /// The hello line (at most `MAX_HELLO` bytes, newline included when there was one), within

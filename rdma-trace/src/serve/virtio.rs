@@ -44,7 +44,7 @@ pub fn serve(port: &Path, joins: Sender<Joining>, notes: Sender<String>) -> std:
             };
             let Ok(out) = f.try_clone() else { return };
             let peer = format!("the host on {name}");
-            if joins.send(Joining { out: Box::new(out), hello, peer }).is_err() {
+            if joins.send(Joining { out: Box::new(out), hello, peer, uid: 0 }).is_err() {
                 return;
             }
             // What the host sends after its hello is not read: drain it so the port never
