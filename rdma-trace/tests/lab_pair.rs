@@ -500,11 +500,15 @@ impl OneScreen {
             ["@rdma-lab-1", "@rdma-lab-2"].iter().all(|h| comms.iter().all(|c| named(c, h)))
         });
         pair_tmux(&["send-keys", "-t", "t", "4"]);
+        // The Completions screen first (a busy TUI answers keys late: a Down sent before
+        // it switched would move the selection past the first row for good).
+        self.wait_until("completions-open", 60, |s| s.contains("┌CQs"));
         let want = format!("a post on its peer, qp {remote:#x} @rdma-lab-2 → this CQ");
         let mut found = false;
-        for _ in 0..24 {
+        for row in 0..24 {
             let s = pair_tmux(&["capture-pane", "-p", "-t", "t"]);
             std::fs::write(self.dir.join("screen.completions.txt"), &s).ok();
+            std::fs::write(self.dir.join(format!("screen.completions.{row}.txt")), &s).ok();
             if s.contains(&want) {
                 found = true;
                 break;
@@ -705,7 +709,9 @@ fn pair_a_late_viewer_joins_what_was_set_up_before_it() {
     let socket = Path::new("/tmp/rdma-trace-late.sock");
     let peer_addr = format!("10.0.0.{peer}:9465");
     let args = ["--metrics", "0.0.0.0:9465", "--clock-peer", &peer_addr];
-    let mut daemon = start_daemon(&args, socket, None, &derr, "the clock of");
+    // Each daemon's whole stream kept too: what the viewer joined can be replayed.
+    let capture = dir.join(format!("host{me}.jsonl"));
+    let mut daemon = start_daemon(&args, socket, Some(&capture), &derr, "the clock of");
     let said = std::fs::read_to_string(&derr).unwrap();
     publish(&pair.shared(&format!("late.clock{me}")), &said);
 
