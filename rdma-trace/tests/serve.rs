@@ -49,8 +49,17 @@ fn trailer() -> rdma_trace::capture::Trailer {
 
 /// A subscriber: the daemon's end goes to the broadcaster, ours is read on a thread.
 fn subscribe(tx: &std::sync::mpsc::Sender<Joining>, name: &str) -> std::thread::JoinHandle<Vec<u8>> {
+    subscribe_with_uid(tx, name, 0)
+}
+
+/// As `subscribe`, a subscriber of uid `uid` (SO_PEERCRED's, on a real socket).
+fn subscribe_with_uid(
+    tx: &std::sync::mpsc::Sender<Joining>,
+    name: &str,
+    uid: u32,
+) -> std::thread::JoinHandle<Vec<u8>> {
     let (ours, theirs) = UnixStream::pair().unwrap();
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into(), uid: 0 })
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into(), uid })
         .unwrap();
     std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -287,17 +296,6 @@ fn the_socket_bounds_what_a_peer_can_make_it_hold() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-fn subscribe_as(tx: &std::sync::mpsc::Sender<Joining>, uid: u32) -> std::thread::JoinHandle<Vec<u8>> {
-    let (ours, theirs) = UnixStream::pair().unwrap();
-    let peer = format!("uid {uid}");
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer, uid }).unwrap();
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        (&ours).read_to_end(&mut buf).unwrap();
-        buf
-    })
-}
-
 /// The kernel addresses in a stream's events and state (values in the kernel half).
 fn kernel_values(recs: &[Record]) -> Vec<u64> {
     use rdma_trace::event::Value;
@@ -340,7 +338,7 @@ fn a_subscriber_that_is_not_root_gets_stand_ins_for_kernel_addresses() {
         for e in &events[..half] {
             b.event(&std::sync::Arc::new(e.clone())).unwrap();
         }
-        let (root, user) = (subscribe_as(&tx, 0), subscribe_as(&tx, 1001));
+        let (root, user) = (subscribe_with_uid(&tx, "root", 0), subscribe_with_uid(&tx, "uid 1001", 1001));
         b.tick().unwrap();
         for e in &events[half..] {
             b.event(&std::sync::Arc::new(e.clone())).unwrap();
