@@ -66,15 +66,22 @@ pub fn release_at_least(major: u32, minor: u32) -> bool {
         .is_some_and(|v| v >= (major, minor))
 }
 
+/// Mounts tracefs where it is not. Two tracers that start together on a machine where it
+/// is not mounted both try; the one that loses the race finds it mounted by the other.
 pub fn ensure_tracefs() -> std::io::Result<&'static str> {
-    if Path::new(TRACEFS).join("events").exists() {
+    let present = || Path::new(TRACEFS).join("events").exists();
+    if present() {
         return Ok("tracefs present");
     }
-    let st = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status()?;
-    if st.success() {
+    let out = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).output()?;
+    if out.status.success() {
         Ok("mounted tracefs")
+    } else if present() {
+        Ok("tracefs present (mounted by another process meanwhile)")
     } else {
-        Err(std::io::Error::other(format!("mount -t tracefs nodev {TRACEFS} failed")))
+        let why = String::from_utf8_lossy(&out.stderr);
+        let why = why.lines().next().unwrap_or("").trim();
+        Err(std::io::Error::other(format!("mount -t tracefs nodev {TRACEFS} failed: {why}")))
     }
 }
 
