@@ -277,23 +277,42 @@ pub struct QpState {
     /// Its newest post's time: a completion just after the join is joined to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_post_ns: Option<u64>,
+    #[serde(flatten)]
+    pub counts: QpCounts,
+}
+
+/// A QP's doorbells and completions, and what each completion was joined to: one set of
+/// counts for the story's row, the state record and the report (flattened: its keys are the
+/// record's own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpCounts {
+    /// Doorbells rung for it (posts reaching the kernel).
+    #[serde(default)]
     pub posts: u64,
+    /// Completions on its CQs.
+    #[serde(default)]
     pub completions: u64,
+    /// Of them: joined to a post on the peer (a message that arrived), to one of its own (a
+    /// send acknowledged), or with no post before them on the QP they were joined through.
     #[serde(default)]
     pub after_peer_post: u64,
     #[serde(default)]
     pub after_own_post: u64,
     #[serde(default)]
     pub before_any_post: u64,
+    /// Completions while it was in the error state with no post to join: work requests
+    /// flushed (a connection that failed, or one torn down).
     #[serde(default)]
     pub flushed: u64,
+    /// Completions on its receive CQ while its peer is not known (the other end's capture
+    /// not given, or its RTR not seen).
     #[serde(default)]
     pub peer_unknown: u64,
 }
 
 /// A CQ known when the subscriber joined: the kernel's `struct ib_cq *`, the program's
-/// handle (`cq_context`), the process that made it, and its completions so far. Either
-/// pointer may be 0 where it was not seen.
+/// handle (`cq_context`), the process that made it, its completion channel's fd, and its
+/// completions so far. Either pointer may be 0 where it was not seen.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CqState {
     #[serde(default)]
@@ -304,6 +323,10 @@ pub struct CqState {
     pub pid: Option<u32>,
     #[serde(default)]
     pub completions: u64,
+    /// The fd of the completion channel its events are read from, where it was seen
+    /// (`ibv_create_cq` with a channel, or `ibv_get_cq_event` returning it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_fd: Option<i32>,
     /// The QPs (numbered on its host) its completions were last joined through: to a post on
     /// the QP's peer, and to the QP's own post.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -432,7 +455,14 @@ mod state_pieces {
                 },
                 ProcessState { pid: 2, comm: "idle".into(), ..Default::default() },
             ],
-            qps: (0..3).map(|q| QpState { qpn: q + 17, pid: 1, posts: 3, ..Default::default() }).collect(),
+            qps: (0..3)
+                .map(|q| QpState {
+                    qpn: q + 17,
+                    pid: 1,
+                    counts: QpCounts { posts: 3, ..Default::default() },
+                    ..Default::default()
+                })
+                .collect(),
             cqs: (0..2).map(|c| CqState { kernel: c + 1, pid: Some(1), ..Default::default() }).collect(),
         }
     }

@@ -86,8 +86,10 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC.")
         /// Only resolve the plan; don't load or attach anything.
         #[arg(long)]
         no_attach: bool,
-        /// One JSON object a line per probe (id, kind, symbol, module, whether it has a
-        /// return probe, status, reason), for scripts.
+        /// One JSON object a line per probe, for scripts, each with the same keys: id, kind,
+        /// status (planned, attached or skipped), hardware_only; symbol, module, return (it
+        /// has a return probe), path (a uprobe's library): null when skipped before
+        /// resolving; reason: why skipped, else null.
         #[arg(long)]
         json: bool,
     },
@@ -114,6 +116,7 @@ kernel events they caused and their values checked against theirs.")]
     },
     /// Print a capture (from `trace -o`; a file, a FIFO or `-`) as the text stream.
     Replay {
+        /// The capture: plain or zstd, a FIFO, or `-` for stdin.
         file: PathBuf,
         /// Print kernel stacks under control-path events.
         #[arg(long)]
@@ -155,9 +158,13 @@ bytes and pages pinned, completions, syscalls per completion event and per work 
 stacks new in B or gone from it. --fail-on NAME=+N% (B may exceed A by at most N %), NAME=-N% (may fall short \
 by at most N %), or +N/-N (absolute) makes the exit status 1 when broken: e.g. --fail-on pin-p99=+20%. \
 Metric names: pin-events, pin-p50, pin-p99, pin-pages, mmap-…, completion-…, teardown-…, wakeup-p50, \
-wakeup-p99, pinned-peak-bytes, refused-pins, completions, syscalls-per-completion, syscalls-per-wr, lost.")]
+wakeup-p99, pinned-peak-bytes, refused-pins, completions (completion events on every CQ, as \
+completion-events), syscalls-per-completion, syscalls-per-wr, lost. Exit status: 0 within every threshold, \
+1 a threshold broken, 2 bad input (an unreadable capture, an unknown metric).")]
     Diff {
+        /// The capture to compare against (the baseline).
         a: PathBuf,
+        /// The capture compared (a threshold says how far B may move from A).
         b: PathBuf,
         /// A threshold (repeat, or separate with commas).
         #[arg(long = "fail-on", value_name = "NAME=±N[%]", value_delimiter = ',')]
@@ -237,9 +244,18 @@ pub struct DaemonArgs {
     /// Only these probes (ids from `rdma-trace probes`); repeatable. Default: all.
     #[arg(long = "probe", value_name = "ID")]
     pub probes: Vec<String>,
-    /// Also write the whole stream to this capture file (as `trace -o`).
+    /// Also write the whole stream to this capture file (as `trace -o`). Should writing it
+    /// fail (a full disk), the daemon says so, on stderr, to its subscribers (a loss record of
+    /// `output capture`) and in its metrics, and serves on without the file.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// With -o FILE: start a new file once this one holds SIZE bytes (K, M, G suffixes), as
+    /// `trace --max-size`: each file starts with the header and ends with a trailer.
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// With --max-size: keep only the newest N files (a daemon left running for days).
+    #[arg(long, value_name = "N")]
+    pub rotate: Option<u32>,
     /// Serve Prometheus metrics (text format) over HTTP on ADDR: bytes pinned per process
     /// against its memlock limit, MR registrations and refusals, pin and wakeup latency
     /// histograms, completions per process and context, events lost per probe and reason.

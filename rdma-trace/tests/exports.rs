@@ -78,6 +78,29 @@ fn slices_nest_whatever_entries_and_returns_the_kernel_skipped() {
     }
 }
 
+/// A probe whose returns are never seen leaves its calls open on their thread: past
+/// `MAX_OPEN` the oldest are let go, and the export counts them where it says what it is.
+#[test]
+fn calls_left_open_past_the_bound_are_counted() {
+    use rdma_trace::event::EventKind;
+    let r = read(&[common::lab_capture("companion-7.3.jsonl")], OPTS, true).unwrap();
+    let entry = r.events.iter().find(|e| e.kind == EventKind::Entry).unwrap().clone();
+    let extra = 44;
+    let events: Vec<_> = (0..(perfetto::MAX_OPEN + extra) as u64)
+        .map(|k| {
+            let mut e = entry.clone();
+            e.ts_ns += k * 1000;
+            e
+        })
+        .collect();
+    let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
+    let doc = perfetto::export(&events, &story, &[]);
+    assert_eq!(doc["otherData"]["open_calls_let_go"], serde_json::json!(extra));
+    assert!(check_trace_events(&doc).is_empty());
+    let real = perfetto::export(&r.events, &r.live.finish().0, &[]);
+    assert!(real["otherData"].get("open_calls_let_go").is_none(), "none on a real capture");
+}
+
 #[test]
 fn the_checker_finds_what_is_wrong() {
     let doc = serde_json::json!({"traceEvents": [

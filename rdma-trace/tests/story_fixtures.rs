@@ -219,11 +219,42 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
     }
     let (st, kept, steps) = live.finish();
     assert_eq!(st.processes.len(), 2);
+
     assert!(st.processes.keys().all(|&p| p >= 400_000), "the last run's are kept: {:?}", st.processes.keys());
     let whole = live::build(&evs, &[]);
     assert_eq!(st.retired_processes as usize, 5 * whole.processes.len() - 2);
     let text = rdma_trace::output::report::text(&st, &kept, &steps);
     assert!(text.contains("processes were retired"), "{text}");
+}
+
+/// Issue 39: a daemon up for days sees QPs and CQs come and go. A process the story
+/// retires (past its process limit) takes its QP and CQ rows with it: on a lab host of
+/// ib_send_bw, rping and the companion, with room for one process, every QP and CQ row
+/// left is the kept one's.
+#[test]
+fn a_retired_process_takes_its_qps_and_cqs_with_it() {
+    let evs = events("pair-7.3-reused-cq.host1.jsonl.zst");
+    let whole = live::build(&evs, &[]);
+    let drivers =
+        |st: &Story| st.qps.rows.values().map(|r| r.pid).collect::<std::collections::BTreeSet<u32>>();
+    assert!(
+        drivers(&whole).len() >= 2,
+        "the whole story has QPs of several processes: {:?}",
+        drivers(&whole)
+    );
+    let mut live = Live::new(vec![], Limits { processes: 1, ..Limits::default() });
+    for e in &evs {
+        live.push(e.clone());
+    }
+    let (st, _, _) = live.finish();
+    assert!(st.retired_processes > 0);
+    let kept: Vec<u32> = st.processes.keys().copied().collect();
+    assert!(st.qps.rows.values().all(|r| kept.contains(&r.pid)), "QPs of {:?}, kept {kept:?}", drivers(&st));
+    assert!(st.cqs.values().all(|c| c.pid.is_none_or(|p| kept.contains(&p))), "kept {kept:?}");
+    // Completions that come after their owner was retired make a row with no owner, as a
+    // CQ made before the trace does: the rows with an owner are the kept processes'.
+    let n = |s: &Story| (s.qps.rows.len(), s.cqs.values().filter(|c| c.pid.is_some()).count());
+    assert!(n(&st).0 < n(&whole).0 && n(&st).1 < n(&whole).1, "{:?} of {:?}", n(&st), n(&whole));
 }
 
 /// Steps announced live (each where its marker would put it: after the events up to its

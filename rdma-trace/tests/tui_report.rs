@@ -201,3 +201,85 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
     // Every kind of row was compared (the captures hold all three).
     assert!(cqs > 20 && mrs > 30 && procs > 20, "compared {cqs} CQs, {mrs} MRs, {procs} processes");
 }
+
+/// Issue 40: one count per thing. On every lab capture the event records in the file are
+/// the TUI's events, the report's events read and the story's (whose parts, the processes
+/// shown, the kernel threads and the unjoined, add up to it); the completion events are
+/// the same in the report's completion path, its CQs, `diff`'s two metrics, the story's CQs
+/// and the TUI's.
+#[test]
+fn every_view_counts_the_same_events_and_completions() {
+    use rdma_trace::capture::Record;
+    use rdma_trace::pipeline::correlate::live::{Limits, Live};
+    let mut steps_compared = 0;
+    for c in &captures() {
+        let name = c.file_name().unwrap().to_string_lossy().to_string();
+        let mut live = Live::new(Vec::new(), Limits::default());
+        let mut events = 0u64;
+        for r in Reader::new(open(c).unwrap(), true) {
+            match r.unwrap() {
+                Record::Event(e) => {
+                    events += 1;
+                    live.push(e);
+                }
+                Record::Step(s) => live.add_steps(vec![s.step]),
+                _ => {}
+            }
+        }
+        let (story, kept, steps) = live.finish();
+        let (m, r) = (model(c), report(c));
+
+        assert_eq!(m.events_total, events, "{name}: the TUI's events");
+        assert_eq!(r.captures[0].events, events, "{name}: the report's events read");
+        assert_eq!(story.events_total, events, "{name}: the story's events");
+        let placed: u64 = story.processes.values().map(|p| p.event_count).sum::<u64>()
+            + story.unjoined_total
+            + story.retired_events;
+        assert_eq!(placed, events, "{name}: the story's parts add up");
+        let text = rdma_trace::output::report::text(&story, &kept, &steps);
+        assert!(text.starts_with(&format!("{events} events: ")), "{name}: {}", text.lines().next().unwrap());
+        let numbers = rdma_trace::output::numbers::text(&r);
+        assert!(
+            numbers.contains(&format!(" {events} events")),
+            "{name}: {}",
+            numbers.lines().next().unwrap()
+        );
+        let status = render(&m, Screen::Overview, 200, 24);
+        assert!(status.lines().last().unwrap().contains(&format!("│ {events} ev ")), "{name}: {status}");
+
+        // Each companion step's kernel events: the story's lines and the Steps screen's.
+        let mut told: Vec<(u32, usize)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("  step ")?.split_whitespace();
+                let (step, _name, k) = (w.next()?.parse().ok()?, w.next()?, w.next()?.parse().ok()?);
+                (w.next()? == "kernel").then_some((step, k))
+            })
+            .collect();
+        let mut shown: Vec<(u32, usize)> = m.steps.iter().map(|s| (s.step, s.kernel)).collect();
+        if told.len() == shown.len() {
+            told.sort();
+            shown.sort();
+            assert_eq!(shown, told, "{name}: each step's kernel events");
+            steps_compared += told.len();
+        }
+
+        let path = r.paths.get("completion").map_or(0, |p| p.events);
+        let metrics = rdma_trace::output::diff::metrics(&r);
+        let counts = [
+            ("report's CQs", r.cqs.iter().map(|q| q.completions).sum::<u64>()),
+            ("diff completions", metrics["completions"].unwrap() as u64),
+            (
+                "diff completion-events",
+                metrics.get("completion-events").copied().flatten().unwrap_or(0.0) as u64,
+            ),
+            ("story's CQs", story.cqs.values().map(|q| q.completions).sum()),
+            ("TUI's CQs", m.cqs.values().map(|q| q.cq.completions).sum()),
+        ];
+        for (what, n) in counts {
+            assert_eq!(n, path, "{name}: {what} against the report's completion path");
+        }
+    }
+    eprintln!("steps compared: {steps_compared}");
+    assert!(steps_compared >= 100, "steps compared: {steps_compared}");
+}

@@ -394,8 +394,8 @@ fn the_status_line_says_which_host_lost_what_and_why() {
         }],
         ..Default::default()
     };
-    m.host_stats(0, &stats(LossReason::SkippedByKernel, 9));
-    m.host_stats(1, &stats(LossReason::RingFull, 30));
+    m.host_stats(0, &stats(LossReason::SkippedByKernel, 9).sites);
+    m.host_stats(1, &stats(LossReason::RingFull, 30).sites);
     m.host_not_sent(1, 5);
     assert_eq!(m.lost_total, 39);
     let ui = Ui::default();
@@ -409,9 +409,20 @@ fn the_status_line_says_which_host_lost_what_and_why() {
         let narrow = render(&m, &ui, w, 24);
         assert!(narrow.lines().last().unwrap().contains("39 lost"), "at {w}: {narrow}");
     }
+    // `l`: the loss view lists each host's sites and reasons, at 80 columns.
+    let view = render(&m, &Ui { loss: true, ..Default::default() }, 80, 24);
+    for want in [
+        "rdma-lab-1: 9 lost, 0 not sent to this view",
+        "ib_umem_get          9  skipped by the kernel",
+        "rdma-lab-2: 30 lost, 5 not sent to this view",
+        "ib_umem_get         30  ring full",
+        "5 not sent: this view fell behind its daemon",
+    ] {
+        assert!(view.contains(want), "{want:?} not in\n{view}");
+    }
     // One source: the reasons alone.
     let mut one = model("companion-7.3.jsonl");
-    one.stats(&stats(LossReason::RingFull, 4));
+    one.stats(&stats(LossReason::RingFull, 4).sites);
     let status = render(&one, &ui, 160, 24);
     assert!(status.lines().last().unwrap().contains("4 lost (ring full 4)"), "{status}");
     assert_eq!(model("companion-7.3.jsonl").loss_words(2), None, "nothing lost, nothing said");
@@ -426,6 +437,10 @@ fn a_capture_with_no_account_never_says_0_lost() {
     assert!(status.contains("loss not known (v0)") && !status.contains("0 lost"), "{status}");
     let v1 = render(&model("companion-7.3.jsonl"), &Ui::default(), 120, 24);
     assert!(v1.lines().last().unwrap().contains(" 0 lost"), "{v1}");
+    let view = render(&model("session-6.12.jsonl"), &Ui { loss: true, ..Default::default() }, 80, 24);
+    assert!(view.contains("keeps no account of loss") && !view.contains("0 lost"), "{view}");
+    let view = render(&model("companion-7.3.jsonl"), &Ui { loss: true, ..Default::default() }, 80, 24);
+    assert!(view.contains("0 lost, 0 not sent to this view"), "{view}");
 }
 
 /// Issue 40: the Mmap screen leads with what is mapped now (newest first), the unmapped
@@ -477,4 +492,38 @@ fn an_answer_is_wrapped_to_its_panel() {
             assert!(l.chars().count() <= usize::from(width), "at {width}: {l:?}");
         }
     }
+}
+
+/// Issue 40: `/` searches every event the story keeps, not only the newest the Events
+/// screen holds. In this capture ib_send_bw ran first: none of its events are among the
+/// newest 2 000, all 4 002 are among the kept; `e` on a found one explains that one.
+#[test]
+fn a_filter_searches_every_event_the_story_keeps() {
+    use rdma_trace::output::tui::ui::shown_events;
+    let mut f = fed("perftest-rping-7.3.jsonl.zst");
+    let ui = Ui { screen: Screen::Events, filter: "ib_send_bw".into(), ..Default::default() };
+    assert!(f.model.events.iter().all(|e| e.comm != "ib_send_bw"), "the newest held are rping's");
+    assert!(shown_events(&f.model, &ui).is_empty(), "before the search answers, the newest held");
+    let kept = f.live.kept().filter(|(_, e)| e.comm == "ib_send_bw").count();
+    assert_eq!(kept, 4002);
+    f.model.search(&f.live, "ib_send_bw");
+    let found = f.model.found.clone().unwrap();
+    assert_eq!((found.matched, found.searched), (kept, f.live.kept().count()));
+    let shown = shown_events(&f.model, &ui);
+    assert_eq!(shown.len(), 2000);
+    assert!(shown.iter().all(|e| e.comm == "ib_send_bw"));
+    let screen = render(&f.model, &ui, 120, 24);
+    assert!(
+        screen.contains(&format!(
+            "events matching /ib_send_bw: 4002 of {} kept, the newest 2000",
+            found.searched
+        )),
+        "{screen}"
+    );
+    // The newest found event on an explained path (a pin, a mapping, a completion).
+    use rdma_trace::event::Path as P;
+    let explained = shown.iter().position(|e| matches!(e.path, P::Pin | P::Mmap | P::Completion)).unwrap();
+    let ui = Ui { selected: explained, ..ui };
+    let (_, anchor) = lesson::chosen(&f.model, &ui).unwrap();
+    assert_eq!(f.live.event(anchor).unwrap().comm, "ib_send_bw");
 }

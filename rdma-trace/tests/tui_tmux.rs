@@ -258,7 +258,7 @@ fn enter_shows_an_event_whole() {
         t.keys("/");
         t.keys("vm_pgoff");
         t.keys("Enter");
-        let s = t.wait_for("events (12 kept");
+        let s = t.wait_for("events matching /vm_pgoff: 12 of");
         if h == 24 {
             assert!(s.contains("more lines (enter"), "at {w}×{h}, the detail is cut silently:\n{s}");
         }
@@ -454,4 +454,29 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
     drop(t);
     da.join().ok();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 40, at 80×24: `/` on Events searches every event the story keeps (ib_send_bw ran
+/// before rping, its events are far older than the newest 2 000), and `l` opens what was
+/// lost, by host, probe and reason, which esc closes.
+#[test]
+fn at_80x24_a_filter_finds_old_events_and_l_shows_the_loss() {
+    let capture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab/perftest-rping-7.3.jsonl.zst");
+    let t = open(&format!("tui {}", capture.display()), 80, 24);
+    t.wait_for("1 Overview");
+    t.keys("G");
+    t.wait_for("end of the capture");
+    t.keys("5");
+    t.wait_for("events (");
+    t.keys("/");
+    t.keys("ib_send_bw");
+    t.keys("Enter");
+    let s = t.wait_for("events matching /ib_send_bw: 4002 of");
+    assert!(s.contains("ib_send_bw"), "{s}");
+    t.keys("l");
+    let s = t.wait_for("what was lost, where and why");
+    assert!(s.contains("0 lost, 0 not sent to this view"), "{s}");
+    t.keys("Escape");
+    t.wait_gone("what was lost, where and why");
 }

@@ -1,6 +1,8 @@
 //! `cargo xtask fuzz`: the capture reader under libFuzzer (`fuzz/`, cargo-fuzz on the
-//! nightly toolchain), seeded with real captures, for a bounded time. The gate runs a short
-//! session; a finding fails it and leaves the input in `fuzz/artifacts/reader/`.
+//! nightly toolchain), seeded with real captures, for a bounded time; then every input of
+//! the corpus through `story` and `report` with a time limit each (`tests/fuzz_corpus.rs`).
+//! The gate runs a short session; a finding fails it and leaves the input in
+//! `fuzz/artifacts/reader/`.
 
 use crate::util::{self, step};
 use anyhow::Result;
@@ -39,5 +41,19 @@ pub fn run(a: &FuzzArgs) -> Result<()> {
         .arg("-rss_limit_mb=1024")
         .arg("-max_len=262144")
         .arg("-print_final_stats=1");
-    util::run(&mut c)
+    util::run(&mut c)?;
+    // The reader's corpus (what libFuzzer found new, and the seeds) through story and
+    // report, each input with a time limit: the engine past the reader, in a release build.
+    step("fuzz: every input of the corpus through story and report (1 s each at most)");
+    let dirs = std::env::join_paths([corpus.clone(), root.join("fuzz/seeds/reader")])?;
+    util::run(util::cargo().env("RDMA_TRACE_FUZZ_CORPUS", dirs).args([
+        "test",
+        "--release",
+        "-p",
+        "rdma-trace",
+        "--test",
+        "fuzz_corpus",
+        "--",
+        "--nocapture",
+    ]))
 }

@@ -51,6 +51,9 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// `rdma-trace story` on a long synthetic stream: its peak memory stays bounded.
     StoryMemory(memory::MemoryArgs),
+    /// `rdma-trace export --perfetto` of a big synthetic capture: its peak memory stays
+    /// under a bound.
+    ExportMemory(memory::ExportArgs),
     /// docs/guides/ from captures the lab makes on every kernel (`--no-lab`: from those
     /// already in docs/guides/captures/).
     Guides(guides::GuidesArgs),
@@ -75,6 +78,7 @@ fn main() {
         Cmd::Bench(a) => setup::for_lab().and_then(|()| lab::bench::bench(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
+        Cmd::ExportMemory(a) => memory::export(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),
         Cmd::Guides(a) => guides::run(&a),
         Cmd::PerfettoCheck(a) => {

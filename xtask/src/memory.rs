@@ -80,3 +80,69 @@ pub fn wait_rusage(pid: i32) -> Result<(i32, libc::rusage)> {
     let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
     Ok((code, ru))
 }
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// Events in the synthetic capture (500 000 is a capture of about 116 MB).
+    #[arg(long, default_value_t = 500_000)]
+    pub events: u64,
+    /// The bound on the export's peak RSS, MiB.
+    #[arg(long, default_value_t = 200)]
+    pub max_mib: u64,
+}
+
+/// `cargo xtask export-memory`: `rdma-trace export --perfetto` of a big capture keeps no
+/// event, only its slices' text, so its peak RSS stays under the bound.
+pub fn export(a: &ExportArgs) -> Result<()> {
+    step(&format!(
+        "export-memory: {} events through `rdma-trace export --perfetto`, peak RSS under {} MiB",
+        a.events, a.max_mib
+    ));
+    let release = util::build_release_with_synth_capture()?;
+    let dir = util::workspace_root().join("target/export-memory");
+    std::fs::create_dir_all(&dir)?;
+    let (capture, out) = (dir.join("big.jsonl"), dir.join("big.perfetto.json"));
+    let file = std::fs::File::create(&capture).context("creating the capture")?;
+    let synth = Command::new(release.join("examples/synth_capture"))
+        .arg(a.events.to_string())
+        .stdout(file)
+        .status()?;
+    if !synth.success() {
+        bail!("synth_capture exited {synth}");
+    }
+    let t0 = std::time::Instant::now();
+    let export = Command::new(release.join("rdma-trace"))
+        .arg("export")
+        .arg(&capture)
+        .arg("--perfetto")
+        .arg(&out)
+        .spawn()
+        .context("starting rdma-trace export")?;
+    let (status, ru) = wait_rusage(export.id() as i32)?;
+    let took = t0.elapsed();
+    if status != 0 {
+        bail!("export exited {status}");
+    }
+    let mib = ru.ru_maxrss as u64 / 1024;
+    let (in_mb, out_mb) =
+        (std::fs::metadata(&capture)?.len() / 1_000_000, std::fs::metadata(&out)?.len() / 1_000_000);
+    // The export is one JSON document that ends as one.
+    let text = std::fs::read(&out)?;
+    let doc: serde_json::Value = serde_json::from_slice(&text).context("the export is not JSON")?;
+    let slices = doc["traceEvents"].as_array().map_or(0, |v| v.len());
+    drop((doc, text));
+    std::fs::remove_file(&capture).ok();
+    std::fs::remove_file(&out).ok();
+    println!(
+        "export-memory: a {in_mb} MB capture ({} events) → {out_mb} MB, {slices} trace events, in {:.1} s; peak RSS {mib} MiB",
+        a.events,
+        took.as_secs_f64()
+    );
+    if slices < a.events as usize / 4 {
+        bail!("only {slices} trace events for {} events", a.events);
+    }
+    if mib >= a.max_mib {
+        bail!("peak RSS {mib} MiB is over {} MiB", a.max_mib);
+    }
+    Ok(())
+}

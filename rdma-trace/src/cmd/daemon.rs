@@ -4,7 +4,7 @@
 
 use super::start::print_notice;
 use super::trace::trailer;
-use crate::capture::{ClockSample, Header, Loss, Stats, Trailer};
+use crate::capture::{ClockSample, Header, Loss, LossReason, LossSite, Stats, Trailer};
 use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
@@ -24,16 +24,43 @@ struct Outputs {
     broadcaster: Broadcaster,
     /// `-o`: on its own thread behind a bounded queue, as `trace`'s outputs.
     file: Option<Queued>,
+    /// Why writing the file failed, and the records it has not been given since: the
+    /// subscribers are served on without it.
+    file_failed: Option<(String, u64)>,
     refusals: Receiver<String>,
 }
 
 impl Outputs {
     fn each(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) -> std::io::Result<()> {
         f(&mut self.broadcaster)?;
-        if let Some(w) = &mut self.file {
-            f(w)?;
+        match (&mut self.file, &mut self.file_failed) {
+            (_, Some((_, since))) => *since += 1,
+            (Some(w), None) => {
+                if let Err(e) = f(w) {
+                    self.file_lost(&e);
+                }
+            }
+            (None, None) => {}
         }
         Ok(())
+    }
+
+    /// The capture file failed: said once on stderr and to every subscriber (a loss record
+    /// of `output capture`, which the metrics count), and left behind.
+    fn file_lost(&mut self, e: &std::io::Error) {
+        eprintln!(
+            "rdma-trace daemon: writing the capture file failed: {e}; serving the subscribers on without it"
+        );
+        let lost = Loss {
+            v: crate::capture::VERSION,
+            ty: "loss".into(),
+            site: LossSite::Output("capture".into()),
+            reason: LossReason::Other(FILE_FAILED.into()),
+            count: 1,
+            ..Default::default()
+        };
+        self.broadcaster.loss(&lost).ok();
+        self.file_failed = Some((e.to_string(), 1));
     }
 
     fn say(&mut self) {
@@ -88,10 +115,17 @@ impl Sink for Outputs {
 
 pub fn run(a: DaemonArgs) -> Result<i32> {
     if !a.ring_kib.is_power_of_two() || a.ring_kib < 4 {
-        bail!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
+        crate::bad_input!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);
     }
     if !(1..=MAX_INSTANCES).contains(&a.kretprobe_instances) {
-        bail!("--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})", a.kretprobe_instances);
+        crate::bad_input!(
+            "--kretprobe-instances must be 1..={MAX_INSTANCES} (got {})",
+            a.kretprobe_instances
+        );
+    }
+    super::trace::rotation(a.max_size.as_deref(), a.rotate)?;
+    if a.max_size.is_some() && a.output.as_deref().is_none_or(|o| o == std::path::Path::new("-")) {
+        crate::bad_input!("--max-size needs -o FILE");
     }
     let opts = TraceOptions {
         probes: a.probes.clone(),
@@ -134,7 +168,8 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     let header = Header { clocks: clocks(&a.clock_peers), ..tracer.header() };
     let file = match &a.output {
         Some(p) => {
-            let mut w = Jsonl::create(p, None).with_context(|| format!("creating {}", p.display()))?;
+            let rotation = super::trace::rotation(a.max_size.as_deref(), a.rotate)?;
+            let mut w = Jsonl::create(p, rotation).with_context(|| format!("creating {}", p.display()))?;
             w.header(&header)?;
             Some(Queued::new("capture", Box::new(w), QUEUE))
         }
@@ -147,7 +182,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     if let Some(text) = metrics {
         broadcaster = broadcaster.with_metrics(text);
     }
-    let mut out = Outputs { broadcaster, file, refusals };
+    let mut out = Outputs { broadcaster, file, file_failed: None, refusals };
     let mut finished = tracer.run(&mut print_notice, &mut out)?;
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
@@ -157,7 +192,8 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     let subscribers = out.broadcaster.subscribers();
     let cut = out.broadcaster.close();
     std::fs::remove_file(&socket).ok();
-    eprintln!("rdma-trace daemon: {} subscribers were sent the trailer", subscribers - cut.len());
+    let sent = crate::units::count((subscribers - cut.len()) as u64, "subscriber");
+    eprintln!("rdma-trace daemon: the trailer went to {sent}");
     for peer in cut {
         let wait = crate::units::duration(crate::serve::CLOSE_WAIT.as_nanos() as u64);
         eprintln!("rdma-trace daemon: subscriber {peer} was not reading: cut off after {wait}");
@@ -169,6 +205,11 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     if let Some(q) = out.file.as_ref().filter(|q| q.dropped > 0) {
         eprintln!("rdma-trace daemon: the capture file fell behind and left out {} records", q.dropped);
     }
+    if let Some((why, since)) = &out.file_failed {
+        eprintln!(
+            "rdma-trace daemon: the capture file failed ({why}): {since} records were not written to it"
+        );
+    }
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {
         bail!("{e}; the daemon stopped");
@@ -176,6 +217,9 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     closed?;
     Ok(finished.stopped.code)
 }
+
+/// The loss reason of a capture file that could not be written.
+pub const FILE_FAILED: &str = "write failed";
 
 /// How long a peer's daemon may take to answer its clock (it may still be attaching).
 const CLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(90);

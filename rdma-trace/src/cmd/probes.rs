@@ -33,7 +33,21 @@ pub fn run(attach: bool, json: bool) -> anyhow::Result<i32> {
         print!("{}", json_lines(&planning.plan, outcomes.as_deref()));
         return Ok(0);
     }
-    writeln!(out, "{:<14} {:<24} {:<10} {:<9} note", "probe", "symbol", "module", "status")?;
+    // Columns as wide as their longest entry (a kernel's symbols can be long).
+    let skipped_syms: Vec<String> = planning
+        .plan
+        .skipped
+        .iter()
+        .map(|s| s.spec.symbols.iter().map(|s| s.name).collect::<Vec<_>>().join("|"))
+        .collect();
+    let plan = &planning.plan;
+    let ids =
+        plan.probes.iter().map(|p| p.spec.id.as_str()).chain(plan.skipped.iter().map(|s| s.spec.id.as_str()));
+    let w_id = ids.map(str::len).max().unwrap_or(0).max("probe".len());
+    let syms = plan.probes.iter().map(|p| p.symbol.len()).chain(skipped_syms.iter().map(String::len));
+    let w_sym = syms.max().unwrap_or(0).max("symbol".len());
+    let w_mod = plan.probes.iter().map(|p| p.module.len()).max().unwrap_or(0).max("module".len());
+    writeln!(out, "{:<w_id$} {:<w_sym$} {:<w_mod$} {:<9} note", "probe", "symbol", "module", "status")?;
     for p in &planning.plan.probes {
         let (status, mut note) = match outcomes.as_ref().and_then(|o| o.iter().find(|o| o.id == p.spec.id)) {
             Some(o) => match &o.attached {
@@ -54,11 +68,10 @@ pub fn run(attach: bool, json: bool) -> anyhow::Result<i32> {
             }
             note.push_str("fires only with a hardware NIC (not observed on soft-RoCE)");
         }
-        writeln!(out, "{:<14} {:<24} {:<10} {:<9} {note}", p.spec.id, p.symbol, p.module, status)?;
+        writeln!(out, "{:<w_id$} {:<w_sym$} {:<w_mod$} {:<9} {note}", p.spec.id, p.symbol, p.module, status)?;
     }
-    for s in &planning.plan.skipped {
-        let sym = s.spec.symbols.iter().map(|s| s.name).collect::<Vec<_>>().join("|");
-        writeln!(out, "{:<14} {:<24} {:<10} {:<9} {}", s.spec.id, sym, "-", "skipped", s.reason)?;
+    for (s, sym) in planning.plan.skipped.iter().zip(&skipped_syms) {
+        writeln!(out, "{:<w_id$} {:<w_sym$} {:<w_mod$} {:<9} {}", s.spec.id, sym, "-", "skipped", s.reason)?;
     }
     writeln!(
         out,
@@ -94,9 +107,11 @@ fn json_lines(plan: &crate::plan::select::Plan, outcomes: Option<&[crate::live::
         out.push_str(&format!("{v}\n"));
     }
     for s in &plan.skipped {
+        // The same keys as a planned probe's: what was never resolved is null.
         let v = serde_json::json!({
-            "id": s.spec.id.as_str(), "kind": kind(&s.spec.kind), "status": "skipped",
-            "reason": s.reason, "hardware_only": s.spec.hardware_only,
+            "id": s.spec.id.as_str(), "kind": kind(&s.spec.kind), "symbol": null,
+            "module": null, "return": null, "status": "skipped", "reason": s.reason,
+            "hardware_only": s.spec.hardware_only, "path": null,
         });
         out.push_str(&format!("{v}\n"));
     }

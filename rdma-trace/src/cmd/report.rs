@@ -49,6 +49,19 @@ fn at(r: &Record) -> Option<u64> {
 /// Reads every capture, merged on the wall clock, through one story and per-capture
 /// aggregates; `keep_events` keeps the events too.
 pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read> {
+    let mut events = Vec::new();
+    let mut r = read_each(files, opts, |_, e| {
+        if keep_events {
+            events.push(e.clone());
+        }
+    })?;
+    r.events = events;
+    Ok(r)
+}
+
+/// Reads every capture, merged on the wall clock, through one story and per-capture
+/// aggregates; each event also goes to `each`, with the index the story knows it by.
+pub fn read_each(files: &[PathBuf], opts: ReadOpts, mut each: impl FnMut(usize, &Event)) -> Result<Read> {
     if opts.follow {
         bail!(
             "--follow is for replay, story and tui: the numbers are of a capture as it stands (run again when it ends)"
@@ -96,13 +109,12 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
             Some(Record::Event(mut e)) => {
                 s.placement.event(std::sync::Arc::make_mut(&mut e));
                 out.aggs[i].event(&e);
-                if keep_events {
-                    out.events.push((*e).clone());
-                }
-                out.live.push(e);
+                let index = out.live.push(std::sync::Arc::clone(&e));
+                each(index, &e);
             }
             Some(Record::Step(st)) => {
                 let mut step = st.step;
+                out.aggs[i].steps += 1;
                 s.placement.step(&mut step);
                 out.live.add_steps(vec![step.clone()]);
                 out.steps.push(step);
@@ -187,6 +199,13 @@ pub fn diff(a: &Path, b: &Path, fail_on: &[String], json: bool, opts: ReadOpts) 
     Ok(if d.failed.is_empty() { 0 } else { 1 })
 }
 
+/// A file written (stdout is not named).
+fn done(path: &Path) {
+    if path != Path::new("-") {
+        eprintln!("rdma-trace: wrote {}", path.display());
+    }
+}
+
 /// `export`: each picture asked for, written to its file.
 pub fn export(
     files: &[PathBuf],
@@ -198,20 +217,34 @@ pub fn export(
     if perfetto.is_none() && folded.is_none() && flamegraph.is_none() {
         crate::bad_input!("say what to export: --perfetto OUT.json, --folded OUT, --flamegraph OUT.svg");
     }
-    let r = read(files, opts, true)?;
-    let events = r.events;
-    // `-` is stdout, as everywhere.
-    let write = |path: &Path, text: &str| -> Result<()> {
-        if path == Path::new("-") {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            return out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing stdout");
+    // Built as the captures are read: no event is kept (a capture of hundreds of MB).
+    let mut timeline = perfetto.map(|_| crate::output::perfetto::Timeline::default());
+    let mut stacks = (folded.is_some() || flamegraph.is_some()).then(crate::output::flame::Folded::default);
+    let r = read_each(files, opts, |i, e| {
+        if let Some(t) = &mut timeline {
+            t.event(i, e);
         }
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("rdma-trace: wrote {}", path.display());
+        if let Some(s) = &mut stacks {
+            s.event(e);
+        }
+    })?;
+    // `-` is stdout, as everywhere.
+    let open = |path: &Path| -> Result<Box<dyn std::io::Write>> {
+        if path == Path::new("-") {
+            return Ok(Box::new(std::io::BufWriter::new(std::io::stdout().lock())));
+        }
+        let f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(Box::new(std::io::BufWriter::new(f)))
+    };
+    let write = |path: &Path, text: &str| -> Result<()> {
+        let mut w = open(path)?;
+        w.write_all(text.as_bytes())
+            .and_then(|()| w.flush())
+            .with_context(|| format!("writing {}", path.display()))?;
+        done(path);
         Ok(())
     };
-    if let Some(p) = perfetto {
+    if let (Some(p), Some(timeline)) = (perfetto, timeline) {
         let (story, _, _) = r.live.finish();
         let first = r.headers[0].as_ref().map(|h| h.boot_id.clone());
         let hosts: Vec<_> = r
@@ -224,9 +257,18 @@ pub fn export(
                 other_boot: h.as_ref().is_some_and(|h| Some(&h.boot_id) != first.as_ref()),
             })
             .collect();
-        write(p, &serde_json::to_string(&crate::output::perfetto::export(&events, &story, &hosts))?)?;
+        if timeline.let_go > 0 {
+            eprintln!(
+                "rdma-trace: {} calls were still open {} deep on their thread and were let go: drawn without their end (in otherData.open_calls_let_go)",
+                timeline.let_go,
+                crate::output::perfetto::MAX_OPEN
+            );
+        }
+        let mut w = open(p)?;
+        timeline.write(&story, &hosts, &mut w).with_context(|| format!("writing {}", p.display()))?;
+        done(p);
     }
-    let stacks = crate::output::flame::folded(&events);
+    let stacks = stacks.map(|s| s.text()).unwrap_or_default();
     if let Some(p) = folded {
         write(p, &stacks)?;
     }

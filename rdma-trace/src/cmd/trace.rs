@@ -26,7 +26,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
             a.kretprobe_instances
         );
     }
-    rotation(a)?;
+    rotation(a.max_size.as_deref(), a.rotate)?;
     if a.max_size.is_some() && a.output.as_deref().is_none_or(|o| o == std::path::Path::new("-")) {
         crate::bad_input!("--max-size needs -o FILE");
     }
@@ -65,9 +65,10 @@ fn header(a: &TraceArgs, tracer: &Tracer) -> crate::capture::Header {
     crate::capture::Header { redacted: a.redact, ..tracer.header() }
 }
 
-/// `--max-size`/`--rotate`: when a capture file moves on to the next.
-fn rotation(a: &TraceArgs) -> Result<Option<Rotation>> {
-    match (&a.max_size, a.rotate) {
+/// `--max-size`/`--rotate`: when a capture file moves on to the next (`trace -o` and
+/// `daemon -o` alike).
+pub fn rotation(max_size: Option<&str>, rotate: Option<u32>) -> Result<Option<Rotation>> {
+    match (max_size, rotate) {
         (None, None) => Ok(None),
         (None, Some(_)) => crate::bad_input!("--rotate needs --max-size"),
         (Some(size), keep) => {
@@ -108,8 +109,8 @@ impl Outputs {
                 sinks.push(Queued::new("capture", Box::new(w), QUEUE));
             }
             Some(p) => {
-                let mut w =
-                    Jsonl::create(p, rotation(a)?).with_context(|| format!("creating {}", p.display()))?;
+                let mut w = Jsonl::create(p, rotation(a.max_size.as_deref(), a.rotate)?)
+                    .with_context(|| format!("creating {}", p.display()))?;
                 w.header(&header(a, tracer))?;
                 sinks.push(Queued::new("capture", Box::new(w), QUEUE));
             }

@@ -154,12 +154,15 @@ fn feed_one(feeder: &mut Feeder, merge: &crate::serve::merge::Merge, i: usize, r
             }
             feeder.model.finished = None;
         }
-        Record::Stats(s) => feeder.model.host_stats(i, &s),
+        Record::Stats(s) => feeder.model.host_stats(i, &s.sites),
         Record::Loss(l) if l.site == crate::capture::LossSite::Subscriber => {
             feeder.model.host_not_sent(i, l.count);
             feeder.offer(true);
         }
-        Record::Trailer(t) => feeder.model.hosts[i].ended = Some(format!("stopped on {}", t.stopped)),
+        Record::Trailer(t) => {
+            feeder.model.host_stats(i, &t.sites);
+            feeder.model.hosts[i].ended = Some(format!("stopped on {}", t.stopped));
+        }
         // the feeder's methods cannot fail
         r => drop(feeder.record(r)),
     }

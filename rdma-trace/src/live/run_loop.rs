@@ -125,6 +125,8 @@ pub(super) struct RunLoop<'a> {
     losses: LossWatch,
     /// Processes found gone at the last stats tick (see `forget_the_gone`).
     gone_last: std::collections::HashSet<u32>,
+    /// Verbs users the watch table refused (full).
+    pub(super) watch_failed: u64,
 }
 
 impl<'a> RunLoop<'a> {
@@ -153,6 +155,7 @@ impl<'a> RunLoop<'a> {
             users_new: Vec::new(),
             losses: LossWatch::default(),
             gone_last: Default::default(),
+            watch_failed: 0,
         }
     }
 
@@ -210,8 +213,18 @@ impl<'a> RunLoop<'a> {
         match p {
             Periodic::Tick => {
                 for pid in std::mem::take(&mut self.users_new) {
-                    // A process gone by now cannot be watched: nothing to say.
-                    loaded.watch(pid).ok();
+                    // The map takes any pid, gone or not: a refusal is a full table.
+                    if let Err(e) = loaded.watch(pid) {
+                        if self.watch_failed == 0 {
+                            eprintln!(
+                                "rdma-trace: verbs process {pid} cannot be watched ({e}): its syscalls are not seen; \
+                                 the count is in the summary"
+                            );
+                        }
+                        self.watch_failed += 1;
+                        // Not watched: a later event of it tries again.
+                        self.users_seen.remove(&pid);
+                    }
                 }
                 let r = self.sink.tick();
                 self.keep(r);
@@ -354,6 +367,7 @@ impl End {
             blocked_at_exit: self.left.blocked,
             forks,
             forks_unwatched,
+            watches_failed: 0, // the run loop's, set by the caller
             programs: self.programs.clone(),
             kernel_missed_known: self.missed.is_some(),
         }

@@ -212,7 +212,8 @@ impl Tracer {
             let end = shutdown(loaded, &mut ring, &mut run).await?;
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
-        let account = end.account(&planning, &run.tally);
+        let mut account = end.account(&planning, &run.tally);
+        account.watches_failed = run.watch_failed;
         run.last_losses(&account);
         Ok(Finished {
             stopped,

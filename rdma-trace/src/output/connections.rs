@@ -1,6 +1,7 @@
 //! The report's queue pairs: each QP with its peer (on this host or another), its posts,
 //! and its completions joined to the posts that caused them (`correlate::qps`).
 
+use crate::capture::QpCounts;
 use crate::event::PID_SHIFT;
 use crate::pipeline::correlate::qps::{QpKey, QpRow, QpStory};
 use crate::pipeline::render::qp_state;
@@ -23,13 +24,8 @@ pub struct QpReport {
     pub peer: Option<QpEnd>,
     /// Doorbells the kernel saw (soft-RoCE's `rxe_post_send`; none on a NIC whose doorbell
     /// is an MMIO store).
-    pub posts: u64,
-    pub completions: u64,
-    pub after_peer_post: u64,
-    pub after_own_post: u64,
-    pub before_any_post: u64,
-    pub flushed: u64,
-    pub peer_unknown: u64,
+    #[serde(flatten)]
+    pub counts: QpCounts,
     /// The peer's post → a completion here (nearest rank, of the newest samples kept).
     pub across_p50_ns: Option<u64>,
     pub across_p99_ns: Option<u64>,
@@ -61,13 +57,7 @@ fn row(r: &QpRow, host: &dyn Fn(u32) -> String) -> QpReport {
         dest_qpn: r.dest_qpn,
         dest_ipv4: r.dest_ipv4().map(|a| a.to_string()),
         peer: r.peer.map(end),
-        posts: r.posts,
-        completions: r.completions,
-        after_peer_post: r.after_peer_post,
-        after_own_post: r.after_own_post,
-        before_any_post: r.before_any_post,
-        flushed: r.flushed,
-        peer_unknown: r.peer_unknown,
+        counts: r.counts,
         across_p50_ns: r.across_ns.quantile(0.5),
         across_p99_ns: r.across_ns.quantile(0.99),
         across_min_ns: r.across_ns.0.iter().min().copied(),
@@ -104,33 +94,33 @@ pub fn text(out: &mut String, qps: &[QpReport], several_hosts: bool) -> std::fmt
             q.pid,
             crate::pipeline::render::printable(&q.comm),
             q.state.as_deref().unwrap_or("?"),
-            q.posts,
-            q.completions
+            q.counts.posts,
+            q.counts.completions
         )?;
-        if q.after_peer_post > 0 {
+        if q.counts.after_peer_post > 0 {
             writeln!(
                 out,
                 "    {} after a post on the peer: post → completion p50 {}, p99 {}, min {}",
-                q.after_peer_post,
+                q.counts.after_peer_post,
                 d(q.across_p50_ns),
                 d(q.across_p99_ns),
                 d(q.across_min_ns)
             )?;
         }
-        if q.after_own_post > 0 {
+        if q.counts.after_own_post > 0 {
             writeln!(
                 out,
                 "    {} after its own post (the send acknowledged): p50 {}, p99 {}",
-                q.after_own_post,
+                q.counts.after_own_post,
                 d(q.own_p50_ns),
                 d(q.own_p99_ns)
             )?;
         }
-        if q.before_any_post > 0 {
+        if q.counts.before_any_post > 0 {
             writeln!(
                 out,
                 "    {} before any post that could have caused them{}",
-                q.before_any_post,
+                q.counts.before_any_post,
                 if several_hosts {
                     " (across hosts: the clocks are placed wrong by more than the path)"
                 } else {
@@ -138,14 +128,14 @@ pub fn text(out: &mut String, qps: &[QpReport], several_hosts: bool) -> std::fmt
                 }
             )?;
         }
-        if q.flushed > 0 {
-            writeln!(out, "    {} flushed (the QP in the error state, no post to join)", q.flushed)?;
+        if q.counts.flushed > 0 {
+            writeln!(out, "    {} flushed (the QP in the error state, no post to join)", q.counts.flushed)?;
         }
-        if q.peer_unknown > 0 {
+        if q.counts.peer_unknown > 0 {
             writeln!(
                 out,
                 "    {} on its receive CQ with the other end not seen (give its capture too)",
-                q.peer_unknown
+                q.counts.peer_unknown
             )?;
         }
     }

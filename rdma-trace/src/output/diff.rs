@@ -22,7 +22,8 @@ pub fn metrics(r: &Report) -> BTreeMap<String, Option<f64>> {
     let procs = &r.processes;
     m.insert("pinned-peak-bytes".into(), Some(procs.iter().map(|p| p.pinned_peak_bytes).sum::<u64>() as f64));
     m.insert("refused-pins".into(), Some(procs.iter().map(|p| p.refused_pins).sum::<u64>() as f64));
-    m.insert("completions".into(), Some(procs.iter().map(|p| p.completions).sum::<u64>() as f64));
+    // Completion events on every CQ, a process's or not: the completion path's count.
+    m.insert("completions".into(), Some(r.cqs.iter().map(|c| c.completions).sum::<u64>() as f64));
     m.insert("syscalls-per-completion".into(), r.data_phase.per_completion_event);
     m.insert("syscalls-per-wr".into(), r.data_phase.per_work_request);
     // A v0 capture has no account of loss: not measured, rather than 0.

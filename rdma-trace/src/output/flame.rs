@@ -8,17 +8,29 @@ use std::fmt::Write;
 
 /// Folded stacks of the entry events that carry a kernel stack, the path as the root frame.
 pub fn folded(events: &[Event]) -> String {
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.kind == EventKind::Entry && !e.stack.is_empty()) {
-        if matches!(e.path, Path::Syscall | Path::Verbs) {
-            continue;
+    let mut f = Folded::default();
+    events.iter().for_each(|e| f.event(e));
+    f.text()
+}
+
+/// Folded stacks counted as the capture is read: a line per distinct stack, not per event.
+#[derive(Default)]
+pub struct Folded(BTreeMap<String, u64>);
+
+impl Folded {
+    pub fn event(&mut self, e: &Event) {
+        if e.kind != EventKind::Entry || e.stack.is_empty() || matches!(e.path, Path::Syscall | Path::Verbs) {
+            return;
         }
         let mut frames = functions(&e.stack);
         frames.reverse();
         let line = std::iter::once(e.path.as_str().to_string()).chain(frames).collect::<Vec<_>>().join(";");
-        *counts.entry(line).or_default() += 1;
+        *self.0.entry(line).or_default() += 1;
     }
-    counts.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+
+    pub fn text(&self) -> String {
+        self.0.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+    }
 }
 
 #[derive(Default)]

@@ -48,6 +48,9 @@ pub struct CqReport {
     pub pid: Option<u32>,
     pub comm: String,
     pub completions: u64,
+    /// The fd of the completion channel its events are read from, where it was seen.
+    #[serde(default)]
+    pub channel_fd: Option<i32>,
     pub handler_p50_ns: Option<u64>,
     pub handler_p99_ns: Option<u64>,
     pub wakeup_p50_ns: Option<u64>,
@@ -87,7 +90,14 @@ pub struct CaptureInfo {
     pub boot_id: String,
     /// From the trailer: why the run stopped (absent: cut short).
     pub stopped: Option<String>,
+    /// Records the run delivered (its trailer's count, else its last stats'): events and
+    /// companion steps.
     pub delivered: u64,
+    /// Of what was read: event records and step records.
+    #[serde(default)]
+    pub events: u64,
+    #[serde(default)]
+    pub steps: u64,
     /// Lost on the way into this capture: by the ring and the probes (the trailer's
     /// account) and `left_out`.
     pub lost: u64,
@@ -254,6 +264,8 @@ fn capture(p: &Part) -> CaptureInfo {
         boot_id: h.map(|h| h.boot_id.clone()).unwrap_or_default(),
         stopped: t.map(|t| t.stopped.clone()),
         delivered: t.map(|t| t.delivered).unwrap_or_else(|| p.agg.sites.iter().map(|s| s.delivered).sum()),
+        events: p.agg.events,
+        steps: p.agg.steps,
         lost: left_out
             + t.map(|t| t.lost).unwrap_or_else(|| p.agg.sites.iter().flat_map(|s| s.lost.values()).sum()),
         left_out,
@@ -333,6 +345,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             pid: c.pid.map(crate::event::local_pid),
             comm: c.pid.map(|p| story.comm(p)).unwrap_or_default(),
             completions: c.completions,
+            channel_fd: c.channel_fd,
             handler_p50_ns: c.handler_ns.quantile(0.5),
             handler_p99_ns: c.handler_ns.quantile(0.99),
             wakeup_p50_ns: c.wakeup_ns.quantile(0.5),
@@ -425,19 +438,36 @@ fn write_text(out: &mut String, r: &Report) -> std::fmt::Result {
     text_loss(out, r)
 }
 
+/// "851 events and 72 steps read": what the story was told (a daemon's stream may begin
+/// after its run did, so this can be less than what the run delivered).
+fn read_words(c: &CaptureInfo) -> String {
+    let events = crate::units::count(c.events, "event");
+    if c.steps == 0 {
+        format!("{events} read")
+    } else {
+        format!("{events} and {} read", crate::units::count(c.steps, "step"))
+    }
+}
+
 /// Each capture: where, which kernel, how much came and how it ended.
 fn text_captures(out: &mut String, r: &Report) -> std::fmt::Result {
     for c in r.captures.iter().filter(|c| c.version == 0) {
-        writeln!(out, "capture {}: format v0 (no header, no trailer: no account of loss)", c.file)?;
+        writeln!(
+            out,
+            "capture {}: format v0 (no header, no trailer: no account of loss), {}",
+            c.file,
+            read_words(c)
+        )?;
     }
     for c in r.captures.iter().filter(|c| c.version > 0) {
         writeln!(
             out,
-            "capture {}: {} ({}), {} events delivered, {} lost{}, {}",
+            "capture {}: {} ({}), {} ({} delivered), {} lost{}, {}",
             c.file,
             if c.hostname.is_empty() { "?" } else { &c.hostname },
             c.kernel_release,
-            c.delivered,
+            read_words(c),
+            crate::units::count(c.delivered, "record"),
             c.lost,
             if c.left_out > 0 {
                 format!(" ({} left out by a writer that fell behind)", c.left_out)

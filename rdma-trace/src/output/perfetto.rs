@@ -68,63 +68,148 @@ struct Flow {
 }
 
 struct Slice {
-    name: String,
+    name: crate::event::Name,
     cat: &'static str,
     track: (u32, u32),
     start_ns: u64,
     end_ns: Option<u64>,
-    args: serde_json::Map<String, Value>,
+    args: Args,
     flow: Option<Flow>,
 }
 
-fn args_of(e: &Event) -> serde_json::Map<String, Value> {
-    let mut m = serde_json::Map::new();
-    for (k, v) in &e.fields {
-        m.insert(k.to_string(), json!(crate::pipeline::render::field(e, k, *v)));
+/// A slice's args as the text of a JSON object without its braces (`"k":"v",…`): an
+/// export of a big capture holds hundreds of thousands of them.
+#[derive(Default)]
+struct Args(String);
+
+impl Args {
+    fn of(e: &Event) -> Args {
+        let mut m = serde_json::Map::new();
+        for (k, v) in &e.fields {
+            m.insert(k.to_string(), json!(crate::pipeline::render::field(e, k, *v)));
+        }
+        if let Some(fd) = &e.fd_kind {
+            m.insert("fd".into(), json!(fd));
+        }
+        Args::from_map(&m)
     }
-    if let Some(fd) = &e.fd_kind {
-        m.insert("fd".into(), json!(fd));
+
+    fn from_map(m: &serde_json::Map<String, Value>) -> Args {
+        let text = serde_json::to_string(m).unwrap_or_default();
+        Args(text[1..text.len() - 1].to_string())
     }
-    m
+
+    fn map(&self) -> serde_json::Map<String, Value> {
+        serde_json::from_str(&format!("{{{}}}", self.0)).unwrap_or_default()
+    }
+
+    /// The return's args join the entry's; where both have a key, the return's wins.
+    fn extend(&mut self, more: Args) {
+        if more.0.is_empty() {
+            return;
+        }
+        if self.0.is_empty() {
+            *self = more;
+            return;
+        }
+        let mut m = self.map();
+        let theirs = more.map();
+        if theirs.keys().any(|k| m.contains_key(k)) {
+            m.extend(theirs);
+            *self = Args::from_map(&m);
+        } else {
+            self.0.push(',');
+            self.0.push_str(&more.0);
+        }
+    }
 }
 
-/// Pairs entries with returns on each thread's stack of open calls: a return closes the
-/// innermost open call of its name, and any call opened inside it that is still open lost
-/// its return (the kernel skips program runs: `program … skipped by the kernel`) and stays
-/// an open slice; a return with no open call of its name lost its entry and makes none.
-/// So the slices of a thread nest whatever was lost. `slice_of[event index]` is its slice.
-fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
-    let mut out: Vec<Slice> = Vec::new();
-    let mut slice_of = HashMap::new();
-    let mut open: HashMap<u32, Vec<(&crate::event::Name, usize)>> = HashMap::new();
-    for (i, e) in events.iter().enumerate() {
-        match e.kind {
+/// Deeper than this, a thread's oldest open call is let go as an unreturned one: calls
+/// nest a few deep, so only a probe whose returns are never seen gets here.
+pub const MAX_OPEN: usize = 256;
+
+/// The export as the capture is read: slices, with entries paired to returns on each
+/// thread's stack of open calls (a return closes the innermost open call of its name, and
+/// any call opened inside it that is still open lost its return — the kernel skips program
+/// runs: `program … skipped by the kernel` — and stays an open slice; a return with no
+/// open call of its name lost its entry and makes none, so the slices of a thread nest
+/// whatever was lost); the slice each event is part of; and the names of the tracks.
+#[derive(Default)]
+pub struct Timeline {
+    slices: Vec<Slice>,
+    /// By event index: its slice (`NONE`: none).
+    slice_of: Vec<u32>,
+    open: HashMap<u32, Vec<usize>>,
+    procs: BTreeMap<u32, String>,
+    threads: BTreeMap<(u32, u32), String>,
+    t0: Option<u64>,
+    /// Flow ids given so far.
+    flows: u64,
+    /// Open calls let go past `MAX_OPEN` (their returns, if any come, pair with nothing).
+    pub let_go: u64,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Timeline {
+    /// Event `i` (the index the story knows it by), in the order read.
+    pub fn event(&mut self, i: usize, e: &Event) {
+        self.t0.get_or_insert(e.ts_ns);
+        self.name(e);
+        let slice = match e.kind {
             EventKind::Entry | EventKind::SyscallEnter => {
                 let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
-                out.push(Slice {
-                    name: e.name.to_string(),
+                self.slices.push(Slice {
+                    name: e.name.clone(),
                     cat,
                     track: track(e),
                     start_ns: e.ts_ns,
                     end_ns: None,
-                    args: args_of(e),
+                    args: Args::of(e),
                     flow: None,
                 });
-                open.entry(e.tid).or_default().push((&e.name, out.len() - 1));
-                slice_of.insert(i, out.len() - 1);
+                let stack = self.open.entry(e.tid).or_default();
+                stack.push(self.slices.len() - 1);
+                if stack.len() > MAX_OPEN {
+                    stack.remove(0);
+                    self.let_go += 1;
+                }
+                self.slices.len() - 1
             }
             EventKind::Return | EventKind::SyscallExit => {
-                let Some(stack) = open.get_mut(&e.tid) else { continue };
-                let Some(at) = stack.iter().rposition(|(name, _)| **name == e.name) else { continue };
-                let s = stack[at].1;
+                let Some(stack) = self.open.get_mut(&e.tid) else { return };
+                let slices = &self.slices;
+                let Some(at) = stack.iter().rposition(|&s| slices[s].name == e.name) else { return };
+                let s = stack[at];
                 stack.truncate(at);
-                out[s].end_ns = Some(e.ts_ns);
-                out[s].args.extend(args_of(e));
-                slice_of.insert(i, s);
+                self.slices[s].end_ns = Some(e.ts_ns);
+                self.slices[s].args.extend(Args::of(e));
+                s
             }
+        };
+        if self.slice_of.len() <= i {
+            self.slice_of.resize(i + 1, NONE);
         }
+        self.slice_of[i] = slice as u32;
     }
-    (out, slice_of)
+
+    fn slice_of(&self, i: usize) -> Option<usize> {
+        self.slice_of.get(i).filter(|&&s| s != NONE).map(|&s| s as usize)
+    }
+
+    /// The names of the tracks: `process_name` and `thread_name` metadata.
+    fn name(&mut self, e: &Event) {
+        let (pid, tid) = track(e);
+        if tid >= SOFTIRQ_TID {
+            self.procs.insert(pid, "softirq".into());
+            self.threads.insert((pid, tid), format!("softirq cpu {}", e.cpu));
+            return;
+        }
+        if e.pid == e.tid || !self.procs.contains_key(&pid) {
+            self.procs.insert(pid, e.comm.clone());
+        }
+        self.threads.insert((pid, tid), e.comm.clone());
+    }
 }
 
 /// The trace-event JSON of `events` (in time order), with the story's completion → wakeup
@@ -132,98 +217,160 @@ fn slices(events: &[Event]) -> (Vec<Slice>, HashMap<usize, usize>) {
 /// merged captures' host names (processes are named with theirs when there are several)
 /// and how each other boot's clock was placed (said in `otherData.clocks`).
 pub fn export(events: &[Event], story: &Story, hosts: &[Host]) -> Value {
-    let (mut slices, slice_of) = slices(events);
-    let mut on_track: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
-    for (i, s) in slices.iter().enumerate() {
-        on_track.entry(s.track).or_default().push(i);
+    let mut t = Timeline::default();
+    for (i, e) in events.iter().enumerate() {
+        t.event(i, e);
     }
-    for list in on_track.values_mut() {
-        list.sort_by_key(|&i| slices[i].start_ns);
-    }
-    let mut flow = 0u64;
-    let mut woken = Vec::new();
-    for ps in story.processes.values() {
-        for c in &ps.completions {
-            let (Some(w), Some(&from)) = (c.wakeup, slice_of.get(&c.event)) else { continue };
-            let Some(&to) = slice_of.get(&w) else { continue };
-            if from == to || slices[from].flow.is_some() || slices[to].flow.is_some() {
-                continue;
+    let mut out = Vec::new();
+    t.write(story, hosts, &mut out).expect("writing to memory");
+    serde_json::from_slice(&out).expect("the export is JSON")
+}
+
+impl Timeline {
+    /// Writes the export, with the story's completion → wakeup pairs and post → completion
+    /// joins (by the indices `event` was given) as flows. `hosts`: the merged captures' host
+    /// names (processes are named with theirs when there are several) and how each other
+    /// boot's clock was placed (said in `otherData.clocks`).
+    pub fn write(mut self, story: &Story, hosts: &[Host], w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let woken = self.wakeups(story);
+        posts_to_completions(&mut self, story);
+        self.slices.extend(woken);
+        w.write_all(b"{\"traceEvents\":[")?;
+        let mut first = true;
+        for m in self.names(hosts) {
+            if !std::mem::take(&mut first) {
+                w.write_all(b",")?;
             }
-            flow += 1;
-            slices[from].flow = Some(Flow { id: flow, out: true, into: false });
-            let Some(at) = woken_span(&slices, &on_track, from, to) else {
-                // No room at the end of the wait: the arrow lands on the wait itself, which
-                // Perfetto keeps as long as the wait began after the completion.
-                slices[to].flow = Some(Flow { id: flow, into: true, out: false });
-                continue;
-            };
-            woken.push(Slice {
-                name: "woken".into(),
-                cat: "completion",
-                track: slices[to].track,
-                start_ns: at.0,
-                end_ns: Some(at.1),
-                args: serde_json::Map::from_iter([("by".to_string(), json!(slices[from].name))]),
-                flow: Some(Flow { id: flow, into: true, out: false }),
-            });
+            serde_json::to_writer(&mut *w, &m)?;
         }
-    }
-    posts_to_completions(&mut slices, &slice_of, story, &mut flow);
-    slices.extend(woken);
-    let t0 = events.first().map(|e| e.ts_ns).unwrap_or(0);
-    let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
-    let mut trace: Vec<Value> = names(events, hosts);
-    for s in &slices {
-        let (pid, tid) = (shown(s.track.0), shown(s.track.1));
-        let mut ev = json!({"name": s.name, "cat": s.cat, "pid": pid, "tid": tid, "ts": us(s.start_ns), "args": s.args});
-        match (s.end_ns, s.flow) {
-            (Some(end), _) => {
-                ev["ph"] = json!("X");
-                ev["dur"] = json!(end.saturating_sub(s.start_ns) as f64 / 1000.0);
+        let t0 = self.t0.unwrap_or(0);
+        for s in &self.slices {
+            if !std::mem::take(&mut first) {
+                w.write_all(b",")?;
             }
-            // Flows attach to slices, not instants: an unreturned completion gets a short one.
-            (None, Some(_)) => {
-                ev["ph"] = json!("X");
-                ev["dur"] = json!(MIN_DUR_US);
-            }
-            (None, None) => {
-                ev["ph"] = json!("i");
-                ev["s"] = json!("t");
-            }
+            write_slice(w, s, t0)?;
         }
-        if let Some(f) = s.flow {
-            ev["bind_id"] = json!(format!("{:#x}", f.id));
-            for (set, key) in [(f.into, "flow_in"), (f.out, "flow_out")] {
-                if set {
-                    ev[key] = json!(true);
+        // No displayTimeUnit: Perfetto ignores it and counts it in its import stats.
+        let mut other = json!({"tool": "rdma-trace"});
+        let clocks = clocks(hosts);
+        if !clocks.is_empty() {
+            other["clocks"] = json!(clocks);
+        }
+        if self.let_go > 0 {
+            other["open_calls_let_go"] = json!(self.let_go);
+        }
+        w.write_all(b"],\"otherData\":")?;
+        serde_json::to_writer(&mut *w, &other)?;
+        w.write_all(b"}")?;
+        w.flush()
+    }
+
+    /// An arrow from each completion to the wait it ended; the `woken` slices they land on.
+    fn wakeups(&mut self, story: &Story) -> Vec<Slice> {
+        let mut on_track: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+        for (i, s) in self.slices.iter().enumerate() {
+            on_track.entry(s.track).or_default().push(i);
+        }
+        for list in on_track.values_mut() {
+            list.sort_by_key(|&i| self.slices[i].start_ns);
+        }
+        let mut woken = Vec::new();
+        for ps in story.processes.values() {
+            for c in &ps.completions {
+                let (Some(w), Some(from)) = (c.wakeup, self.slice_of(c.event)) else { continue };
+                let Some(to) = self.slice_of(w) else { continue };
+                let slices = &mut self.slices;
+                if from == to || slices[from].flow.is_some() || slices[to].flow.is_some() {
+                    continue;
                 }
+                self.flows += 1;
+                let flow = self.flows;
+                slices[from].flow = Some(Flow { id: flow, out: true, into: false });
+                let Some(at) = woken_span(slices, &on_track, from, to) else {
+                    // No room at the end of the wait: the arrow lands on the wait itself, which
+                    // Perfetto keeps as long as the wait began after the completion.
+                    slices[to].flow = Some(Flow { id: flow, into: true, out: false });
+                    continue;
+                };
+                let by = serde_json::Map::from_iter([("by".to_string(), json!(slices[from].name.as_str()))]);
+                woken.push(Slice {
+                    name: crate::event::Name::Other("woken".into()),
+                    cat: "completion",
+                    track: slices[to].track,
+                    start_ns: at.0,
+                    end_ns: Some(at.1),
+                    args: Args::from_map(&by),
+                    flow: Some(Flow { id: flow, into: true, out: false }),
+                });
             }
         }
-        trace.push(ev);
+        woken
     }
-    // No displayTimeUnit: Perfetto ignores it and counts it in its import stats.
-    let mut other = json!({"tool": "rdma-trace"});
-    let clocks = clocks(hosts);
-    if !clocks.is_empty() {
-        other["clocks"] = json!(clocks);
+
+    /// `process_name` and `thread_name` metadata for every track; with several hosts, each
+    /// process named with its host's name.
+    fn names(&self, hosts: &[Host]) -> Vec<Value> {
+        let at = |pid: u32| match hosts.get(host_of(pid) as usize).filter(|_| hosts.len() > 1) {
+            Some(h) => format!(" @{}", h.name),
+            None => String::new(),
+        };
+        let mut out: Vec<Value> = self
+            .procs
+            .iter()
+            .map(|(pid, name)| {
+                json!({"ph": "M", "name": "process_name", "pid": shown(*pid), "tid": 0,
+                    "args": {"name": format!("{name}{}", at(*pid))}})
+            })
+            .collect();
+        out.extend(self.threads.iter().map(|((pid, tid), name)| {
+            json!({"ph": "M", "name": "thread_name", "pid": shown(*pid), "tid": shown(*tid), "args": {"name": name}})
+        }));
+        out
     }
-    json!({"traceEvents": trace, "otherData": other})
+}
+
+/// One slice as a trace event: complete (`X`) when it ended or carries a flow (flows attach
+/// to slices, not instants: an unreturned completion gets a short one), else an instant.
+fn write_slice(w: &mut dyn std::io::Write, s: &Slice, t0: u64) -> std::io::Result<()> {
+    let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
+    let (pid, tid) = (shown(s.track.0), shown(s.track.1));
+    w.write_all(b"{\"name\":")?;
+    serde_json::to_writer(&mut *w, s.name.as_str())?;
+    write!(w, ",\"cat\":\"{}\",\"pid\":{pid},\"tid\":{tid},\"ts\":", s.cat)?;
+    serde_json::to_writer(&mut *w, &us(s.start_ns))?;
+    write!(w, ",\"args\":{{{}}}", s.args.0)?;
+    match (s.end_ns, s.flow) {
+        (Some(end), _) => {
+            w.write_all(b",\"ph\":\"X\",\"dur\":")?;
+            serde_json::to_writer(&mut *w, &(end.saturating_sub(s.start_ns) as f64 / 1000.0))?;
+        }
+        (None, Some(_)) => {
+            w.write_all(b",\"ph\":\"X\",\"dur\":")?;
+            serde_json::to_writer(&mut *w, &MIN_DUR_US)?;
+        }
+        (None, None) => w.write_all(b",\"ph\":\"i\",\"s\":\"t\"")?,
+    }
+    if let Some(f) = s.flow {
+        write!(w, ",\"bind_id\":\"{:#x}\"", f.id)?;
+        for (set, key) in [(f.into, "flow_in"), (f.out, "flow_out")] {
+            if set {
+                write!(w, ",\"{key}\":true")?;
+            }
+        }
+    }
+    w.write_all(b"}")
 }
 
 /// An arrow from each post on one end of a connection to the completion it caused on the
 /// other (`story.qps.joins`, across only; the first completion of each post): where the
 /// completion already starts the arrow to its wakeup, the post's arrow ends on it under
 /// the same id, so post → completion → wakeup is one chain.
-fn posts_to_completions(
-    slices: &mut [Slice],
-    slice_of: &HashMap<usize, usize>,
-    story: &Story,
-    flow: &mut u64,
-) {
+fn posts_to_completions(t: &mut Timeline, story: &Story) {
     for j in story.qps.joins.iter().filter(|j| j.across) {
-        let (Some(&post), Some(&done)) = (slice_of.get(&j.post), slice_of.get(&j.completion)) else {
+        let (Some(post), Some(done)) = (t.slice_of(j.post), t.slice_of(j.completion)) else {
             continue;
         };
+        let slices = &mut t.slices;
         let taken = |f: Option<Flow>, end: fn(Flow) -> bool| f.is_some_and(end);
         if post == done || slices[post].flow.is_some() || taken(slices[done].flow, |f| f.into) {
             continue;
@@ -231,8 +378,8 @@ fn posts_to_completions(
         let id = match slices[done].flow {
             Some(f) => f.id,
             None => {
-                *flow += 1;
-                *flow
+                t.flows += 1;
+                t.flows
             }
         };
         slices[post].flow = Some(Flow { id, out: true, into: false });
@@ -265,39 +412,4 @@ fn woken_span(
         .unwrap_or(wait.start_ns);
     let start = end.saturating_sub(WOKEN_NS).max(nested_end).max(handler.start_ns + 1);
     (start < end).then_some((start, end))
-}
-
-/// `process_name` and `thread_name` metadata for every track; with several hosts, each
-/// process named with its host's name.
-fn names(events: &[Event], hosts: &[Host]) -> Vec<Value> {
-    let mut procs: BTreeMap<u32, String> = BTreeMap::new();
-    let mut threads: BTreeMap<(u32, u32), String> = BTreeMap::new();
-    let at = |pid: u32| match hosts.get(host_of(pid) as usize).filter(|_| hosts.len() > 1) {
-        Some(h) => format!(" @{}", h.name),
-        None => String::new(),
-    };
-    for e in events {
-        let (pid, tid) = track(e);
-        if tid >= SOFTIRQ_TID {
-            procs.insert(pid, format!("softirq{}", at(pid)));
-            threads.insert((pid, tid), format!("softirq cpu {}", e.cpu));
-            continue;
-        }
-        if e.pid == e.tid || !procs.contains_key(&pid) {
-            procs.insert(pid, format!("{}{}", e.comm, at(pid)));
-        }
-        threads.insert((pid, tid), e.comm.clone());
-    }
-    let mut out: Vec<Value> = procs
-        .iter()
-        .map(|(pid, name)| {
-            json!({"ph": "M", "name": "process_name", "pid": shown(*pid), "tid": 0, "args": {"name": name}})
-        })
-        .collect();
-    out.extend(threads.iter().map(
-        |((pid, tid), name)| {
-            json!({"ph": "M", "name": "thread_name", "pid": shown(*pid), "tid": shown(*tid), "args": {"name": name}})
-        },
-    ));
-    out
 }

@@ -118,12 +118,41 @@ pub fn text<E: Events + ?Sized>(story: &Story, events: &E, steps: &[StepRecord])
     out
 }
 
+/// "851 events: 845 in 1 process below, 6 in kernel threads (kworker/u8:2 ×4, …)": every
+/// event told, placed, so that the parts add up to what `report` and the TUI count.
+fn totals(story: &Story) -> String {
+    let (mut shown, mut procs, mut kernel) = (0u64, 0usize, std::collections::BTreeMap::<&str, u64>::new());
+    for ps in story.processes.values().filter(|p| p.event_count > 0) {
+        if ps.comm.starts_with("kworker") {
+            *kernel.entry(ps.comm.as_str()).or_default() += ps.event_count;
+        } else {
+            (shown, procs) = (shown + ps.event_count, procs + 1);
+        }
+    }
+    let mut parts =
+        vec![format!("{shown} in {procs} {} below", if procs == 1 { "process" } else { "processes" })];
+    if !kernel.is_empty() {
+        let n: u64 = kernel.values().sum();
+        let names: Vec<String> =
+            kernel.iter().map(|(c, n)| format!("{} ×{n}", crate::pipeline::render::printable(c))).collect();
+        parts.push(format!("{n} in kernel threads ({})", names.join(", ")));
+    }
+    if story.unjoined_total > 0 {
+        parts.push(format!("{} unjoined", story.unjoined_total));
+    }
+    if story.retired_events > 0 {
+        parts.push(format!("{} in retired processes", story.retired_events));
+    }
+    format!("{}: {}", crate::units::count(story.events_total, "event"), parts.join(", "))
+}
+
 fn write_text<E: Events + ?Sized>(
     out: &mut String,
     story: &Story,
     events: &E,
     steps: &[StepRecord],
 ) -> std::fmt::Result {
+    writeln!(out, "{}", totals(story))?;
     for ps in story.processes.values().filter(|p| !p.comm.starts_with("kworker") && p.event_count > 0) {
         process(out, ps, events)?;
     }

@@ -271,6 +271,9 @@ pub struct RunAccount {
     pub blocked_at_exit: u64,
     pub forks: u64,
     pub forks_unwatched: u64,
+    /// Verbs users (seen by the daemon) the watch table refused: tries, not processes (a
+    /// refused process is tried again at its next event).
+    pub watches_failed: u64,
     pub programs: Vec<ProgramCost>,
     /// False where the kernel cannot report kprobe missed counts (before 6.7).
     pub kernel_missed_known: bool,
@@ -444,6 +447,12 @@ impl RunAccount {
             s.push_str(&format!(
                 "  {} of {} forked children could not be watched (watch table full): their syscalls are not seen\n",
                 self.forks_unwatched, self.forks
+            ));
+        }
+        if self.watches_failed > 0 {
+            s.push_str(&format!(
+                "  {} tries to watch a verbs process failed (watch table full): their syscalls are not seen\n",
+                self.watches_failed
             ));
         }
         s

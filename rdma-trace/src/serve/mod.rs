@@ -14,7 +14,7 @@ pub mod merge;
 pub mod socket;
 pub mod virtio;
 
-use crate::capture::{Header, Loss, Stats, Trailer};
+use crate::capture::{Header, Loss, SiteCount, Stats, Trailer};
 use crate::event::Event;
 use crate::output::jsonl::Jsonl;
 use crate::pipeline::correlate::live::{Limits, Live};
@@ -146,6 +146,8 @@ pub struct Broadcaster {
     /// numbers) while one is connected.
     hidden: Option<Jsonl<Vec<u8>>>,
     redactor: crate::pipeline::redact::Redactor,
+    /// What the daemon's own outputs lost (its `output …` loss records), for the metrics.
+    outputs_lost: std::collections::BTreeMap<(crate::capture::LossSite, crate::capture::LossReason), u64>,
 }
 
 impl Broadcaster {
@@ -165,6 +167,7 @@ impl Broadcaster {
             reveal: false,
             hidden: None,
             redactor: Default::default(),
+            outputs_lost: Default::default(),
         }
     }
 
@@ -428,7 +431,16 @@ impl Sink for Broadcaster {
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         self.story.settle(s.ts_ns);
         if let Some(m) = &self.metrics {
-            let text = crate::output::metrics::render(self.story.processes(), &s.sites);
+            // The run's account, and what the daemon's own outputs lost (its loss records).
+            let mut sites = s.sites.clone();
+            for ((site, reason), n) in &self.outputs_lost {
+                sites.push(SiteCount {
+                    site: site.clone(),
+                    lost: [(reason.clone(), *n)].into(),
+                    ..Default::default()
+                });
+            }
+            let text = crate::output::metrics::render(self.story.processes(), &sites);
             if let Ok(mut t) = m.lock() {
                 *t = text;
             }
@@ -438,6 +450,9 @@ impl Sink for Broadcaster {
         Ok(())
     }
     fn loss(&mut self, l: &Loss) -> io::Result<()> {
+        if matches!(l.site, crate::capture::LossSite::Output(_)) {
+            *self.outputs_lost.entry((l.site.clone(), l.reason.clone())).or_default() += l.count;
+        }
         self.both(|f| f.loss(l))?;
         self.offer();
         Ok(())

@@ -62,9 +62,7 @@ pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
                     sel.name
                 ));
             };
-            let pos =
-                m.events.iter().position(|e| std::ptr::eq(e.as_ref(), *sel)).ok_or("No event selected.")?;
-            Ok((topic, *m.indices.get(pos).ok_or("No event selected.")?))
+            Ok((topic, m.index_of(sel).ok_or("No event selected.")?))
         }
         other => Err(format!(
             "`e` explains the selected row of Pinning, Mmap, Completions or Events (screens 2 \

@@ -49,6 +49,8 @@ pub struct Control {
     /// thread (the view's rows from the story, and handing it over).
     pub snapshots: AtomicU64,
     pub snapshot_ns: AtomicU64,
+    /// The filter typed (`/`): the feeder searches every event the story keeps for it.
+    pub search: Mutex<String>,
 }
 
 /// The pipeline's side: keeps the model and hands out snapshots.
@@ -64,7 +66,12 @@ pub struct Feeder {
     /// Events counted at the start of the current rate window.
     window: (Instant, u64),
     pub control: Arc<Control>,
+    /// The last search made: its filter, the events seen then, and when.
+    searched: (String, u64, Instant),
 }
+
+/// A search is made again as new events come at most this often.
+const SEARCH_EVERY: Duration = Duration::from_millis(250);
 
 impl Feeder {
     /// Sends a snapshot if a frame has passed since the last (`force`: now).
@@ -90,12 +97,26 @@ impl Feeder {
         }
         let t = Instant::now();
         self.model.rows_from(&self.live);
+        self.search(now);
         let snapshot = self.model.clone();
         if let Ok(mut s) = self.slot.lock() {
             *s = Some(snapshot);
         }
         self.control.snapshots.fetch_add(1, Ordering::Relaxed);
         self.control.snapshot_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Searches again when the filter changed, or new events came and the last search is
+    /// `SEARCH_EVERY` old.
+    fn search(&mut self, now: Instant) {
+        let filter = self.control.search.lock().map(|s| s.clone()).unwrap_or_default();
+        let (last, seen, at) = &self.searched;
+        let changed = *last != filter;
+        let newer = *seen != self.model.events_total && now.duration_since(*at) >= SEARCH_EVERY;
+        if changed || (newer && !filter.is_empty()) {
+            self.model.search(&self.live, &filter);
+            self.searched = (filter, self.model.events_total, now);
+        }
     }
 
     /// The source ended (`why`): shown until the person quits.
@@ -111,6 +132,7 @@ impl Feeder {
         self.model = Model::new(source);
         self.live = Live::new(Vec::new(), limits());
         self.window = (Instant::now(), 0);
+        self.searched = (String::new(), 0, Instant::now());
     }
 }
 
@@ -140,7 +162,7 @@ impl Sink for Feeder {
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
         // The source's clock: what waited in the reorder window long enough is joined.
         self.live.settle(s.ts_ns);
-        self.model.stats(s);
+        self.model.stats(&s.sites);
         Ok(())
     }
     fn loss(&mut self, l: &crate::capture::Loss) -> std::io::Result<()> {
@@ -149,6 +171,7 @@ impl Sink for Feeder {
         Ok(())
     }
     fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
+        self.model.stats(&t.sites);
         self.model.lost_total = t.lost;
         self.finished(format!("stopped on {}", t.stopped));
         Ok(())
@@ -171,7 +194,19 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
     let now = Instant::now();
     let model = Model::new(source);
     let live = Live::new(Vec::new(), limits());
-    (Feeder { live, model, slot: slot.clone(), last_sent: now - FRAME, window: (now, 0), control }, slot)
+    let searched = (String::new(), 0, now);
+    (
+        Feeder {
+            live,
+            model,
+            slot: slot.clone(),
+            last_sent: now - FRAME,
+            window: (now, 0),
+            control,
+            searched,
+        },
+        slot,
+    )
 }
 
 /// The story's bounds on screen: the daemon's, with a shorter reorder window (records of
@@ -301,6 +336,12 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
             if key(k.code, &mut ui, &model, &control, replay) {
                 return Ok(());
             }
+            // The filter typed is searched for by the feeder, in all the story keeps.
+            if let Ok(mut s) = control.search.lock()
+                && *s != ui.filter
+            {
+                s.clone_from(&ui.filter);
+            }
         }
     })();
     frames.took = t0.elapsed();
@@ -325,6 +366,15 @@ fn key(
         match code {
             KeyCode::Char('q') => return true,
             KeyCode::Esc | KeyCode::Char('?') => ui.help = false,
+            _ => {}
+        }
+        return false;
+    }
+    if ui.loss {
+        match code {
+            KeyCode::Char('q') => return true,
+            KeyCode::Char('?') => ui.help = true,
+            KeyCode::Esc | KeyCode::Char('l') => ui.loss = false,
             _ => {}
         }
         return false;
@@ -373,6 +423,7 @@ fn key(
         }
         KeyCode::Esc => ui.filter.clear(),
         KeyCode::Char('?') => ui.help = !ui.help,
+        KeyCode::Char('l') => ui.loss = true,
         KeyCode::Char('u') if ui.screen == Screen::Mmap => {
             (ui.hide_unmapped, ui.selected) = (!ui.hide_unmapped, 0);
         }

@@ -5,7 +5,7 @@
 //! position) and the newest events for the Events screen. Bounded: a snapshot costs the
 //! same after a minute or a day. No terminal code here.
 
-use crate::capture::{Header, Stats};
+use crate::capture::{Header, SiteCount};
 use crate::event::Event;
 use crate::pipeline::correlate::checks::Check;
 use crate::pipeline::correlate::live::Live;
@@ -94,6 +94,8 @@ pub struct StepRow {
     pub took_ns: u64,
     /// One line per event: time into the step, the probe, its fields.
     pub events: Vec<String>,
+    /// Of them, the kernel's (not a syscall, not a library call): what `story` counts.
+    pub kernel: usize,
     pub checks: Vec<Check>,
 }
 
@@ -137,6 +139,9 @@ pub struct Model {
     pub accounted: bool,
     /// One source's loss by reason (several sources: each host's line has its own).
     pub lost_by: BTreeMap<crate::capture::LossReason, u64>,
+    /// Where it was lost: each source's sites (probes, programs, outputs) that lost
+    /// anything, from its latest account, keyed by the source's index (0 for one).
+    pub lost_at: BTreeMap<usize, Vec<SiteCount>>,
     /// Events per second (over the last wall-clock second the source measured).
     pub rate: f64,
     pub finished: Option<String>,
@@ -150,6 +155,8 @@ pub struct Model {
     /// (pointers) at the first event after a snapshot took them.
     pub events: Arc<VecDeque<Arc<Event>>>,
     pub indices: Arc<VecDeque<usize>>,
+    /// `/` on the Events screen: what matched among every event the story keeps.
+    pub found: Option<Arc<Found>>,
     pub steps: Arc<VecDeque<StepRow>>,
     pub pin_ns: Samples,
     pub wakeup_ns: Samples,
@@ -162,6 +169,18 @@ pub struct Model {
     pub hosts: Vec<HostLine>,
     /// `source` in few cells, for a narrow status line (`2 hosts -249.4±1.5ms`).
     pub source_compact: Option<String>,
+}
+
+/// The events a filter matched among all the story keeps (not only the newest the Events
+/// screen holds): the newest `EVENTS` of them, oldest first, with their story indexes.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    pub filter: String,
+    pub events: Vec<Arc<Event>>,
+    pub indices: Vec<usize>,
+    /// How many matched, among how many kept.
+    pub matched: usize,
+    pub searched: usize,
 }
 
 /// One source of several: its host, kernel, clock against the first's, and loss.
@@ -191,13 +210,18 @@ impl HostLine {
     }
 }
 
-/// A stats record's loss, by reason over every site.
-fn by_reason(s: &Stats) -> BTreeMap<crate::capture::LossReason, u64> {
+/// An account's loss, by reason over every site.
+fn by_reason(sites: &[SiteCount]) -> BTreeMap<crate::capture::LossReason, u64> {
     let mut out = BTreeMap::new();
-    for (r, n) in s.sites.iter().flat_map(|c| &c.lost) {
+    for (r, n) in sites.iter().flat_map(|c| &c.lost) {
         *out.entry(r.clone()).or_default() += n;
     }
     out
+}
+
+/// The sites of an account that lost anything.
+fn lossy(sites: &[SiteCount]) -> Vec<SiteCount> {
+    sites.iter().filter(|c| c.lost.values().any(|n| *n > 0)).cloned().collect()
 }
 
 impl Model {
@@ -213,12 +237,14 @@ impl Model {
         self.lost_total = newer.lost_total;
         self.not_sent = newer.not_sent;
         self.lost_by.clone_from(&newer.lost_by);
+        self.lost_at.clone_from(&newer.lost_at);
         self.accounted = newer.accounted;
         self.rate = newer.rate;
         self.position = newer.position;
         self.finished.clone_from(&newer.finished);
         (self.attached, self.skipped) = (newer.attached, newer.skipped);
         self.answer.clone_from(&newer.answer);
+        self.found.clone_from(&newer.found);
         self.hosts.clone_from(&newer.hosts);
         self.source.clone_from(&newer.source);
         self.source_compact.clone_from(&newer.source_compact);
@@ -253,9 +279,11 @@ impl Model {
     }
 
     /// Source `i`'s accounting (of several): what the screen calls lost is every host's.
-    pub fn host_stats(&mut self, i: usize, s: &Stats) {
-        self.hosts[i].lost = s.sites.iter().flat_map(|c| c.lost.values()).sum();
-        self.hosts[i].lost_by = by_reason(s);
+    /// (A trailer's final account, `sites`, the same.)
+    pub fn host_stats(&mut self, i: usize, sites: &[SiteCount]) {
+        self.hosts[i].lost = sites.iter().flat_map(|c| c.lost.values()).sum();
+        self.hosts[i].lost_by = by_reason(sites);
+        self.lost_at.insert(i, lossy(sites));
         self.lost_total = self.hosts.iter().map(|h| h.lost).sum();
     }
 
@@ -302,10 +330,10 @@ impl Model {
         // The QPs its completions were joined through (a freed CQ's address is given to the
         // next CQ made: the pointer alone can name another process's QP).
         let through = |k: Option<crate::pipeline::correlate::qps::QpKey>| k.and_then(|k| qps.rows.get(&k));
-        if let Some(q) = through(c.via_peer).filter(|q| q.after_peer_post > 0) {
+        if let Some(q) = through(c.via_peer).filter(|q| q.counts.after_peer_post > 0) {
             return Some(PostHop { from: name(q.peer?), across: true, ns: q.across_ns.clone() });
         }
-        if let Some(q) = through(c.via_own).filter(|q| q.after_own_post > 0) {
+        if let Some(q) = through(c.via_own).filter(|q| q.counts.after_own_post > 0) {
             return Some(PostHop { from: name(q.key), across: false, ns: q.own_ns.clone() });
         }
         // A CQ told of before this viewer joined, by a daemon of an older format: its QPs by
@@ -316,10 +344,10 @@ impl Model {
             .filter(|q| q.key.host == c.host && c.kernel != 0 && c.pid.is_none_or(|p| p == q.pid));
         let across = mine
             .clone()
-            .filter(|q| q.recv_cq == c.kernel && q.after_peer_post > 0)
+            .filter(|q| q.recv_cq == c.kernel && q.counts.after_peer_post > 0)
             .find_map(|q| Some(PostHop { from: name(q.peer?), across: true, ns: q.across_ns.clone() }));
         across.or_else(|| {
-            mine.filter(|q| q.send_cq == c.kernel && q.after_own_post > 0)
+            mine.filter(|q| q.send_cq == c.kernel && q.counts.after_own_post > 0)
                 .map(|q| PostHop { from: name(q.key), across: false, ns: q.own_ns.clone() })
                 .next()
         })
@@ -363,9 +391,106 @@ impl Model {
         }
     }
 
-    pub fn stats(&mut self, s: &Stats) {
-        self.lost_total = s.sites.iter().flat_map(|c| c.lost.values()).sum();
-        self.lost_by = by_reason(s);
+    /// One source's account: a stats record's, or a trailer's final one.
+    pub fn stats(&mut self, sites: &[SiteCount]) {
+        self.lost_total = sites.iter().flat_map(|c| c.lost.values()).sum();
+        self.lost_by = by_reason(sites);
+        self.lost_at.insert(0, lossy(sites));
+    }
+
+    /// The loss view: what was lost, by source, site and reason, the largest first, and
+    /// what a daemon did not send this view; or why nothing can be said.
+    pub fn loss_lines(&self) -> Vec<String> {
+        if !self.accounted && self.lost_total == 0 {
+            return vec![
+                "This source keeps no account of loss (a format v0 file): what it lost".into(),
+                "is not known, not 0.".into(),
+            ];
+        }
+        let mut out = Vec::new();
+        let several = self.hosts.len() > 1;
+        let sources: Vec<usize> = if several { (0..self.hosts.len()).collect() } else { vec![0] };
+        for i in sources {
+            let (name, not_sent) = match self.hosts.get(i).filter(|_| several) {
+                Some(h) => (Some(h.name.as_str()), h.not_sent),
+                None => (None, self.not_sent),
+            };
+            let mut rows: Vec<(u64, String, String)> = self
+                .lost_at
+                .get(&i)
+                .into_iter()
+                .flatten()
+                .flat_map(|c| {
+                    c.lost
+                        .iter()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(r, n)| (*n, c.site.to_string(), r.to_string()))
+                })
+                .collect();
+            rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let total: u64 = rows.iter().map(|r| r.0).sum();
+            if let Some(name) = name {
+                out.push(format!("{name}: {total} lost, {not_sent} not sent to this view"));
+            } else {
+                out.push(format!("{total} lost, {not_sent} not sent to this view"));
+            }
+            let w = rows.iter().map(|r| r.1.chars().count()).max().unwrap_or(0);
+            for (n, site, reason) in rows {
+                out.push(format!("  {site:<w$}  {n:>9}  {reason}"));
+            }
+            if not_sent > 0 {
+                out.push(format!("  {not_sent} not sent: this view fell behind its daemon"));
+            }
+        }
+        out.push(String::new());
+        out.push("Lost: counted at its site by the probes and the tracer".into());
+        out.push("(the kernel's misses, a full ring, a full queue).".into());
+        out.push("Not sent: records a daemon held for this view and".into());
+        out.push("dropped when the view fell behind.".into());
+        out
+    }
+
+    /// The story index of `e`, an event the Events screen lists (from the newest held, or
+    /// from what `/` found).
+    pub fn index_of(&self, e: &Event) -> Option<usize> {
+        let same = |x: &Arc<Event>| std::ptr::eq(x.as_ref(), e);
+        if let Some(f) = &self.found
+            && let Some(pos) = f.events.iter().position(same)
+        {
+            return f.indices.get(pos).copied();
+        }
+        self.events.iter().position(same).and_then(|pos| self.indices.get(pos).copied())
+    }
+
+    /// Whether event `e` passes `filter`: its pid, host, container or cgroup, its name, or
+    /// its fields contain it.
+    pub fn matches(&self, filter: &str, e: &Event) -> bool {
+        filter.is_empty()
+            || self.tags(e.pid).contains(filter)
+            || e.comm.contains(filter)
+            || crate::output::text::fields_text(e).contains(filter)
+    }
+
+    /// Searches every event `live` keeps for `filter` (empty: no search).
+    pub fn search(&mut self, live: &Live, filter: &str) {
+        if filter.is_empty() {
+            self.found = None;
+            return;
+        }
+        let (mut events, mut indices, mut matched, mut searched) = (Vec::new(), Vec::new(), 0, 0);
+        for (i, e) in live.kept().rev() {
+            searched += 1;
+            if self.matches(filter, e) {
+                matched += 1;
+                if events.len() < EVENTS {
+                    events.push(e.clone());
+                    indices.push(i);
+                }
+            }
+        }
+        events.reverse();
+        indices.reverse();
+        self.found = Some(Arc::new(Found { filter: filter.to_string(), events, indices, matched, searched }));
     }
 
     /// An event arrived, which the story knows as `index`: kept as the pointer the
@@ -463,6 +588,10 @@ fn step_row(j: &Joined, live: &Live) -> StepRow {
         ok: s.ok,
         error,
         took_ns: s.t_end_ns.saturating_sub(s.t_start_ns),
+        kernel: mine
+            .iter()
+            .filter(|e| !matches!(e.path, crate::event::Path::Syscall | crate::event::Path::Verbs))
+            .count(),
         events: mine.into_iter().map(line).collect(),
         checks: j.checks.clone(),
     }

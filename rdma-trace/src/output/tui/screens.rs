@@ -42,6 +42,9 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         let title = ui.explain_title.as_deref().unwrap_or(super::lesson::TITLE);
         super::lesson::draw(f, body, title, text, ui.explain_scroll);
     }
+    if ui.loss {
+        super::lesson::draw(f, body, LOSS_TITLE, &m.loss_lines().join("\n"), 0);
+    }
     if ui.help {
         help(f, body);
     }
@@ -341,7 +344,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let mut lines = vec![
         format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)"),
         format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),
-        format!("       └─ channel read returns      +{}", p50_p99(&c.wakeup_ns)),
+        format!("       └─ {:<26}+{}", channel_read(c.channel_fd), p50_p99(&c.wakeup_ns)),
         format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns)),
     ];
     if let Some(p) = &c.post {
@@ -384,6 +387,14 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     f.render_widget(Paragraph::new(axis_line(&ns(Some(h.lo)), &ns(Some(h.hi)), axis.width)), axis);
 }
 
+/// The wakeup hop's name: the read(2) on the CQ's channel, by its fd where it was seen.
+fn channel_read(fd: Option<i32>) -> String {
+    match fd {
+        Some(fd) => format!("read(fd {fd}) returns"),
+        None => "channel read returns".into(),
+    }
+}
+
 /// A histogram of samples: `counts` in buckets of `step` from `lo` to `hi`.
 struct Hist {
     counts: Vec<u64>,
@@ -414,6 +425,22 @@ pub fn axis_line(left: &str, right: &str, w: u16) -> String {
     format!("{left}{}{right}", " ".repeat(gap as usize))
 }
 
+/// "events (40 kept, newest first)"; with a filter, what it matched in all the story keeps.
+fn events_title(m: &Model, ui: &Ui, n: usize) -> String {
+    match m.found.as_ref().filter(|f| !ui.filter.is_empty() && f.filter == ui.filter) {
+        Some(f) if f.matched > n => {
+            format!(
+                "events matching /{}: {} of {} kept, the newest {n} listed",
+                f.filter, f.matched, f.searched
+            )
+        }
+        Some(f) => {
+            format!("events matching /{}: {} of {} kept, newest first", f.filter, f.matched, f.searched)
+        }
+        None => format!("events ({n} kept, newest first)"),
+    }
+}
+
 fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let shown = shown_events(m, ui);
     let [list, detail] =
@@ -424,7 +451,7 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     let n = rows.len();
     let t = Table::new(rows, [Constraint::Min(10)])
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
-        .block(titled(&format!("events ({n} kept, newest first)"), list));
+        .block(titled(&events_title(m, ui, n), list));
     f.render_stateful_widget(t, list, &mut table_state(ui, n));
     let Some(e) = ui.pick(&shown) else { return };
     // A line a field or a frame, each cut with `…`; what does not fit is counted on the
@@ -513,7 +540,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
                 t(format!("{}.{}", s.run, s.step)),
                 t(s.name.clone()),
                 t(ns(Some(s.took_ns))),
-                t(s.events.len().to_string()),
+                t(s.kernel.to_string()),
                 checks,
                 how,
             ]
@@ -525,7 +552,7 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         Col::whole("step"),
         Col::whole("name").max(32).shorten(1, 14),
         Col::whole("took"),
-        Col::whole("events").drop(3),
+        Col::whole("kernel").drop(3),
         Col::whole("checks"),
         Col::whole("result").shorten(4, 12),
     ];
@@ -548,18 +575,29 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         })
         .collect();
     lines.extend(s.events.iter().map(|e| Line::from(e.clone())));
-    let title = format!("{} (pid {} thread {}): {} events", s.name, s.pid, s.tid, s.events.len());
+    let title = format!(
+        "{} (pid {} thread {}): {}, {} with syscalls and library calls",
+        s.name,
+        s.pid,
+        s.tid,
+        crate::units::count(s.kernel as u64, "kernel event"),
+        s.events.len()
+    );
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(titled(&title, detail)), detail);
 }
 
+/// The loss view's title.
+pub const LOSS_TITLE: &str = "what was lost, where and why (l or esc closes)";
+
 /// The help box's lines: a key and what it does.
-pub const HELP: [&str; 16] = [
+pub const HELP: [&str; 17] = [
     "tab / 1-6   switch screens",
     "↑↓ j k      select a row",
     "e           explain the selected row's path (MR, mapping,",
     "            CQ, event); ↑↓ scroll it, e or esc close it",
     "enter       the selected event whole (Events)",
     "u           show or hide the unmapped (Mmap)",
+    "l           what was lost: by host, probe and reason",
     "/           filter by pid, comm, lkey, rkey, CQ, @host,",
     "            container:ID or cgroup path; esc clears",
     "space       pause: a replay stops; live, the screen holds",

@@ -52,6 +52,8 @@ pub struct Ui {
     pub filter: String,
     pub editing_filter: bool,
     pub help: bool,
+    /// The loss view (`l`): what was lost, by source, site and reason.
+    pub loss: bool,
     pub paused: bool,
     /// Replay speed ×10 (10 = real time), for the status line.
     pub speed_x10: Option<u32>,
@@ -114,14 +116,13 @@ pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
         .collect()
 }
 
-/// The events the Events screen lists, newest first, filtered.
+/// The events the Events screen lists, newest first, filtered: with a filter, from what
+/// the story's search found among all it keeps (until it answers, the newest held).
 pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
-    m.events
-        .iter()
-        .rev()
-        .map(|e| e.as_ref())
-        .filter(|e| ui.admits(&[m.tags(e.pid), e.comm.clone(), crate::output::text::fields_text(e)]))
-        .collect()
+    if let Some(f) = m.found.as_ref().filter(|f| !ui.filter.is_empty() && f.filter == ui.filter) {
+        return f.events.iter().rev().map(|e| e.as_ref()).collect();
+    }
+    m.events.iter().rev().map(|e| e.as_ref()).filter(|e| m.matches(&ui.filter, e)).collect()
 }
 
 /// The companion's steps the Steps screen lists, newest first, filtered.

@@ -97,6 +97,10 @@ pub struct Aggregates {
     pub trailer: Option<Trailer>,
     /// Records the stream said were lost on the way (loss records, by site and reason).
     pub loss_records: BTreeMap<(crate::capture::LossSite, crate::capture::LossReason), u64>,
+    /// Event records read, and companion step records (the trailer's `delivered` counts
+    /// both: each came through the ring).
+    pub events: u64,
+    pub steps: u64,
 }
 
 /// A stack by function: `ib_umem_get+0x1a/0x3c0` counts as `ib_umem_get` (one call site
@@ -132,6 +136,7 @@ impl PathNumbers {
 
 impl Aggregates {
     pub fn event(&mut self, e: &Event) {
+        self.events += 1;
         if matches!(e.path, Path::Syscall | Path::Verbs) {
             return;
         }

@@ -78,6 +78,10 @@ pub struct CqStory {
     /// CQ's address to the next CQ made, so the pointer cannot say whose QP it was.
     pub via_peer: Option<QpKey>,
     pub via_own: Option<QpKey>,
+    /// The fd of the completion channel its events are read from: given to `ibv_create_cq`,
+    /// or the channel `ibv_get_cq_event` read one of its events from (a CQ made by
+    /// `ibv_create_cq_ex`, as perftest does, is known only by the second).
+    pub channel_fd: Option<i32>,
 }
 
 /// A CQ a daemon said had completions before this story began (`capture::CqState`): its
@@ -92,6 +96,7 @@ pub(super) fn seed(rows: &mut CqRows, c: &crate::capture::CqState) {
     let key = |qpn: Option<u32>| qpn.map(|qpn| QpKey { host: row.host, qpn });
     row.via_peer = key(c.via_peer_qpn).or(row.via_peer);
     row.via_own = key(c.via_own_qpn).or(row.via_own);
+    row.channel_fd = c.channel_fd.or(row.channel_fd);
 }
 
 /// A completion of CQ `handle` was joined through QP `key` (to a post on its peer when
@@ -109,14 +114,18 @@ pub(super) struct Cqs {
     handling: HashMap<u32, u64>,
     /// Per thread, the channel read that woke it: (its time, the CQ).
     last_read: HashMap<u32, (u64, u64)>,
+    /// Per thread, the channel fd the `ibv_get_cq_event` it is in reads.
+    reading: HashMap<u32, i32>,
 }
 
 impl Cqs {
-    /// A completion handler entered (owner: the CQ's process, if known); returns the CQ.
-    pub(super) fn completion(&mut self, rows: &mut CqRows, i: usize, e: &Event, owner: Option<u32>) -> u64 {
+    /// A completion handler entered (`made`: the CQ's process and channel fd, as far as
+    /// known); returns the CQ.
+    pub(super) fn completion(&mut self, rows: &mut CqRows, i: usize, e: &Event, made: Made) -> u64 {
         let handle = cq_handle(e).unwrap_or(0);
         let cq = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
-        cq.pid = owner.or(cq.pid);
+        cq.pid = made.pid.or(cq.pid);
+        cq.channel_fd = made.channel_fd.or(cq.channel_fd);
         cq.kernel = e.field("cq").unwrap_or(cq.kernel);
         cq.host = crate::event::host_of(e.pid);
         cq.completions += 1;
@@ -141,15 +150,23 @@ impl Cqs {
         handle
     }
 
-    /// The handler's return, and ibv_get_cq_event's: their hops.
+    /// The handler's return, and ibv_get_cq_event's: their hops (and, at ibv_get_cq_event's
+    /// entry, the channel fd it reads).
     pub(super) fn hops(&mut self, rows: &mut CqRows, e: &Event) {
         if e.kind != EventKind::Return {
+            if let Some(fd) = e.field("fd").filter(|_| e.is(ProbeId::IbvGetCqEvent)) {
+                self.reading.insert(e.tid, fd as i32);
+            }
             return;
         }
         let (latency, handle) = match e.probe() {
             Some(ProbeId::CompHandler) => (e.latency_ns, self.handling.remove(&e.tid)),
             Some(ProbeId::IbvGetCqEvent) => match self.last_read.remove(&e.tid) {
-                Some((t, h)) => (Some(e.ts_ns.saturating_sub(t)), Some(h)),
+                Some((t, h)) => {
+                    self.read_from(rows, e.tid, h);
+                    (Some(e.ts_ns.saturating_sub(t)), Some(h))
+                }
+                // Left for `woke`, when ibv_get_cq_event's return is itself the wakeup.
                 None => (None, None),
             },
             _ => return,
@@ -171,7 +188,26 @@ impl Cqs {
         if e.is(ProbeId::CompEventRead) {
             self.last_read.insert(e.tid, (e.ts_ns, handle));
         }
+        if e.is(ProbeId::IbvGetCqEvent) {
+            self.read_from(rows, e.tid, handle);
+        }
     }
+
+    /// Thread `tid`'s ibv_get_cq_event returned an event of `handle`: the CQ's channel is the
+    /// fd it read.
+    fn read_from(&mut self, rows: &mut CqRows, tid: u32, handle: u64) {
+        if let (Some(fd), Some(cq)) = (self.reading.remove(&tid), rows.get_mut(&handle)) {
+            cq.channel_fd = Some(fd);
+        }
+    }
+}
+
+/// What is known of a CQ's making when its completion is seen: its process and the fd of
+/// the channel it was made with.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Made {
+    pub pid: Option<u32>,
+    pub channel_fd: Option<i32>,
 }
 
 /// The context a completion ran in, as counted (a map key): the event's, or unknown where

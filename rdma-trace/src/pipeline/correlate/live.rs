@@ -233,6 +233,11 @@ impl Live {
         self.store.ev(i)
     }
 
+    /// Every event kept, with its index, oldest first, as the pointers the story holds.
+    pub fn kept(&self) -> impl DoubleEndedIterator<Item = (usize, &Arc<Event>)> {
+        self.store.by_index.iter().map(|(&i, e)| (i, e))
+    }
+
     /// The story as it stands (no copy): what a view reads.
     pub fn now(&self) -> &Story {
         self.builder.story()

@@ -119,7 +119,10 @@ impl Queue {
         let what = match (self.kind, self.object) {
             (QueueKind::Sq, Some(Object::Qp(n))) => format!("QP {n} send queue"),
             (QueueKind::Rq, Some(Object::Qp(n))) => format!("QP {n} recv queue"),
-            (_, Some(Object::Cq(h) | Object::KernelCq(h))) => format!("CQ {h:#x} ring"),
+            (_, Some(Object::Cq(h))) => format!("CQ {h:#x} ring"),
+            // Its program's handle never seen (no completion on it): the kernel's pointer,
+            // said as such, so it is not taken for a handle the Completions screen lists.
+            (_, Some(Object::KernelCq(c))) => format!("kernel CQ {c:#x} ring"),
             (kind, _) => kind.short().to_string(),
         };
         match self.entries {

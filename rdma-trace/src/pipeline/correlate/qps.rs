@@ -20,7 +20,7 @@
 //! posts to join, and the rows say so by their zero.
 
 use super::cqs::Samples;
-use crate::capture::QpState;
+use crate::capture::{QpCounts, QpState};
 use crate::event::{Event, EventKind, ProbeId, host_of};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -56,21 +56,8 @@ pub struct QpRow {
     pub dgid: Option<(u64, u64)>,
     /// The QP at the other end, once both ends named each other.
     pub peer: Option<QpKey>,
-    /// Doorbells rung for it (posts reaching the kernel).
-    pub posts: u64,
-    /// Completions on its CQs.
-    pub completions: u64,
-    /// Of them: joined to a post on the peer (a message that arrived), to one of its own (a
-    /// send acknowledged), or with no post before them on the QP they were joined through.
-    pub after_peer_post: u64,
-    pub after_own_post: u64,
-    pub before_any_post: u64,
-    /// Completions while it was in the error state with no post to join: work requests
-    /// flushed (a connection that failed, or one torn down).
-    pub flushed: u64,
-    /// Completions on its receive CQ while its peer is not known (the other end's capture
-    /// not given, or its RTR not seen).
-    pub peer_unknown: u64,
+    /// Its posts and completions, and what they were joined to.
+    pub counts: QpCounts,
     /// The peer's post → a completion here; its own post → a completion here (the newest).
     pub across_ns: Samples,
     pub own_ns: Samples,
@@ -155,7 +142,7 @@ impl Qps {
                 }
             }
             if e.is(ProbeId::RxePostSend) {
-                row.posts += 1;
+                row.counts.posts += 1;
                 row.last_post = Some((e.ts_ns, Some(i)));
             } else {
                 Self::modify(story, key, e);
@@ -164,6 +151,19 @@ impl Qps {
             return Self::completion(story, &self.by_cq, cap, i, e);
         }
         None
+    }
+
+    /// Forgets the QPs process `pid` drove (a retired process), and which CQs served them.
+    pub fn retire(&mut self, story: &mut QpStory, pid: u32) {
+        let gone: Vec<QpKey> = story.rows.values().filter(|r| r.pid == pid).map(|r| r.key).collect();
+        if gone.is_empty() {
+            return;
+        }
+        story.rows.retain(|_, r| r.pid != pid);
+        self.by_cq.retain(|_, keys| {
+            keys.retain(|k| !gone.contains(k));
+            !keys.is_empty()
+        });
     }
 
     /// A modify: the state, and at RTR the peer named (and paired once both ends agree).
@@ -193,8 +193,8 @@ impl Qps {
                 let row = story.rows.get_mut(&end).expect("both ends are rows");
                 row.peer = Some(other);
                 let told = std::mem::take(&mut row.told_peer_unknown);
-                row.peer_unknown -= told;
-                row.after_peer_post += told;
+                row.counts.peer_unknown -= told;
+                row.counts.after_peer_post += told;
             }
         }
     }
@@ -227,24 +227,24 @@ impl Qps {
         let Some((key, ((post_ts, post), across))) = best else {
             let first = qps.iter().find(|k| story.rows.contains_key(k))?;
             let row = story.rows.get_mut(first).expect("found");
-            row.completions += 1;
+            row.counts.completions += 1;
             if row.state == Some(IB_QPS_ERR) {
-                row.flushed += 1;
+                row.counts.flushed += 1;
             } else if row.recv_cq == cq && row.peer.is_none() && row.send_cq != cq {
-                row.peer_unknown += 1;
+                row.counts.peer_unknown += 1;
             } else {
-                row.before_any_post += 1;
+                row.counts.before_any_post += 1;
             }
             return None;
         };
         let row = story.rows.get_mut(&key).expect("a candidate's row");
-        row.completions += 1;
+        row.counts.completions += 1;
         let latency_ns = e.ts_ns.saturating_sub(post_ts);
         if across {
-            row.after_peer_post += 1;
+            row.counts.after_peer_post += 1;
             row.across_ns.push(latency_ns);
         } else {
-            row.after_own_post += 1;
+            row.counts.after_own_post += 1;
             row.own_ns.push(latency_ns);
         }
         // A post from before this story began has no event to point at: counted, not listed.
@@ -271,13 +271,7 @@ impl Qps {
                 dest_qpn: r.dest_qpn,
                 dgid: r.dgid.map(|(p, i)| [p, i]),
                 last_post_ns: r.last_post.map(|(t, _)| t),
-                posts: r.posts,
-                completions: r.completions,
-                after_peer_post: r.after_peer_post,
-                after_own_post: r.after_own_post,
-                before_any_post: r.before_any_post,
-                flushed: r.flushed,
-                peer_unknown: r.peer_unknown,
+                counts: r.counts,
             })
             .collect()
     }
@@ -298,15 +292,9 @@ impl Qps {
                 dest_qpn: q.dest_qpn,
                 dgid: q.dgid.map(|[p, i]| (p, i)),
                 peer: row.peer,
-                posts: q.posts,
-                completions: q.completions,
-                after_peer_post: q.after_peer_post,
-                after_own_post: q.after_own_post,
-                before_any_post: q.before_any_post,
-                flushed: q.flushed,
-                peer_unknown: q.peer_unknown,
+                counts: q.counts,
                 last_post: q.last_post_ns.map(|t| (t, None)),
-                told_peer_unknown: q.peer_unknown,
+                told_peer_unknown: q.counts.peer_unknown,
                 ..Default::default()
             };
             for cq in [q.send_cq, q.recv_cq].into_iter().filter(|c| *c != 0) {

@@ -56,8 +56,13 @@ pub struct Story {
     pub evicted_events: u64,
     /// Companion steps no longer kept (the oldest, past `Limits::per_list`).
     pub evicted_steps: u64,
-    /// Processes no longer followed (the quietest, past `Limits::processes`).
+    /// Processes no longer followed (the quietest, past `Limits::processes`), and the
+    /// events they had.
     pub retired_processes: u64,
+    pub retired_events: u64,
+    /// Every event the story was told: each is a process's, unjoined, or a retired
+    /// process's.
+    pub events_total: u64,
 }
 
 impl Story {
@@ -113,11 +118,18 @@ fn is_completion(e: &Event) -> bool {
 }
 
 /// Which process owns each CQ: by the user handle (ibv_create_cq, companion steps) and
-/// by the kernel `struct ib_cq *` (the provider's create_cq), learned as they are seen.
+/// by the kernel `struct ib_cq *` (the provider's create_cq), learned as they are seen;
+/// and the fd of the completion channel each handle was made with.
 #[derive(Default)]
 struct CqOwners {
     by_handle: HashMap<u64, u32>,
     by_kernel_cq: HashMap<u64, u32>,
+    /// Per user handle in `by_handle` made with a channel: the channel's fd.
+    channel_fds: HashMap<u64, i32>,
+    /// Per (process, `struct ibv_comp_channel *`): its fd (ibv_create_comp_channel).
+    channels: HashMap<(u32, u64), i32>,
+    /// Per thread in ibv_create_cq: the channel it was given.
+    making: HashMap<u32, u64>,
 }
 
 impl CqOwners {
@@ -126,9 +138,25 @@ impl CqOwners {
         for s in steps.iter().filter(|s| s.name == StepName::CreateCq) {
             if let Some(cq) = &s.cq {
                 o.by_handle.insert(cq.handle, s.pid);
+                if let Some(fd) = cq.channel_fd {
+                    o.channel_fds.insert(cq.handle, fd);
+                }
             }
         }
         o
+    }
+
+    /// The fd of the channel the CQ completion `e` is for was made with.
+    fn channel_fd(&self, e: &Event) -> Option<i32> {
+        super::cqs::cq_handle(e).and_then(|h| self.channel_fds.get(&h)).copied()
+    }
+
+    /// A process is gone: what it made goes with it.
+    fn retire(&mut self, pid: u32) {
+        self.by_handle.retain(|_, owner| *owner != pid);
+        self.by_kernel_cq.retain(|_, owner| *owner != pid);
+        self.channel_fds.retain(|h, _| self.by_handle.contains_key(h));
+        self.channels.retain(|(owner, _), _| *owner != pid);
     }
 
     fn learn(&mut self, e: &Event) {
@@ -139,9 +167,23 @@ impl CqOwners {
                     self.by_kernel_cq.insert(c, e.pid);
                 }
             }
+            (Some(ProbeId::IbvCreateCompChannel), EventKind::Return) => {
+                if let (Some(ch), Some(fd)) = (e.field("channel").filter(|c| *c != 0), e.field("fd")) {
+                    self.channels.insert((e.pid, ch), fd as i32);
+                }
+            }
+            (Some(ProbeId::IbvCreateCq), EventKind::Entry) => {
+                self.making.insert(e.tid, e.field("channel").unwrap_or(0));
+            }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
+                let channel = self.making.remove(&e.tid).filter(|c| *c != 0);
                 if let Some(h) = e.field("cq").filter(|h| *h != 0) {
                     self.by_handle.insert(h, e.pid);
+                    // A handle the allocator gave again: the new CQ's channel, or none.
+                    match channel.and_then(|c| self.channels.get(&(e.pid, c))) {
+                        Some(&fd) => self.channel_fds.insert(h, fd),
+                        None => self.channel_fds.remove(&h),
+                    };
                 }
             }
             _ => {}
@@ -158,6 +200,7 @@ impl CqOwners {
                 handle: r.handle,
                 pid: r.pid.or_else(|| self.by_kernel_cq.get(&r.kernel).copied()),
                 completions: r.completions,
+                channel_fd: r.channel_fd.or_else(|| self.channel_fds.get(&r.handle).copied()),
                 via_peer_qpn: r.via_peer.map(|k| k.qpn),
                 via_own_qpn: r.via_own.map(|k| k.qpn),
             })
@@ -172,9 +215,10 @@ impl CqOwners {
         let mut handles: Vec<(&u64, &u32)> = self.by_handle.iter().collect();
         handles.sort_unstable();
         for (&handle, &pid) in handles {
+            let channel_fd = self.channel_fds.get(&handle).copied();
             match out.iter_mut().find(|c| c.handle == handle) {
                 Some(c) => _ = c.pid.get_or_insert(pid),
-                None => out.push(CqState { handle, pid: Some(pid), ..Default::default() }),
+                None => out.push(CqState { handle, pid: Some(pid), channel_fd, ..Default::default() }),
             }
         }
         out
@@ -189,6 +233,9 @@ impl CqOwners {
             }
             if c.handle != 0 && c.handle != c.kernel {
                 self.by_handle.insert(c.handle, pid);
+                if let Some(fd) = c.channel_fd {
+                    self.channel_fds.insert(c.handle, fd);
+                }
             }
         }
     }
@@ -281,6 +328,7 @@ impl Builder {
     pub(super) fn learn_steps(&mut self, steps: &[StepRecord]) {
         let o = CqOwners::from_steps(steps);
         self.owners.by_handle.extend(o.by_handle);
+        self.owners.channel_fds.extend(o.channel_fds);
         for s in steps {
             let named = self.namer.step(s);
             self.name(named);
@@ -307,6 +355,7 @@ impl Builder {
 
     /// Joins event `i` (the next in time order).
     pub(super) fn event(&mut self, i: usize, e: &Event) {
+        self.story.events_total += 1;
         self.owners.learn(e);
         // Before anything returns early: a completion can name a mapping too.
         let named = self.namer.event(e);
@@ -316,7 +365,8 @@ impl Builder {
         self.cqs.hops(&mut self.story.cqs, e);
         let via = self.qps.event(&mut self.story.qps, self.per_list, i, e);
         let owner = self.owner(e);
-        let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, i, e, owner));
+        let made = || super::cqs::Made { pid: owner, channel_fd: self.owners.channel_fd(e) };
+        let cq = is_completion(e).then(|| self.cqs.completion(&mut self.story.cqs, i, e, made()));
         if let (Some(handle), Some((key, across))) = (cq, via) {
             super::cqs::joined(&mut self.story.cqs, handle, key, across);
         }
@@ -386,7 +436,9 @@ impl Builder {
         let Some(pid) = self.story.processes.values().min_by_key(|p| p.last_ts_ns).map(|p| p.pid) else {
             return;
         };
-        self.story.processes.remove(&pid);
+        if let Some(ps) = self.story.processes.remove(&pid) {
+            self.story.retired_events += ps.event_count;
+        }
         self.story.retired_processes += 1;
         self.pending.remove(&pid);
         self.pins.retire(pid);
@@ -396,8 +448,10 @@ impl Builder {
             calls.retain(|c| c.pid != pid);
             !calls.is_empty()
         });
-        self.owners.by_handle.retain(|_, owner| *owner != pid);
-        self.owners.by_kernel_cq.retain(|_, owner| *owner != pid);
+        self.owners.retire(pid);
+        // Its QPs and CQs go with it: a daemon that runs for days sees QPs come and go.
+        self.qps.retire(&mut self.story.qps, pid);
+        self.story.cqs.retain(|_, c| c.pid != Some(pid));
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessStory {
