@@ -160,19 +160,20 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
     let perftest = "ib_send_bw -F -e -d rxe0 -x 1 -n 200";
     // The client retries until the server (traced on the other guest) listens.
     let cmd = if me == 1 {
-        perftest.to_string()
+        format!("timeout 300 {perftest}")
     } else {
         format!("for i in $(seq 90); do {perftest} 10.0.0.1 && exit 0; sleep 2; done; exit 1")
     };
     let out = dir.join("perftest.out");
-    let st = Command::new(tracer_bin())
-        .args(["trace", "-q", "-o"])
-        .arg(&capture)
-        .args(["--", "sh", "-c", &format!("( {cmd} ) >{}", out.display())])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("rdma-trace.stderr")).unwrap())
-        .status()
-        .expect("run rdma-trace");
+    let mut trace = Reaped::group(
+        Command::new(tracer_bin())
+            .args(["trace", "-q", "-o"])
+            .arg(&capture)
+            .args(["--", "sh", "-c", &format!("( {cmd} ) >{}", out.display())])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("rdma-trace.stderr")).unwrap()),
+    );
+    let st = wait_timeout(&mut trace, 420);
     let printed = std::fs::read_to_string(&out).unwrap();
     assert!(st.success(), "host {me}: the traced ib_send_bw failed ({st}):\n{printed}");
     let (local, remote) = qpns(&printed);
@@ -285,14 +286,14 @@ fn pair_fleet_metrics_in_one_prometheus() {
     let derr = dir.join("daemon.stderr");
     let socket = Path::new("/tmp/rdma-trace-fleet.sock");
     let ready = "metrics on http://0.0.0.0:9464/metrics";
-    let mut daemon = start_daemon(&["--metrics", "0.0.0.0:9464"], socket, None, &derr, ready);
+    let mut daemon = Reaped::of(start_daemon(&["--metrics", "0.0.0.0:9464"], socket, None, &derr, ready));
     let size = if me == 1 { "64K" } else { "1M" };
-    let mut companion = Command::new(workload_bin())
-        .args(["--mr-sizes", size, "--iterations", "1", "--announce", "/dev/null"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
-        .spawn()
-        .expect("start the companion");
+    let mut companion = Reaped::group(
+        Command::new(workload_bin())
+            .args(["--mr-sizes", size, "--iterations", "1", "--announce", "/dev/null"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap()),
+    );
     let st = wait_timeout(&mut companion, 120);
     assert!(st.success(), "host {me}: companion {st}");
     let pid = companion.id();
@@ -363,15 +364,13 @@ fn pair_fleet_metrics_in_one_prometheus() {
 /// 10.0.0.1, retrying until the server listens. Returns what it printed.
 fn across(pair: &Pair, dir: &Path, name: &str, server: &str, client: &str) -> String {
     let cmd = if pair.me == 1 {
-        server.to_string()
+        format!("timeout 280 {server}")
     } else {
         format!("for i in $(seq 90); do {client} && exit 0; sleep 2; done; exit 1")
     };
     let out = dir.join(format!("{name}.out"));
-    let mut child = Command::new("sh")
-        .args(["-c", &format!("( {cmd} ) >{} 2>&1", out.display())])
-        .spawn()
-        .expect("start the workload");
+    let mut child =
+        Reaped::group(Command::new("sh").args(["-c", &format!("( {cmd} ) >{} 2>&1", out.display())]));
     let st = wait_timeout(&mut child, 300);
     let printed = std::fs::read_to_string(&out).unwrap_or_default();
     assert!(st.success(), "host {}: {name} failed ({st}):\n{printed}", pair.me);
@@ -554,7 +553,7 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     let socket = Path::new("/tmp/rdma-trace-joined.sock");
     let peer_addr = format!("10.0.0.{peer}:9464");
     let args = ["--metrics", "0.0.0.0:9464", "--clock-peer", &peer_addr];
-    let mut daemon = start_daemon(&args, socket, Some(&capture), &derr, "the clock of");
+    let mut daemon = Reaped::of(start_daemon(&args, socket, Some(&capture), &derr, "the clock of"));
     let daemon_started = Instant::now();
     let said = std::fs::read_to_string(&derr).unwrap();
     assert!(said.contains("from this one's"), "host {me}: the peer's clock measured:\n{said}");
@@ -575,12 +574,12 @@ fn pair_posts_on_one_host_complete_on_the_other() {
     pair.wait(&pair.file(peer), 300);
     across(&pair, &dir, "rping", "rping -s -a 10.0.0.1 -C 5 -v", "rping -c -a 10.0.0.1 -C 5 -v");
     // The companion on each host too (its own QPs, on its own host), for the one screen.
-    let mut companion = Command::new(workload_bin())
-        .args(["--mr-sizes", "4K,64K", "--iterations", "2", "--announce", "/dev/null"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap())
-        .spawn()
-        .expect("start the companion");
+    let mut companion = Reaped::group(
+        Command::new(workload_bin())
+            .args(["--mr-sizes", "4K,64K", "--iterations", "2", "--announce", "/dev/null"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("companion.stderr")).unwrap()),
+    );
     assert!(wait_timeout(&mut companion, 120).success(), "host {me}: the companion");
     drift(&dir, &peer_addr, &said, daemon_started);
     // A stats tick, so the last events are through the reorder window and written.
@@ -711,30 +710,33 @@ fn pair_a_late_viewer_joins_what_was_set_up_before_it() {
     let args = ["--metrics", "0.0.0.0:9465", "--clock-peer", &peer_addr];
     // Each daemon's whole stream kept too: what the viewer joined can be replayed.
     let capture = dir.join(format!("host{me}.jsonl"));
-    let mut daemon = start_daemon(&args, socket, Some(&capture), &derr, "the clock of");
+    let mut daemon = Reaped::of(start_daemon(&args, socket, Some(&capture), &derr, "the clock of"));
     let said = std::fs::read_to_string(&derr).unwrap();
     publish(&pair.shared(&format!("late.clock{me}")), &said);
 
-    // A send_bw long enough to be watched after the viewer joins: about 200 sends a second
-    // here (perftest's -D, by seconds, does not work with -e). Should it end first, the
-    // state still holds what the path is drawn from.
-    let perftest = "ib_send_bw -F -e -d rxe0 -x 1 -n 5000";
+    // A send_bw that outlasts the viewer's check, however slow the machine: about 200
+    // sends a second here, for hours (perftest's -D, by seconds, does not work with -e).
+    // Each end stops its own once host 1 has checked: sends flow while the viewer joins
+    // and draws the path, and its QPs are live, never a race against the workload's end.
+    // (Its stdout is a file: line-buffered, or "remote address" shows only when it ends.)
+    let perftest = "stdbuf -oL ib_send_bw -F -e -d rxe0 -x 1 -n 2000000";
     let cmd = if me == 1 {
         perftest.to_string()
     } else {
         format!("for i in $(seq 90); do {perftest} 10.0.0.1 && exit 0; sleep 2; done; exit 1")
     };
     let out = dir.join("send-bw.out");
-    let mut send_bw = Command::new("sh")
-        .args(["-c", &format!("( {cmd} ) >{} 2>&1", out.display())])
-        .spawn()
-        .expect("start ib_send_bw");
+    let mut send_bw =
+        Reaped::group(Command::new("sh").args(["-c", &format!("( {cmd} ) >{} 2>&1", out.display())]));
     // Connected: perftest prints both ends' QPs once they have exchanged them.
     let t0 = Instant::now();
     let printed = loop {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         if text.contains("remote address") {
             break text;
+        }
+        if let Ok(Some(st)) = send_bw.try_wait() {
+            panic!("host {me}: ib_send_bw ended ({st}) before it connected:\n{text}");
         }
         assert!(t0.elapsed() < Duration::from_secs(300), "host {me}: ib_send_bw never connected:\n{text}");
         std::thread::sleep(Duration::from_millis(300));
@@ -747,13 +749,18 @@ fn pair_a_late_viewer_joins_what_was_set_up_before_it() {
         pair.wait(&pair.shared("late.clock2"), 60);
         let theirs = std::fs::read_to_string(pair.shared("late.clock2")).unwrap();
         screen.check(remote, &shown_offset(&said, &theirs), &["ib_send_bw"]);
+        // The traffic was live through the check: the server had not ended.
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        assert!(
+            matches!(send_bw.try_wait(), Ok(None)),
+            "host 1: ib_send_bw ended before the viewer's check was done:\n{text}"
+        );
         publish(&checked, "");
     } else {
         pair.wait(&checked, 400);
     }
-    let st = wait_timeout(&mut send_bw, 300);
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    assert!(st.success(), "host {me}: ib_send_bw ({st}):\n{text}");
+    send_bw.signal(libc::SIGTERM);
+    wait_timeout(&mut send_bw, 30);
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);

@@ -140,6 +140,59 @@ pub fn wait_timeout(child: &mut Child, secs: u64) -> std::process::ExitStatus {
     }
 }
 
+/// A child killed when it is dropped, so a test that fails halfway leaves nothing running
+/// for the next test to trip over (a daemon on the metrics port, a perftest server on its
+/// port). Started with `Reaped::group`, it leads a process group and the whole group is
+/// killed: what `sh -c` started dies with it.
+pub struct Reaped {
+    child: Child,
+    group: bool,
+}
+
+impl Reaped {
+    pub fn of(child: Child) -> Reaped {
+        Reaped { child, group: false }
+    }
+
+    /// Spawns `cmd` at the head of a process group of its own.
+    pub fn group(cmd: &mut Command) -> Reaped {
+        use std::os::unix::process::CommandExt;
+        Reaped { child: cmd.process_group(0).spawn().expect("spawn"), group: true }
+    }
+
+    /// Signals the process, or its whole group.
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) of our own child or the group it leads.
+        unsafe { libc::kill(if self.group { -pid } else { pid }, sig) };
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        if self.group || running {
+            self.signal(libc::SIGKILL);
+        }
+        if running {
+            self.child.wait().ok();
+        }
+    }
+}
+
 /// Spawns a command with stdout+stderr into `log`.
 pub fn spawn_logged(cmd: &str, args: &[&str], log: &Path) -> Child {
     let f = std::fs::File::create(log).expect("log file");

@@ -19,6 +19,8 @@ use crate::util::{self, step};
 use anyhow::{Context, Result, bail};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use demo::demo;
@@ -352,22 +354,68 @@ pub fn run_pair_with(
     let sync = share_dir().join("run").join(pair_dir_name(g));
     cache::remove(&sync)?;
     fs::create_dir_all(&sync)?;
-    let rcs = std::thread::scope(|s| {
+    // A guest whose peer is gone waits for nothing that will come (a server for its client):
+    // once one guest has ended, the other gets PEER_GRACE to finish, then is powered off.
+    // (Only where the caller has no stop of its own: the demo stops both itself.)
+    let own_stop: [Arc<AtomicBool>; 2] = Default::default();
+    let owned = [1u8, 2].map(|host| extras(host).stop.is_none());
+    let cut_off: [AtomicBool; 2] = Default::default();
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<u8>();
+    let results = std::thread::scope(|s| {
         let runs: Vec<_> = [1u8, 2]
             .into_iter()
             .map(|host| {
-                let extras = qemu::Extras { wire: Some(wire(host)), ..extras(host) };
+                let mut extras = qemu::Extras { wire: Some(wire(host)), ..extras(host) };
+                extras.stop.get_or_insert_with(|| own_stop[usize::from(host) - 1].clone());
                 let log = &logs[usize::from(host) - 1];
+                let ended = ended_tx.clone();
                 s.spawn(move || {
                     let mode = Mode::Script { script, files, timeout, log };
-                    run_guest_with(g, mode, &extras)
+                    let r = run_guest_with(g, mode, &extras);
+                    ended.send(host).ok();
+                    r
                 })
             })
             .collect();
+        drop(ended_tx);
+        let (own_stop, cut_off, owned) = (&own_stop, &cut_off, &owned);
+        s.spawn(move || {
+            let Ok(first) = ended_rx.recv() else { return };
+            let other = 3 - first;
+            let waited = ended_rx.recv_timeout(PEER_GRACE);
+            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) && owned[usize::from(other) - 1] {
+                step(&format!(
+                    "lab: host {first} ended {} s ago and host {other} is still running: powering it off",
+                    PEER_GRACE.as_secs()
+                ));
+                cut_off[usize::from(other) - 1].store(true, Ordering::Relaxed);
+                own_stop[usize::from(other) - 1].store(true, Ordering::Relaxed);
+            }
+        });
         runs.into_iter()
-            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a guest's thread panicked"))?)
-            .collect::<Result<Vec<_>>>()
-    })?;
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("its thread panicked"))))
+            .collect::<Vec<_>>()
+    });
     cache::remove(&sync)?;
-    Ok([rcs[0].unwrap_or(0), rcs[1].unwrap_or(0)])
+    // Both guests' outcomes, whichever failed (the first error alone hid the peer's).
+    let mut rcs = [0; 2];
+    let mut failures = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            _ if cut_off[i].load(Ordering::Relaxed) => failures.push(format!(
+                "host {}: powered off {} s after its peer ended (it was waiting on the peer)",
+                i + 1,
+                PEER_GRACE.as_secs()
+            )),
+            Ok(rc) => rcs[i] = rc.unwrap_or(0),
+            Err(e) => failures.push(format!("host {}: {e:#}", i + 1)),
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
+    }
+    Ok(rcs)
 }
+
+/// How long a guest of a pair may go on after its peer has ended.
+const PEER_GRACE: Duration = Duration::from_secs(600);
