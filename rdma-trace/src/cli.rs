@@ -299,6 +299,11 @@ pub struct ExplainArgs {
     /// The explanation as JSON (its values by name, the functions it names).
     #[arg(long)]
     pub json: bool,
+    /// Keep at most this many events, the run's first: what is explained is the first
+    /// occurrence of the path, and its counts are of the events kept. A longer run is
+    /// still read to its end, and the explanation says how much of it was kept.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: u64,
     /// A command to run and trace (its syscalls watched), then explain.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -36,6 +36,8 @@ pub fn run(no_lab: bool) -> Result<()> {
     crate::memory::run(&crate::memory::MemoryArgs { events: 10_000_000, max_mib: 100 })?;
     step("gate: export --perfetto memory on a 116 MB capture");
     crate::memory::export(&crate::memory::ExportArgs { events: 500_000, max_mib: 200 })?;
+    step("gate: explain memory on a 116 MB capture");
+    crate::memory::explain(&crate::memory::ExplainArgs { events: 500_000, max_mib: 200 })?;
     step("gate: the TUI replaying 1 M events at top speed");
     crate::tui_load::run(&crate::tui_load::TuiLoadArgs { events: 1_000_000 })?;
     if no_lab {

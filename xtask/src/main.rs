@@ -54,6 +54,9 @@ enum Cmd {
     /// `rdma-trace export --perfetto` of a big synthetic capture: its peak memory stays
     /// under a bound.
     ExportMemory(memory::ExportArgs),
+    /// `rdma-trace explain` of a big synthetic capture: it keeps the run's first events
+    /// only, and its peak memory stays under a bound.
+    ExplainMemory(memory::ExplainArgs),
     /// docs/guides/ from captures the lab makes on every kernel (`--no-lab`: from those
     /// already in docs/guides/captures/).
     Guides(guides::GuidesArgs),
@@ -79,6 +82,7 @@ fn main() {
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),
         Cmd::ExportMemory(a) => memory::export(&a),
+        Cmd::ExplainMemory(a) => memory::explain(&a),
         Cmd::TuiLoad(a) => tui_load::run(&a),
         Cmd::Guides(a) => guides::run(&a),
         Cmd::PerfettoCheck(a) => {

@@ -146,3 +146,71 @@ pub fn export(a: &ExportArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    /// Events in the synthetic capture (500 000 is a capture of about 116 MB).
+    #[arg(long, default_value_t = 500_000)]
+    pub events: u64,
+    /// The bound on each explanation's peak RSS, MiB.
+    #[arg(long, default_value_t = 200)]
+    pub max_mib: u64,
+}
+
+/// `cargo xtask explain-memory`: `rdma-trace explain` of a big capture keeps only the run's
+/// first events (`--max-events`, 100 000 by default) and reads the rest through the
+/// report's bounded story: each topic's peak RSS stays under the bound, and the
+/// explanation says how much of the run it kept.
+pub fn explain(a: &ExplainArgs) -> Result<()> {
+    step(&format!(
+        "explain-memory: {} events through `rdma-trace explain`, peak RSS under {} MiB",
+        a.events, a.max_mib
+    ));
+    let release = util::build_release_with_synth_capture()?;
+    let dir = util::workspace_root().join("target/explain-memory");
+    std::fs::create_dir_all(&dir)?;
+    let capture = dir.join("big.jsonl");
+    let file = std::fs::File::create(&capture).context("creating the capture")?;
+    let synth = Command::new(release.join("examples/synth_capture"))
+        .arg(a.events.to_string())
+        .stdout(file)
+        .status()?;
+    if !synth.success() {
+        bail!("synth_capture exited {synth}");
+    }
+    let mut worst = 0;
+    for topic in ["mr", "mmap", "cq"] {
+        let t0 = std::time::Instant::now();
+        let out = dir.join(format!("{topic}.json"));
+        let child = Command::new(release.join("rdma-trace"))
+            .args(["explain", topic, "--json"])
+            .arg(&capture)
+            .stdout(std::fs::File::create(&out)?)
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting rdma-trace explain")?;
+        let (status, ru) = wait_rusage(child.id() as i32)?;
+        let took = t0.elapsed();
+        let mib = ru.ru_maxrss as u64 / 1024;
+        if status != 0 {
+            bail!("explain {topic} exited {status}");
+        }
+        let x: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&out)?).context("explain --json is not JSON")?;
+        let (kept, run) = (x["values"]["events_kept"].as_u64(), x["values"]["events_in_run"].as_u64());
+        println!(
+            "explain-memory: explain {topic}: {} stages, kept {kept:?} of {run:?} events, in {:.1} s; peak RSS {mib} MiB",
+            x["stages"].as_array().map_or(0, |s| s.len()),
+            took.as_secs_f64()
+        );
+        if run != Some(a.events) || kept.is_none_or(|k| k >= a.events) {
+            bail!("explain {topic} does not say it kept part of the run: kept {kept:?} of {run:?}");
+        }
+        worst = worst.max(mib);
+    }
+    std::fs::remove_file(&capture).ok();
+    if worst >= a.max_mib {
+        bail!("peak RSS {worst} MiB is over {} MiB", a.max_mib);
+    }
+    Ok(())
+}

@@ -11,23 +11,53 @@ use crate::sink::Sink;
 use crate::steps::StepRecord;
 use anyhow::{Result, bail};
 
-/// The events, steps and header of a run (the first's, of several captures merged), and
-/// each capture's host.
+/// The events (the first `max_events`), steps and header of a run (the first's, of several
+/// captures merged), and each capture's host.
 struct Run {
     events: Vec<Event>,
+    /// Every event the run had, kept or not.
+    seen: u64,
     steps: Vec<StepRecord>,
     header: Option<Header>,
     hosts: Vec<String>,
     clock_error_ns: Option<u64>,
 }
 
-/// Keeps a live run in memory.
-#[derive(Default)]
-struct Collect(Vec<Event>, Vec<StepRecord>);
+/// Keeps the first `max` events of a run, and counts the rest.
+struct Prefix {
+    events: Vec<Event>,
+    seen: u64,
+    max: u64,
+}
+
+impl Prefix {
+    fn new(max: u64) -> Self {
+        Prefix { events: Vec::new(), seen: 0, max }
+    }
+
+    fn push(&mut self, e: &Event) {
+        self.seen += 1;
+        if self.seen <= self.max {
+            self.events.push(e.clone());
+        }
+    }
+
+    /// The steps that began while events were still kept (all of them when all were).
+    fn steps(&self, mut steps: Vec<StepRecord>) -> Vec<StepRecord> {
+        if self.seen > self.max {
+            let last = self.events.last().map_or(0, |e| e.ts_ns);
+            steps.retain(|s| s.t_start_ns <= last);
+        }
+        steps
+    }
+}
+
+/// Keeps a live run in memory, its first `max` events.
+struct Collect(Prefix, Vec<StepRecord>);
 
 impl Sink for Collect {
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
-        self.0.push(Event::clone(ev));
+        self.0.push(ev);
         Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> std::io::Result<()> {
@@ -40,21 +70,24 @@ impl Sink for Collect {
 }
 
 fn from_files(a: &ExplainArgs) -> Result<Run> {
-    let mut run = read_captures(&a.files)?;
-    run.steps.extend(super::story::read_steps(a.steps.as_deref())?);
-    Ok(run)
+    read_captures(&a.files, a.steps.as_deref(), a.max_events)
 }
 
-/// The captures' events (merged on one clock), the steps their markers recorded, the
-/// first's header and each one's host.
-fn read_captures(files: &[std::path::PathBuf]) -> Result<Run> {
+/// The captures' events (merged on one clock; the first `max`), the steps their markers
+/// (or `steps`) recorded, the first's header and each one's host. Only the kept events
+/// are held: the rest of the run passes through the report's bounded story.
+fn read_captures(files: &[std::path::PathBuf], steps: Option<&std::path::Path>, max: u64) -> Result<Run> {
     let opts = ReadOpts { strict: false, follow: false };
-    let r = super::report::read(files, opts, true)?;
+    let mut kept = Prefix::new(max);
+    let r = super::report::read_each(files, opts, |_, e| kept.push(e))?;
     let hosts =
         r.headers.iter().map(|h| h.as_ref().map(|h| h.hostname.clone()).unwrap_or_default()).collect();
     let clock_error_ns = r.placed.iter().flatten().map(|p| p.error_ns).max();
     let header = r.headers.into_iter().next().flatten();
-    Ok(Run { events: r.events, steps: r.steps, header, hosts, clock_error_ns })
+    let mut all_steps = r.steps;
+    all_steps.extend(super::story::read_steps(steps)?);
+    let steps = kept.steps(all_steps);
+    Ok(Run { events: kept.events, seen: kept.seen, steps, header, hosts, clock_error_ns })
 }
 
 fn live(a: &ExplainArgs) -> Result<Option<Run>> {
@@ -71,12 +104,14 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
     };
     let Some(tracer) = super::start::tracer(opts)? else { return Ok(None) };
     let header = tracer.header();
-    let mut sink = Collect::default();
+    let mut sink = Collect(Prefix::new(a.max_events), Vec::new());
     let finished = tracer.run(&mut super::start::print_notice, &mut sink)?;
     eprint!("{}", finished.account.summary());
+    let steps = sink.0.steps(sink.1);
     Ok(Some(Run {
-        events: sink.0,
-        steps: sink.1,
+        events: sink.0.events,
+        seen: sink.0.seen,
+        steps,
         header: Some(header),
         hosts: Vec::new(),
         clock_error_ns: None,
@@ -108,7 +143,18 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
         hosts: &run.hosts,
         clock_error_ns: run.clock_error_ns,
     };
-    let x: Explanation = explain::explain(a.topic, &input).map_err(anyhow::Error::msg)?;
+    let mut x: Explanation = explain::explain(a.topic, &input).map_err(anyhow::Error::msg)?;
+    let kept = run.events.len() as u64;
+    if run.seen > kept {
+        let said = format!(
+            "explained from the run's first {} events of {} (--max-events {}): the occurrence is the first, and the counts are of those events",
+            kept, run.seen, a.max_events
+        );
+        eprintln!("rdma-trace: {said}");
+        x.notes.push(("What was read".into(), format!("This is {said}.")));
+        x.values.insert("events_kept".into(), kept);
+        x.values.insert("events_in_run".into(), run.seen);
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&x)?);
     } else {
@@ -143,14 +189,14 @@ pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::output::explain::guide
         .collect();
     names.sort();
     for name in names {
-        let run = read_captures(&[dir.join(&name)])?;
+        let run = read_captures(&[dir.join(&name)], None, u64::MAX)?;
         let Some(header) = run.header.clone() else {
             bail!("{name}: no v1 header (the kernel is not named)")
         };
         let memlock_name = name.replace("-companion.", "-memlock.");
         // The refused-pin capture may be absent (its section is then left out), never broken.
         let memlock = if dir.join(&memlock_name).exists() {
-            let m = read_captures(&[dir.join(&memlock_name)])?;
+            let m = read_captures(&[dir.join(&memlock_name)], None, u64::MAX)?;
             let x = all(&m.events, &m.steps, m.header.as_ref()).into_iter().find(|(t, _)| *t == Topic::Mr);
             x.map(|(_, x)| (memlock_name, x))
         } else {
