@@ -5,7 +5,7 @@ use crate::capture::Header;
 use crate::cli::{ExplainArgs, ReadOpts};
 use crate::event::Event;
 use crate::output::explain::Explanation;
-use crate::output::explain::{self, Input};
+use crate::output::explain::{self, Input, RunCounts};
 use crate::plan::lessons::Topic;
 use crate::sink::Sink;
 use crate::steps::StepRecord;
@@ -17,26 +17,29 @@ struct Run {
     events: Vec<Event>,
     /// Every event the run had, kept or not.
     seen: u64,
+    counts: RunCounts,
     steps: Vec<StepRecord>,
     header: Option<Header>,
     hosts: Vec<String>,
     clock_error_ns: Option<u64>,
 }
 
-/// Keeps the first `max` events of a run, and counts the rest.
+/// Keeps the first `max` events of a run, and counts them all (`fork`'s counts too).
 struct Prefix {
     events: Vec<Event>,
     seen: u64,
     max: u64,
+    counts: RunCounts,
 }
 
 impl Prefix {
     fn new(max: u64) -> Self {
-        Prefix { events: Vec::new(), seen: 0, max }
+        Prefix { events: Vec::new(), seen: 0, max, counts: RunCounts::default() }
     }
 
     fn push(&mut self, e: &Event) {
         self.seen += 1;
+        self.counts.add(e);
         if self.seen <= self.max {
             self.events.push(e.clone());
         }
@@ -87,7 +90,15 @@ fn read_captures(files: &[std::path::PathBuf], steps: Option<&std::path::Path>, 
     let mut all_steps = r.steps;
     all_steps.extend(super::story::read_steps(steps)?);
     let steps = kept.steps(all_steps);
-    Ok(Run { events: kept.events, seen: kept.seen, steps, header, hosts, clock_error_ns })
+    Ok(Run {
+        events: kept.events,
+        seen: kept.seen,
+        counts: kept.counts,
+        steps,
+        header,
+        hosts,
+        clock_error_ns,
+    })
 }
 
 fn live(a: &ExplainArgs) -> Result<Option<Run>> {
@@ -111,6 +122,7 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
     Ok(Some(Run {
         events: sink.0.events,
         seen: sink.0.seen,
+        counts: sink.0.counts,
         steps,
         header: Some(header),
         hosts: Vec::new(),
@@ -142,12 +154,13 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
         anchor: None,
         hosts: &run.hosts,
         clock_error_ns: run.clock_error_ns,
+        run_counts: Some(run.counts),
     };
     let mut x: Explanation = explain::explain(a.topic, &input).map_err(anyhow::Error::msg)?;
     let kept = run.events.len() as u64;
     if run.seen > kept {
         let said = format!(
-            "explained from the run's first {} events of {} (--max-events {}): the occurrence is the first, and the counts are of those events",
+            "explained from the run's first {} events of {} (--max-events {}): the occurrence is the first, and the counts other than fork's are of those events",
             kept, run.seen, a.max_events
         );
         eprintln!("rdma-trace: {said}");
@@ -171,8 +184,16 @@ pub fn all(
     header: Option<&Header>,
 ) -> Vec<(Topic, Result<Explanation, String>)> {
     let story = crate::pipeline::correlate::live::build(events, steps);
-    let input =
-        Input { events, story: &story, steps, header, anchor: None, hosts: &[], clock_error_ns: None };
+    let input = Input {
+        events,
+        story: &story,
+        steps,
+        header,
+        anchor: None,
+        hosts: &[],
+        clock_error_ns: None,
+        run_counts: None,
+    };
     Topic::ALL.iter().map(|t| (*t, explain::explain(*t, &input))).collect()
 }
 

@@ -1,13 +1,10 @@
 //! The contrasts that make it click: the data phase with and without the kernel (bypass,
 //! event mode against busy polling), and fork() with pinned memory.
 
-use super::parts::{Explanation, Input, Stage};
+use super::parts::{Explanation, Input, RunCounts, Stage};
 use crate::event::EventKind;
 use crate::plan::lessons as L;
 use crate::steps::{Mode, StepName};
-
-/// MADV_DONTFORK (asm-generic/mman-common.h).
-const MADV_DONTFORK: u64 = 10;
 
 pub fn bypass(input: &Input) -> Result<Explanation, String> {
     // The process with the most completions (the companion's, when its steps are known).
@@ -112,27 +109,20 @@ fn receives(input: &Input, pid: u32, recvs: u64) -> String {
 }
 
 pub fn fork(input: &Input) -> Result<Explanation, String> {
-    let ev = input.events;
-    let watched = ev.iter().any(|e| e.kind == EventKind::SyscallEnter);
-    if !watched {
+    let c = input.run_counts.unwrap_or_else(|| RunCounts::of(input.events));
+    if c.syscalls == 0 {
         return Err(
             "no syscalls in this capture: madvise cannot be counted (trace with --pid or -- CMD)".into()
         );
     }
-    let madvise: Vec<_> =
-        ev.iter().filter(|e| e.kind == EventKind::SyscallEnter && e.name == "madvise").collect();
-    let dontfork = madvise.iter().filter(|e| e.field("advice") == Some(MADV_DONTFORK)).count() as u64;
-    let pins =
-        ev.iter().filter(|e| e.is(crate::event::ProbeId::UmemGet) && e.kind == EventKind::Entry).count()
-            as u64;
+    let (madvise, dontfork, pins) = (c.madvise, c.dontfork, c.pins);
     let mut x = Explanation {
         occurrence: format!(
-            "This run: {pins} pins, {} madvise calls, {dontfork} of them MADV_DONTFORK.",
-            madvise.len()
+            "This run: {pins} pins, {madvise} madvise calls, {dontfork} of them MADV_DONTFORK."
         ),
         ..Default::default()
     };
-    x.values.insert("madvise".into(), madvise.len() as u64);
+    x.values.insert("madvise".into(), madvise);
     x.values.insert("madvise_dontfork".into(), dontfork);
     x.values.insert("pins".into(), pins);
     x.stages.push(Stage {

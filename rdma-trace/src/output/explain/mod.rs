@@ -10,7 +10,7 @@ mod topics;
 
 use crate::plan::frames;
 use crate::plan::lessons::Topic;
-pub use parts::{Explanation, Input, Named, Stage};
+pub use parts::{Explanation, Input, Named, RunCounts, Stage};
 use std::fmt::Write;
 
 /// The explanation of `topic` from what was captured; an error says what the capture lacks.

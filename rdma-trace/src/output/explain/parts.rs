@@ -42,6 +42,39 @@ pub struct Explanation {
     pub functions: Vec<String>,
 }
 
+/// MADV_DONTFORK (asm-generic/mman-common.h).
+const MADV_DONTFORK: u64 = 10;
+
+/// What `fork` counts: syscalls seen (were they watched), madvise calls, those that said
+/// MADV_DONTFORK, and pins. Over every event of a run, also where only its first events
+/// are kept (`Input::run_counts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub syscalls: u64,
+    pub madvise: u64,
+    pub dontfork: u64,
+    pub pins: u64,
+}
+
+impl RunCounts {
+    pub fn add(&mut self, e: &Event) {
+        if e.kind == EventKind::SyscallEnter {
+            self.syscalls += 1;
+            if e.name == "madvise" {
+                self.madvise += 1;
+                self.dontfork += u64::from(e.field("advice") == Some(MADV_DONTFORK));
+            }
+        }
+        self.pins += u64::from(e.is(crate::event::ProbeId::UmemGet) && e.kind == EventKind::Entry);
+    }
+
+    pub fn of(events: &[Event]) -> Self {
+        let mut c = RunCounts::default();
+        events.iter().for_each(|e| c.add(e));
+        c
+    }
+}
+
 /// What an explanation is made from.
 pub struct Input<'a> {
     pub events: &'a [Event],
@@ -57,6 +90,9 @@ pub struct Input<'a> {
     /// The other hosts' clocks against the first's: the widest error bar of the offsets
     /// measured (None: one host, or not measured).
     pub clock_error_ns: Option<u64>,
+    /// What `fork` counts, over the whole run, when `events` are only its first (None:
+    /// counted from `events`).
+    pub run_counts: Option<RunCounts>,
 }
 
 impl Input<'_> {

@@ -94,6 +94,7 @@ pub fn answer(live: &mut Live, ask: &Ask, m: &Model) -> String {
         anchor: Some(at),
         hosts: &hosts,
         clock_error_ns,
+        run_counts: None,
     };
     match explain::explain(ask.topic, &input) {
         Ok(x) => explain::text_at(&x, usize::from(ask.width.max(MIN_WIDTH))),
