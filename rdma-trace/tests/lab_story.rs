@@ -107,6 +107,11 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     let want = 5 * 3 + count(StepName::CreateCq) + 1 + count(StepName::GetCqEvent) + count(StepName::DeregMr);
     assert_eq!(checks, want);
     assert_eq!(count(StepName::GetCqEvent), 6, "one CQ event per work request");
+    // A syscall entry the kernel skipped (another BPF program was running on the CPU; the
+    // tracer counts such runs per program) is a doorbell not seen: at most that many posts
+    // may lack theirs (seen on 7.3: one sys_enter run skipped, step 24's write missing).
+    let said = std::fs::read_to_string(dir.join("companion.rdma-trace.stderr")).unwrap_or_default();
+    let mut doorbells_unseen = program_skips(&said, Some("sys_enter"));
     for j in &st.steps {
         let s = step(j);
         let kernel = |path: &str| j.events.iter().filter(|&&i| events[i].path.as_str() == path).count();
@@ -124,6 +129,10 @@ fn lab_story_companion_steps_join_their_kernel_events() {
                             && e.fd_kind == Some(rdma_trace::event::FdKind::Uverbs)
                     })
                     .count();
+                if doorbells == 0 && doorbells_unseen > 0 {
+                    doorbells_unseen -= 1;
+                    continue;
+                }
                 assert_eq!(doorbells, 1, "step {} {:?}: doorbell writes", s.step, s.name);
             }
             // The wakeup is a read(2) on the completion channel.
