@@ -86,9 +86,28 @@ pub struct ExportArgs {
     /// Events in the synthetic capture (500 000 is a capture of about 116 MB).
     #[arg(long, default_value_t = 500_000)]
     pub events: u64,
-    /// The bound on the export's peak RSS, MiB.
+    /// The bound on the peak RSS of each command measured, MiB.
     #[arg(long, default_value_t = 200)]
     pub max_mib: u64,
+}
+
+/// The release build (with `synth_capture`), `target/<name>/`, and in it `big.jsonl`: a
+/// synthetic capture of `events` events.
+fn big_capture(
+    name: &str,
+    events: u64,
+) -> Result<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
+    let release = util::build_release_with_synth_capture()?;
+    let dir = util::workspace_root().join("target").join(name);
+    std::fs::create_dir_all(&dir)?;
+    let capture = dir.join("big.jsonl");
+    let file = std::fs::File::create(&capture).context("creating the capture")?;
+    let synth =
+        Command::new(release.join("examples/synth_capture")).arg(events.to_string()).stdout(file).status()?;
+    if !synth.success() {
+        bail!("synth_capture exited {synth}");
+    }
+    Ok((release, dir, capture))
 }
 
 /// `cargo xtask export-memory`: `rdma-trace export --perfetto` of a big capture keeps no
@@ -98,18 +117,8 @@ pub fn export(a: &ExportArgs) -> Result<()> {
         "export-memory: {} events through `rdma-trace export --perfetto`, peak RSS under {} MiB",
         a.events, a.max_mib
     ));
-    let release = util::build_release_with_synth_capture()?;
-    let dir = util::workspace_root().join("target/export-memory");
-    std::fs::create_dir_all(&dir)?;
-    let (capture, out) = (dir.join("big.jsonl"), dir.join("big.perfetto.json"));
-    let file = std::fs::File::create(&capture).context("creating the capture")?;
-    let synth = Command::new(release.join("examples/synth_capture"))
-        .arg(a.events.to_string())
-        .stdout(file)
-        .status()?;
-    if !synth.success() {
-        bail!("synth_capture exited {synth}");
-    }
+    let (release, dir, capture) = big_capture("export-memory", a.events)?;
+    let out = dir.join("big.perfetto.json");
     let t0 = std::time::Instant::now();
     let export = Command::new(release.join("rdma-trace"))
         .arg("export")
@@ -150,15 +159,8 @@ pub fn export(a: &ExportArgs) -> Result<()> {
     Ok(())
 }
 
-#[derive(clap::Args)]
-pub struct ExplainArgs {
-    /// Events in the synthetic capture (500 000 is a capture of about 116 MB).
-    #[arg(long, default_value_t = 500_000)]
-    pub events: u64,
-    /// The bound on each explanation's peak RSS, MiB.
-    #[arg(long, default_value_t = 200)]
-    pub max_mib: u64,
-}
+/// `explain-memory` takes what `export-memory` takes.
+pub type ExplainArgs = ExportArgs;
 
 /// `cargo xtask explain-memory`: `rdma-trace explain` of a big capture keeps only the run's
 /// first events (`--max-events`, 100 000 by default) and reads the rest through the
@@ -169,18 +171,7 @@ pub fn explain(a: &ExplainArgs) -> Result<()> {
         "explain-memory: {} events through `rdma-trace explain`, peak RSS under {} MiB",
         a.events, a.max_mib
     ));
-    let release = util::build_release_with_synth_capture()?;
-    let dir = util::workspace_root().join("target/explain-memory");
-    std::fs::create_dir_all(&dir)?;
-    let capture = dir.join("big.jsonl");
-    let file = std::fs::File::create(&capture).context("creating the capture")?;
-    let synth = Command::new(release.join("examples/synth_capture"))
-        .arg(a.events.to_string())
-        .stdout(file)
-        .status()?;
-    if !synth.success() {
-        bail!("synth_capture exited {synth}");
-    }
+    let (release, dir, capture) = big_capture("explain-memory", a.events)?;
     let mut worst = 0;
     for topic in ["mr", "mmap", "cq"] {
         let t0 = std::time::Instant::now();
