@@ -58,6 +58,12 @@ pub trait Sink {
     fn trailer(&mut self, _t: &Trailer) -> io::Result<()> {
         Ok(())
     }
+    /// Processes the live run found gone (at two stats ticks running; their last events are
+    /// read by then), at `ts_ns` on the events' clock. Not a record: a sink that keeps a
+    /// state for late joiners (the daemon's) forgets them; a view of the run keeps them.
+    fn processes_gone(&mut self, _pids: &[u32], _ts_ns: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Called every 50 ms during a run (`TICK_EVERY`): a buffering sink writes out
     /// what it holds, so a killed run loses at most the last 100 ms.
     fn tick(&mut self) -> io::Result<()> {
@@ -88,6 +94,9 @@ impl Sink for Vec<Box<dyn Sink>> {
     }
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
         self.iter_mut().try_for_each(|s| s.trailer(t))
+    }
+    fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> io::Result<()> {
+        self.iter_mut().try_for_each(|s| s.processes_gone(pids, ts_ns))
     }
     fn tick(&mut self) -> io::Result<()> {
         self.iter_mut().try_for_each(|s| s.tick())

@@ -368,3 +368,162 @@ fn a_subscriber_that_is_not_root_gets_stand_ins_for_kernel_addresses() {
         }
     }
 }
+
+/// A seed that reads "the kernel" only when the test lets it, and counts its readings.
+fn gated_seed(
+    pid: u32,
+) -> (rdma_trace::serve::Seed, std::sync::mpsc::Sender<()>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use rdma_trace::capture::{PinnedRange, ProcessState};
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = calls.clone();
+    let seed: rdma_trace::serve::Seed = Box::new(move || {
+        gate.recv().map_err(|_| "the test ended".to_string())?;
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mr = PinnedRange { length: 65_536, charged: 65_536, mr_id: Some(9), ..Default::default() };
+        Ok(vec![ProcessState {
+            pid,
+            comm: "before".into(),
+            pinned_bytes: 65_536,
+            mrs: vec![mr],
+            seeded: true,
+            ..Default::default()
+        }])
+    });
+    (seed, go, calls)
+}
+
+/// Polls `tick` until `n` subscribers are joined (5 s at most).
+fn tick_until_joined(b: &mut Broadcaster, n: usize) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while b.subscribers() < n {
+        assert!(std::time::Instant::now() < until, "{} of {n} joined in 5 s", b.subscribers());
+        b.tick().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Issue 41: reading the kernel's tables for a late joiner (`rdma res`, /proc) happens off
+/// the thread that drains the ring: while it runs, records keep flowing; joiners that
+/// arrived together share one reading and join at one record; a joiner after that gets a
+/// reading of its own.
+#[test]
+fn the_kernel_is_read_for_joiners_off_the_records_path_and_once_for_those_together() {
+    let events = lab_events("companion-7.3.jsonl");
+    let (seed, go, calls) = gated_seed(4242);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx).seeded_by(seed);
+    let (one, two) = (subscribe(&tx, "one"), subscribe(&tx, "two"));
+    b.tick().unwrap();
+    // The data phase: MRs are pinned and the queues mapped by then.
+    let half = events.iter().position(|e| e.name == "comp_handler").expect("a completion");
+    for (k, e) in events[..half].iter().enumerate() {
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
+        if k % 50 == 0 {
+            b.tick().unwrap();
+        }
+    }
+    assert_eq!(b.subscribers(), 0, "still waiting for the kernel's tables, while records went on");
+    go.send(()).unwrap();
+    tick_until_joined(&mut b, 2);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one reading for both");
+    for e in &events[half..] {
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
+    }
+    let three = subscribe(&tx, "three");
+    b.tick().unwrap();
+    go.send(()).unwrap();
+    tick_until_joined(&mut b, 3);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2, "a reading of its own");
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let [one, two, three] = [one, two, three].map(|h| records(&h.join().unwrap()));
+    for (name, recs, at) in [("one", &one, half as u64 + 2), ("two", &two, half as u64 + 2)] {
+        let Record::State(st) = &recs[1] else { panic!("{name}: {:?}", recs[1]) };
+        assert_eq!(recs[2].seq(), Some(at), "{name} joined where the reading came back");
+        let before = st.processes.iter().find(|p| p.pid == 4242).expect("the kernel's process");
+        assert!(before.seeded && before.mrs.len() == 1, "{before:?}");
+        assert!(st.processes.iter().any(|p| p.pid != 4242 && p.pinned_bytes > 0), "and the events' own");
+    }
+    assert_eq!(one[2..], two[2..], "the same records from the same point");
+    let Record::State(st) = &three[1] else { panic!("three: {:?}", three[1]) };
+    assert!(st.processes.iter().any(|p| p.pid == 4242 && p.seeded));
+    assert_eq!(three[2].seq(), Some(events.len() as u64 + 2), "three joined at the trailer");
+}
+
+/// Issue 41: a reading of the kernel that never comes back holds a joiner `SEED_WAIT` at
+/// most; it is joined with what the events showed, and the operator is told.
+#[test]
+fn a_joiner_is_not_held_past_seed_wait_by_a_reading_that_hangs() {
+    use rdma_trace::serve::ServeNotice;
+    let events = lab_events("companion-7.3.jsonl");
+    let (seed, _never, _) = gated_seed(4242);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx).seeded_by(seed);
+    for e in &events {
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
+    }
+    let asked = std::time::Instant::now();
+    let late = subscribe(&tx, "late");
+    b.tick().unwrap();
+    tick_until_joined(&mut b, 1);
+    let waited = asked.elapsed();
+    assert!(waited >= rdma_trace::serve::SEED_WAIT, "joined after {waited:?}");
+    assert!(waited < rdma_trace::serve::SEED_WAIT * 2, "joined after {waited:?}");
+    let told = b
+        .notices()
+        .into_iter()
+        .any(|n| matches!(&n, ServeNotice::NotSeeded(w) if w.contains("not read within 2.0 s")));
+    assert!(told, "the operator is told");
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let recs = records(&late.join().unwrap());
+    let Record::State(st) = &recs[1] else { panic!("{:?}", recs[1]) };
+    assert!(
+        st.processes.iter().all(|p| p.pid != 4242) && st.processes.iter().any(|p| p.completions > 0),
+        "{st:?}"
+    );
+}
+
+/// Issue 41 (long uptime): a process the tracer found gone leaves the state a later joiner
+/// gets, with its QPs and CQs, once the story has joined its last events; a joiner before
+/// that still sees it. A daemon up for days sends what exists, not everyone it ever saw.
+/// Its metrics stay for Prometheus's lookback, so a scrape after its end has its counts.
+#[test]
+fn a_process_gone_leaves_the_state_later_joiners_get() {
+    use rdma_trace::capture::Stats;
+    let events = lab_events("companion-7.3.jsonl");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let metrics = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut b = Broadcaster::new(header(), rx).with_metrics(metrics.clone());
+    for e in &events {
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
+    }
+    let end = events.iter().map(|e| e.ts_ns).max().unwrap();
+    let worker = events.iter().find(|e| e.comm == "rdma-trace-work").expect("the companion").pid;
+    b.processes_gone(&[worker], end + 1).unwrap();
+    let before = subscribe(&tx, "before");
+    b.tick().unwrap();
+    // The next stats record settles the story past the moment it was found gone.
+    b.stats(&Stats { ts_ns: end + 2_000_000_000, ..Default::default() }).unwrap();
+    let after = subscribe(&tx, "after");
+    b.tick().unwrap();
+    // Its series stay for a scrape after its end (the lookback), then go.
+    let series = format!("pid=\"{worker}\"");
+    assert!(metrics.lock().unwrap().contains(&series), "{}", metrics.lock().unwrap());
+    let later = end + rdma_trace::pipeline::correlate::live::ENDED_KEPT_NS + 4_000_000_000;
+    b.stats(&Stats { ts_ns: later, ..Default::default() }).unwrap();
+    assert!(!metrics.lock().unwrap().contains(&series), "{}", metrics.lock().unwrap());
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let state = |h: std::thread::JoinHandle<Vec<u8>>| match records(&h.join().unwrap()).swap_remove(1) {
+        Record::State(s) => s,
+        r => panic!("{r:?}"),
+    };
+    let (before, after) = (state(before), state(after));
+    assert!(before.processes.iter().any(|p| p.pid == worker && p.completions > 0), "{before:?}");
+    assert!(before.cqs.iter().any(|c| c.pid == Some(worker)));
+    assert!(after.processes.iter().all(|p| p.pid != worker), "{after:?}");
+    assert!(after.cqs.iter().all(|c| c.pid != Some(worker)), "{:?}", after.cqs);
+    assert!(after.qps.iter().all(|q| q.pid != worker), "{:?}", after.qps);
+}

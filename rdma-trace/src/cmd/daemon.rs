@@ -104,6 +104,9 @@ impl Sink for Outputs {
     fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
         self.each(|s| s.trailer(t))
     }
+    fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> std::io::Result<()> {
+        self.broadcaster.processes_gone(pids, ts_ns)
+    }
     fn tick(&mut self) -> std::io::Result<()> {
         self.say();
         self.each(|s| s.tick())

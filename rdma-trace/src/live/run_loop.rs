@@ -163,18 +163,22 @@ impl<'a> RunLoop<'a> {
     /// limits) is let go once the process has been gone at two stats ticks running, by when
     /// its last events are read. A pid the kernel gives to a new verbs process is then
     /// watched as new, and the caches do not grow with every process the daemon saw.
-    fn forget_the_gone(&mut self) {
+    /// Returns the processes let go, for the sinks (`Sink::processes_gone`).
+    fn forget_the_gone(&mut self) -> Vec<u32> {
         let mut pids: std::collections::HashSet<u32> = self.users_seen.iter().copied().collect();
         pids.extend(self.enricher.fds.pids());
         pids.extend(self.enricher.memlock.pids());
         let gone: std::collections::HashSet<u32> =
             pids.into_iter().filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
-        for &p in gone.intersection(&self.gone_last) {
+        let mut forgotten: Vec<u32> = gone.intersection(&self.gone_last).copied().collect();
+        forgotten.sort_unstable();
+        for &p in &forgotten {
             self.users_seen.remove(&p);
             self.enricher.fds.forget_process(p);
             self.enricher.memlock.forget(p);
         }
         self.gone_last = gone;
+        forgotten
     }
 
     /// Keeps the sink's first error; after one, nothing more is written.
@@ -242,7 +246,11 @@ impl<'a> RunLoop<'a> {
                 }
                 let r = self.sink.stats(&Stats { ts_ns, sites: counts, ..Default::default() });
                 self.keep(r);
-                self.forget_the_gone();
+                let gone = self.forget_the_gone();
+                if !gone.is_empty() {
+                    let r = self.sink.processes_gone(&gone, ts_ns);
+                    self.keep(r);
+                }
             }
         }
     }

@@ -5,7 +5,6 @@
 
 use crate::capture::SiteCount;
 use crate::pipeline::correlate::story::{BUCKETS_NS, Histogram, ProcessStory};
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// A label value as the text format wants it: backslash, quote and newline escaped.
@@ -39,9 +38,9 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
 
 /// The whole exposition: the story's processes (kworkers left out: their work is counted
 /// under the process that owns the CQ) and the latest per-probe accounting.
-pub fn render(processes: &BTreeMap<u32, ProcessStory>, sites: &[SiteCount]) -> String {
+pub fn render<'a>(processes: impl IntoIterator<Item = &'a ProcessStory>, sites: &[SiteCount]) -> String {
     let mut out = String::new();
-    let ps: Vec<&ProcessStory> = processes.values().filter(|p| !p.comm.starts_with("kworker")).collect();
+    let ps: Vec<&ProcessStory> = processes.into_iter().filter(|p| !p.comm.starts_with("kworker")).collect();
     gauges(&mut out, &ps);
     family(
         &mut out,
@@ -261,7 +260,7 @@ mod tests {
         p.pin_latency.observe(2_000_000_000);
         let kworker = crate::pipeline::correlate::cqs::RanIn(Some(crate::event::ExecContext::Kworker));
         p.completions_by_context.insert(kworker, 5);
-        let text = render(&BTreeMap::from([(7, p)]), &[]);
+        let text = render([&p], &[]);
         assert!(text.contains("rdma_trace_pinned_bytes{pid=\"7\",comm=\"a\\\"b\\\\c\"} 4096"), "{text}");
         assert!(text.contains(
             "rdma_trace_pin_latency_seconds_bucket{pid=\"7\",comm=\"a\\\"b\\\\c\",le=\"0.000005\"} 1"

@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod merge;
+pub mod seeder;
 pub mod socket;
 pub mod virtio;
 
@@ -31,6 +32,11 @@ pub const MAX_SUBSCRIBERS: usize = 64;
 /// records, the trailer) before the daemon ends regardless: a subscriber that stopped
 /// reading cannot hold SIGTERM or `--duration` back.
 pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a joiner that wants the state waits for the kernel's tables to be read; past
+/// it, it is joined with what the events showed, and told so.
+pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// As `SEED_WAIT`, for joiners still waiting when the run ends.
+pub const SEED_WAIT_AT_END: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a subscriber asks for in its hello line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -103,8 +109,7 @@ pub enum ServeNotice {
     },
 }
 
-/// Reads what the kernel holds now (`live::seed::now`), for the state a subscriber gets.
-pub type Seed = Box<dyn FnMut() -> Result<Vec<crate::capture::ProcessState>, String> + Send>;
+pub use seeder::Seed;
 
 /// The state from the events seen, completed with what the kernel holds that they did not
 /// show (MRs registered and queues mapped before the daemon started): such processes, MR
@@ -135,7 +140,10 @@ pub struct Broadcaster {
     joins: Receiver<Joining>,
     subs: Vec<Subscriber>,
     notices: Vec<ServeNotice>,
-    seed: Option<Seed>,
+    /// Reads the kernel's tables off this thread (`seeder`), when `seeded_by`.
+    seeder: Option<seeder::Seeder>,
+    /// Joiners that want the state, since when, until a reading of the kernel serves them.
+    waiting: Vec<(std::time::Instant, Joining)>,
     /// The Prometheus exposition, renewed with every stats record.
     metrics: Option<Arc<std::sync::Mutex<String>>>,
     /// Records each subscriber may fall behind by before it loses any.
@@ -161,7 +169,8 @@ impl Broadcaster {
             joins,
             subs: Vec::new(),
             notices: Vec::new(),
-            seed: None,
+            seeder: None,
+            waiting: Vec::new(),
             metrics: None,
             queue: QUEUE,
             reveal: false,
@@ -189,9 +198,14 @@ impl Broadcaster {
         self
     }
 
-    /// Completes each subscriber's state with what the kernel holds (see `merge_seeded`).
+    /// Completes each subscriber's state with what the kernel holds (see `merge_seeded`),
+    /// read on a thread of its own (`seeder`). Without that thread, states are not seeded,
+    /// and the notice says why.
     pub fn seeded_by(mut self, seed: Seed) -> Self {
-        self.seed = Some(seed);
+        match seeder::Seeder::spawn(seed) {
+            Ok(s) => self.seeder = Some(s),
+            Err(e) => self.notices.push(ServeNotice::NotSeeded(format!("no thread to read them on ({e})"))),
+        }
         self
     }
 
@@ -201,83 +215,120 @@ impl Broadcaster {
     }
 
     /// Joins waiting subscribers here, between two records: each gets its preamble,
-    /// numbered just before the next shared record.
-    fn admit(&mut self) -> io::Result<()> {
-        // The state is made once for the joiners waiting together, and only when one of
-        // them wants it (the seed runs `rdma res` and reads /proc, on this thread).
-        let mut shared: Option<crate::capture::State> = None;
+    /// numbered just before the next shared record. One that wants the state waits (not
+    /// this thread) for a reading of the kernel's tables that began after it arrived,
+    /// `SEED_WAIT` at most; at the end of the run, `SEED_WAIT_AT_END`.
+    fn admit(&mut self, ending: bool) -> io::Result<()> {
+        let now = std::time::Instant::now();
         while let Ok(mut j) = self.joins.try_recv() {
-            if self.subs.len() >= MAX_SUBSCRIBERS {
+            if self.subs.len() + self.waiting.len() >= MAX_SUBSCRIBERS {
                 let why = format!("refused: {MAX_SUBSCRIBERS} subscribers already (this daemon's limit)");
                 writeln!(j.out, "rdma-trace daemon: {why}").ok();
                 self.notices.push(ServeNotice::Refused { peer: j.peer, why });
                 continue;
             }
-            let at = self.format.next_seq();
-            let redacted = (j.uid != 0 && !self.reveal) || j.hello.redact;
-            let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
-            pre.header(&crate::capture::Header {
-                redacted: redacted || self.header.redacted,
-                ..self.header.clone()
-            })?;
-            let mut preamble = pre.take_written();
-            let pieces = match j.hello.want {
-                Want::Both => {
-                    if shared.is_none() {
-                        let mut state = self.story.state();
-                        if let Some(seed) = &mut self.seed {
-                            match seed() {
-                                Ok(found) => merge_seeded(&mut state, found),
-                                Err(why) => self.notices.push(ServeNotice::NotSeeded(why)),
-                            }
-                        }
-                        shared = Some(state);
-                    }
-                    shared.clone().expect("made above").pieces(crate::capture::STATE_PIECE_ROWS)
+            match (j.hello.want, self.seeder.is_some()) {
+                (Want::Both, true) => self.waiting.push((now, j)),
+                (Want::Both, false) => {
+                    let state = self.story.state();
+                    self.join(j, Some(&state))?;
                 }
-                // An empty state: the number is kept so the stream has no gap.
-                Want::Events => vec![crate::capture::State {
-                    v: crate::capture::VERSION,
-                    ty: "state".into(),
-                    ..Default::default()
-                }],
-            };
-            // A large state in several records, all numbered just before the shared stream.
-            for mut piece in pieces {
-                if redacted {
-                    self.redactor.state(&mut piece);
-                }
-                let mut one = Jsonl::starting_at(Vec::new(), at - 1);
-                one.state(&piece)?;
-                preamble.extend(one.take_written());
+                (Want::Events, _) => self.join(j, None)?,
             }
-            if redacted && self.hidden.is_none() {
-                self.hidden = Some(Jsonl::starting_at(Vec::new(), at));
-            }
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
-            tx.send(Arc::from(preamble)).ok();
-            let peer = j.peer.clone();
-            let spawned =
-                std::thread::Builder::new().name("rdma-trace-sub".into()).spawn(move || serve_one(j.out, rx));
-            // Out of threads: this one is not served (and told so by its closed stream).
-            let worker = match spawned {
-                Ok(w) => w,
-                Err(e) => {
-                    self.notices
-                        .push(ServeNotice::Refused { peer, why: format!("no thread to serve it ({e})") });
-                    continue;
-                }
-            };
-            self.notices.push(ServeNotice::Joined { peer: j.peer.clone(), at_seq: at });
-            self.subs.push(Subscriber {
-                queue: tx,
-                redacted,
-                dropped: 0,
-                last_dropped_seq: 0,
-                worker,
-                peer: j.peer,
-            });
         }
+        while let Some(oldest) = self.waiting.iter().map(|w| w.0).min() {
+            let Some(seeder) = self.seeder.as_mut() else { break };
+            let reading = match ending {
+                true => seeder.wait(oldest, now + SEED_WAIT_AT_END),
+                false => seeder.since(oldest),
+            };
+            let (served, state) = match reading {
+                Some(r) => {
+                    let mut state = self.story.state();
+                    match &r.found {
+                        Ok(found) => merge_seeded(&mut state, found.clone()),
+                        Err(why) => self.notices.push(ServeNotice::NotSeeded(why.clone())),
+                    }
+                    let began = r.began;
+                    let (served, left) =
+                        std::mem::take(&mut self.waiting).into_iter().partition(|w| w.0 <= began);
+                    self.waiting = left;
+                    seeder.forget();
+                    (served, state)
+                }
+                None => {
+                    // Waited too long: joined with what the events showed.
+                    let waited = if ending { std::time::Duration::ZERO } else { SEED_WAIT };
+                    let (late, left): (Vec<_>, _) = std::mem::take(&mut self.waiting)
+                        .into_iter()
+                        .partition(|w| now.duration_since(w.0) >= waited);
+                    self.waiting = left;
+                    if late.is_empty() {
+                        break;
+                    }
+                    let limit = if ending { SEED_WAIT_AT_END } else { SEED_WAIT };
+                    let d = format!("{:.1} s", limit.as_secs_f64());
+                    self.notices.push(ServeNotice::NotSeeded(format!(
+                        "the kernel's tables were not read within {d}: {} joined with what the events showed",
+                        crate::units::count(late.len() as u64, "subscriber")
+                    )));
+                    (late, self.story.state())
+                }
+            };
+            for (_, j) in served {
+                self.join(j, Some(&state))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One subscriber joined now: its header, its state (`None`: an empty one, for
+    /// `want=events`), and its writer.
+    fn join(&mut self, j: Joining, state: Option<&crate::capture::State>) -> io::Result<()> {
+        let at = self.format.next_seq();
+        let redacted = (j.uid != 0 && !self.reveal) || j.hello.redact;
+        let mut pre = Jsonl::starting_at(Vec::new(), at - 2);
+        pre.header(&crate::capture::Header {
+            redacted: redacted || self.header.redacted,
+            ..self.header.clone()
+        })?;
+        let mut preamble = pre.take_written();
+        let pieces = match state {
+            Some(state) => state.clone().pieces(crate::capture::STATE_PIECE_ROWS),
+            // An empty state: the number is kept so the stream has no gap.
+            None => vec![crate::capture::State {
+                v: crate::capture::VERSION,
+                ty: "state".into(),
+                ..Default::default()
+            }],
+        };
+        // A large state in several records, all numbered just before the shared stream.
+        for mut piece in pieces {
+            if redacted {
+                self.redactor.state(&mut piece);
+            }
+            let mut one = Jsonl::starting_at(Vec::new(), at - 1);
+            one.state(&piece)?;
+            preamble.extend(one.take_written());
+        }
+        if redacted && self.hidden.is_none() {
+            self.hidden = Some(Jsonl::starting_at(Vec::new(), at));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<[u8]>>(self.queue);
+        tx.send(Arc::from(preamble)).ok();
+        let peer = j.peer.clone();
+        let spawned =
+            std::thread::Builder::new().name("rdma-trace-sub".into()).spawn(move || serve_one(j.out, rx));
+        // Out of threads: this one is not served (and told so by its closed stream).
+        let worker = match spawned {
+            Ok(w) => w,
+            Err(e) => {
+                self.notices.push(ServeNotice::Refused { peer, why: format!("no thread to serve it ({e})") });
+                return Ok(());
+            }
+        };
+        self.notices.push(ServeNotice::Joined { peer: peer.clone(), at_seq: at });
+        self.subs.push(Subscriber { queue: tx, redacted, dropped: 0, last_dropped_seq: 0, worker, peer });
         Ok(())
     }
 
@@ -440,7 +491,9 @@ impl Sink for Broadcaster {
                     ..Default::default()
                 });
             }
-            let text = crate::output::metrics::render(self.story.processes(), &sites);
+            // Processes that ended keep their series a while (`Live::ended`).
+            let processes = self.story.processes().values().chain(self.story.ended());
+            let text = crate::output::metrics::render(processes, &sites);
             if let Ok(mut t) = m.lock() {
                 *t = text;
             }
@@ -458,14 +511,22 @@ impl Sink for Broadcaster {
         Ok(())
     }
     fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
-        self.admit()?;
+        self.admit(true)?;
         self.both(|f| f.trailer(t))?;
         self.offer();
         Ok(())
     }
+    /// A process gone leaves the state late joiners get (and the metrics), once the story
+    /// has joined its last events.
+    fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> io::Result<()> {
+        for &pid in pids {
+            self.story.retire(pid, ts_ns);
+        }
+        Ok(())
+    }
     /// On each tick (every 50 ms): subscribers waiting are joined.
     fn tick(&mut self) -> io::Result<()> {
-        self.admit()
+        self.admit(false)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

@@ -93,6 +93,12 @@ impl Ord for Waiting {
     }
 }
 
+/// How long the final row of a process found gone is kept for the metrics: Prometheus's
+/// default lookback, so a scrape at any usual interval after the end has its last counts.
+pub const ENDED_KEPT_NS: u64 = 300_000_000_000;
+/// At most this many such rows.
+pub const ENDED_KEPT: usize = 256;
+
 pub struct Live {
     limits: Limits,
     steps: Vec<StepRecord>,
@@ -114,6 +120,12 @@ pub struct Live {
     joined_through_ns: u64,
     /// Steps waiting for the story to pass their end, by (end, key).
     to_join: BTreeMap<(u64, (u32, u32, u32)), StepRecord>,
+    /// Processes found gone, by when: each is forgotten once the story has joined every
+    /// event up to then (`retire`).
+    gone: std::collections::VecDeque<(u64, u32)>,
+    /// The rows of processes forgotten as gone, by when, kept `ENDED_KEPT_NS` (at most
+    /// `ENDED_KEPT`): a scrape after a process ended still has its final counts.
+    ended: std::collections::VecDeque<(u64, super::story::ProcessStory)>,
     store: Store,
     builder: Builder,
 }
@@ -138,6 +150,8 @@ impl Live {
             window,
             joined_through_ns: 0,
             to_join,
+            gone: Default::default(),
+            ended: Default::default(),
             store,
             builder,
         }
@@ -182,7 +196,8 @@ impl Live {
         self.through(now_ns.saturating_sub(self.limits.reorder_ns));
     }
 
-    /// Every event before `t` is joined: the steps that ended before it are joined too.
+    /// Every event before `t` is joined: the steps that ended before it are joined too,
+    /// and processes found gone by then are forgotten.
     fn through(&mut self, t: u64) {
         self.joined_through_ns = self.joined_through_ns.max(t);
         while let Some(entry) = self.to_join.first_entry() {
@@ -192,6 +207,34 @@ impl Live {
             let s = entry.remove();
             self.builder.join_step(&s, &self.store);
         }
+        while let Some(&(at, pid)) = self.gone.front()
+            && at < self.joined_through_ns
+        {
+            self.gone.pop_front();
+            if let Some(row) = self.builder.forget(pid) {
+                self.ended.push_back((at, row));
+            }
+        }
+        while let Some((at, _)) = self.ended.front()
+            && (at.saturating_add(ENDED_KEPT_NS) < self.joined_through_ns || self.ended.len() > ENDED_KEPT)
+        {
+            self.ended.pop_front();
+        }
+    }
+
+    /// Processes forgotten as gone in the last `ENDED_KEPT_NS`, with their final rows
+    /// (not one whose pid the story follows again).
+    pub fn ended(&self) -> impl Iterator<Item = &super::story::ProcessStory> {
+        let now = self.builder.processes();
+        self.ended.iter().map(|(_, p)| p).filter(move |p| !now.contains_key(&p.pid))
+    }
+
+    /// Process `pid` was found gone at `at_ns` (the events' clock): it leaves the story
+    /// (its rows, MRs, mappings, QPs and CQs) once every event before then is joined, so
+    /// its last events do not bring it back. A daemon's state holds what still exists.
+    pub fn retire(&mut self, pid: u32, at_ns: u64) {
+        self.gone.push_back((at_ns, pid));
+        self.through(self.joined_through_ns);
     }
 
     /// Joins everything fed so far, and every step that ended by then (a source that ended

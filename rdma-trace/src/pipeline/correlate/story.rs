@@ -436,10 +436,17 @@ impl Builder {
         let Some(pid) = self.story.processes.values().min_by_key(|p| p.last_ts_ns).map(|p| p.pid) else {
             return;
         };
-        if let Some(ps) = self.story.processes.remove(&pid) {
+        if let Some(ps) = self.story.processes.get(&pid) {
             self.story.retired_events += ps.event_count;
         }
         self.story.retired_processes += 1;
+        self.forget(pid);
+    }
+
+    /// Forgets process `pid` and everything kept for it (retired at the cap, or gone);
+    /// returns its row.
+    pub(super) fn forget(&mut self, pid: u32) -> Option<ProcessStory> {
+        let row = self.story.processes.remove(&pid);
         self.pending.remove(&pid);
         self.pins.retire(pid);
         self.mappings.remove(&pid);
@@ -452,6 +459,7 @@ impl Builder {
         // Its QPs and CQs go with it: a daemon that runs for days sees QPs come and go.
         self.qps.retire(&mut self.story.qps, pid);
         self.story.cqs.retain(|_, c| c.pid != Some(pid));
+        row
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessStory {
