@@ -655,6 +655,8 @@ fn lab_daemon_a_full_disk_loses_the_file_not_the_subscribers() {
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_daemon_rotates_its_capture_file() {
     let dir = out_dir("daemon").join("rotate");
+    // A run before this one (a longer one) leaves files this one would not remove.
+    std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     let socket = Path::new("/tmp/rdma-trace-lab-rotate.sock");
     let derr = dir.join("daemon.stderr");
@@ -719,11 +721,13 @@ fn join_once(socket: &Path) -> Result<(Duration, usize), String> {
     Err("the stream ended before the state".into())
 }
 
-/// Issue 41: 2 000 joins in a loop while companions come and go. Every join gets its
-/// state, which holds the processes that exist (the gone are forgotten), not every one the
-/// daemon saw; the daemon's RSS, threads and descriptors after the last are where they were
-/// after the first 200 (within a margin for the allocator); a subscriber that stays loses
-/// nothing and gets the trailer, and the run lost no event.
+/// Issue 41: 2 000 joins in a loop while companions come and go, with pids reused (the
+/// guest's `pid_max` at 512 for the run). Every join gets its state, which holds the
+/// processes that exist (the gone are forgotten), not every one the daemon saw; the
+/// daemon's RSS, threads and descriptors after the last are where they were after the
+/// first 200 (within a margin for the allocator); a subscriber that stays loses nothing and
+/// gets the trailer, and the run lost no event; a companion given the pid of an earlier
+/// one is watched again (its syscalls are traced).
 #[test]
 #[ignore = "soak: minutes in the soft-RoCE guest (cargo xtask soak)"]
 fn soak_daemon_two_thousand_joins_leave_it_flat() {
@@ -734,11 +738,15 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     let dpid = daemon.id();
     let mut steady = Reaped::of(subscriber(&dir, "steady", socket));
     let companion = workload_bin();
+    let _pid_max = PidMax::set(512);
+    let launched = dir.join("launched.txt");
     let mut churn = Reaped::group(Command::new("sh").args([
         "-c",
         &format!(
-            "while :; do {} --mr-sizes 4K,64K --iterations 1 --announce /dev/null >/dev/null 2>&1; done",
-            companion.display()
+            "while :; do {} --mr-sizes 4K,64K --iterations 1 --announce /dev/null >/dev/null 2>&1 & \
+             echo $! >> {}; wait $!; done",
+            companion.display(),
+            launched.display()
         ),
     ]));
     let mut took = Vec::new();
@@ -789,4 +797,63 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     assert_eq!(t.lost, 0, "the run lost events during the joins: {:?}\n{figures}", t.sites);
     let events = rs.iter().filter(|r| matches!(r, Record::Event(_))).count();
     assert!(events > 1000, "the companions' events flowed through the joins: {events}\n{figures}");
+    watched_again(&rs, &std::fs::read_to_string(&launched).unwrap(), &dir);
+}
+
+/// The companions launched one after another (`launched`: their pids in order), against
+/// the stream: each launch is a run of consecutive companion events under its pid; a pid
+/// launched again must be watched again (syscall events in its later runs too). The last
+/// launch, killed at the end, is not counted.
+fn watched_again(rs: &[Record], launched: &str, dir: &Path) {
+    use rdma_trace::event::Path as EventPath;
+    let pids: Vec<u32> = launched.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let counted = &pids[..pids.len().saturating_sub(1)];
+    // Runs of the companion's events: (pid, whether a syscall of it was traced).
+    let mut runs: Vec<(u32, bool)> = Vec::new();
+    for r in rs {
+        let Record::Event(e) = r else { continue };
+        if e.comm != "rdma-trace-work" {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((pid, watched)) if *pid == e.pid => *watched |= e.path == EventPath::Syscall,
+            _ => runs.push((e.pid, e.path == EventPath::Syscall)),
+        }
+    }
+    let mut reused = std::collections::BTreeMap::<u32, usize>::new();
+    for p in counted {
+        *reused.entry(*p).or_default() += 1;
+    }
+    reused.retain(|_, n| *n > 1);
+    let text = format!(
+        "{} launches, {} runs seen, {} pids launched more than once: {:?}\n",
+        counted.len(),
+        runs.len(),
+        reused.len(),
+        reused.iter().take(20).collect::<Vec<_>>()
+    );
+    std::fs::write(dir.join("pid-reuse.txt"), &text).unwrap();
+    assert!(!reused.is_empty(), "pid_max 512 forced no pid to be reused: {text}");
+    for (pid, n) in &reused {
+        let watched = runs.iter().filter(|(p, w)| p == pid && *w).count();
+        assert!(watched >= *n, "pid {pid} launched {n} times, its syscalls traced in {watched} runs: {text}");
+    }
+}
+
+/// The guest's `kernel.pid_max` set for a test, and put back when it ends.
+struct PidMax(String);
+
+impl PidMax {
+    const PATH: &str = "/proc/sys/kernel/pid_max";
+    fn set(n: u32) -> Self {
+        let was = std::fs::read_to_string(Self::PATH).expect("pid_max").trim().to_string();
+        std::fs::write(Self::PATH, n.to_string()).expect("setting pid_max");
+        PidMax(was)
+    }
+}
+
+impl Drop for PidMax {
+    fn drop(&mut self) {
+        std::fs::write(Self::PATH, &self.0).ok();
+    }
 }
