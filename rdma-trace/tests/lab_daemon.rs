@@ -740,6 +740,7 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     let companion = workload_bin();
     let _pid_max = PidMax::set(512);
     let launched = dir.join("launched.txt");
+    std::fs::remove_file(&launched).ok();
     let mut churn = Reaped::group(Command::new("sh").args([
         "-c",
         &format!(
@@ -785,8 +786,10 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     assert!(last.0 < first.0 + 16 * 1024, "RSS grew by more than 16 MiB: {figures}");
     assert!(last.1 <= first.1 + 2, "threads grew: {figures}");
     assert!(last.2 <= first.2 + 2, "descriptors grew: {figures}");
-    // One companion at a time, and the steady subscriber's own tools: a handful at most.
-    assert!(most_processes <= 8, "the state kept processes that were gone: {figures}");
+    // One companion at a time (about 0.45 s each under TCG), and those gone in the last
+    // 4 s or so (found gone at two stats ticks, then joined past the 1 s reorder window):
+    // not the 1 000 the story may follow, nor the 1 600 launched.
+    assert!(most_processes <= 32, "the state kept processes that were gone: {figures}");
     let rs = records(&dir.join("steady.jsonl"));
     let lost: Vec<&Record> = rs
         .iter()
@@ -797,6 +800,21 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     assert_eq!(t.lost, 0, "the run lost events during the joins: {:?}\n{figures}", t.sites);
     let events = rs.iter().filter(|r| matches!(r, Record::Event(_))).count();
     assert!(events > 1000, "the companions' events flowed through the joins: {events}\n{figures}");
+    // Watched are the companions, never a task that got a gone companion's pid: not the
+    // daemon's own threads, the `rdma` it runs for each join, or the shell's children
+    // before they exec (all three were traced before the gone left the watch table).
+    let strays: std::collections::BTreeMap<&str, usize> = rs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) if e.path == rdma_trace::event::Path::Syscall => Some(e.comm.as_str()),
+            _ => None,
+        })
+        .filter(|c| *c != "rdma-trace-work")
+        .fold(Default::default(), |mut m, c| {
+            *m.entry(c).or_default() += 1;
+            m
+        });
+    assert!(strays.is_empty(), "syscalls of tasks that are not verbs users were traced: {strays:?}");
     watched_again(&rs, &std::fs::read_to_string(&launched).unwrap(), &dir);
 }
 
@@ -819,6 +837,10 @@ fn watched_again(rs: &[Record], launched: &str, dir: &Path) {
             Some((pid, watched)) if *pid == e.pid => *watched |= e.path == EventPath::Syscall,
             _ => runs.push((e.pid, e.path == EventPath::Syscall)),
         }
+    }
+    // The killed last launch's run, if it had begun, is not counted either.
+    if runs.last().map(|r| r.0) == pids.last().copied() {
+        runs.pop();
     }
     let mut reused = std::collections::BTreeMap::<u32, usize>::new();
     for p in counted {

@@ -527,3 +527,42 @@ fn a_process_gone_leaves_the_state_later_joiners_get() {
     assert!(after.cqs.iter().all(|c| c.pid != Some(worker)), "{:?}", after.cqs);
     assert!(after.qps.iter().all(|q| q.pid != worker), "{:?}", after.qps);
 }
+
+/// Issue 41 (pid reuse): a process found gone is forgotten before the first event after
+/// that moment is joined, so a new process given its pid starts a row of its own, whatever
+/// the reorder window held; the old one's final row is kept once for the metrics.
+#[test]
+fn a_new_process_with_a_gone_ones_pid_starts_its_own_row() {
+    use rdma_trace::pipeline::correlate::live::Live;
+    let events = lab_events("companion-7.3.jsonl");
+    let worker = events.iter().find(|e| e.comm == "rdma-trace-work").expect("the companion").pid;
+    let end = events.iter().map(|e| e.ts_ns).max().unwrap();
+    let (first, last) = (events.iter().map(|e| e.ts_ns).min().unwrap(), end);
+    let again: Vec<Event> =
+        events.iter().map(|e| Event { ts_ns: e.ts_ns - first + last + 5_000_000, ..e.clone() }).collect();
+    let mut both = Live::new(Vec::new(), Default::default());
+    for e in &events {
+        both.push(e.clone());
+    }
+    both.retire(worker, end + 1);
+    for e in &again {
+        both.push(e.clone());
+    }
+    both.flush();
+    let mut alone = Live::new(Vec::new(), Default::default());
+    for e in &again {
+        alone.push(e.clone());
+    }
+    alone.flush();
+    let (b, a) = (&both.processes()[&worker], &alone.processes()[&worker]);
+    assert_eq!(
+        (b.event_count, b.completions_total, b.pins_total, b.mappings_total),
+        (a.event_count, a.completions_total, a.pins_total, a.mappings_total)
+    );
+    assert_eq!(both.ended().count(), 0, "the new process's row hides the old one's");
+    both.retire(worker, again.iter().map(|e| e.ts_ns).max().unwrap());
+    both.flush();
+    let ended: Vec<_> = both.ended().collect();
+    assert_eq!(ended.len(), 1, "one row per pid: the newest");
+    assert_eq!(ended[0].event_count, a.event_count);
+}

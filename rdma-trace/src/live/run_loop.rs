@@ -125,6 +125,10 @@ pub(super) struct RunLoop<'a> {
     losses: LossWatch,
     /// Processes found gone at the last stats tick (see `forget_the_gone`).
     gone_last: std::collections::HashSet<u32>,
+    /// Every process an event came from (the daemon: each is let go when gone), and the
+    /// last one added (most events follow one of the same process).
+    pids_seen: std::collections::HashSet<u32>,
+    last_pid: Option<u32>,
     /// Verbs users the watch table refused (full).
     pub(super) watch_failed: u64,
 }
@@ -155,6 +159,8 @@ impl<'a> RunLoop<'a> {
             users_new: Vec::new(),
             losses: LossWatch::default(),
             gone_last: Default::default(),
+            pids_seen: Default::default(),
+            last_pid: None,
             watch_failed: 0,
         }
     }
@@ -163,20 +169,32 @@ impl<'a> RunLoop<'a> {
     /// limits) is let go once the process has been gone at two stats ticks running, by when
     /// its last events are read. A pid the kernel gives to a new verbs process is then
     /// watched as new, and the caches do not grow with every process the daemon saw.
+    ///
+    /// Its entry in the kernel's watch table goes too. `sched_exit` removes a watched task's
+    /// entry when it exits, but a short-lived process can exit before the tick that adds
+    /// it: that entry would stay, and a later task given the same pid (any task: one of the
+    /// daemon's own threads, and through fork-following its children) would be watched.
+    /// With no task of that pid now, nothing that should be watched is unwatched.
     /// Returns the processes let go, for the sinks (`Sink::processes_gone`).
-    fn forget_the_gone(&mut self) -> Vec<u32> {
+    fn forget_the_gone(&mut self, loaded: &mut Loaded) -> Vec<u32> {
         let mut pids: std::collections::HashSet<u32> = self.users_seen.iter().copied().collect();
         pids.extend(self.enricher.fds.pids());
         pids.extend(self.enricher.memlock.pids());
+        pids.extend(self.pids_seen.iter().copied());
         let gone: std::collections::HashSet<u32> =
             pids.into_iter().filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
         let mut forgotten: Vec<u32> = gone.intersection(&self.gone_last).copied().collect();
         forgotten.sort_unstable();
         for &p in &forgotten {
-            self.users_seen.remove(&p);
+            if self.users_seen.remove(&p) {
+                // Not there (sched_exit removed it) is the usual answer.
+                loaded.unwatch(p).ok();
+            }
+            self.pids_seen.remove(&p);
             self.enricher.fds.forget_process(p);
             self.enricher.memlock.forget(p);
         }
+        self.last_pid = None;
         self.gone_last = gone;
         forgotten
     }
@@ -202,8 +220,14 @@ impl<'a> RunLoop<'a> {
             None => return,
         };
         let ev = self.correlator.feed(ev);
-        if self.watch_verbs_users && uses_verbs(&ev) && self.users_seen.insert(ev.pid) {
-            self.users_new.push(ev.pid);
+        if self.watch_verbs_users {
+            if uses_verbs(&ev) && self.users_seen.insert(ev.pid) {
+                self.users_new.push(ev.pid);
+            }
+            if self.last_pid != Some(ev.pid) {
+                self.pids_seen.insert(ev.pid);
+                self.last_pid = Some(ev.pid);
+            }
         }
         if self.failed.is_none() {
             let r = self.sink.event(&std::sync::Arc::new(ev));
@@ -246,7 +270,7 @@ impl<'a> RunLoop<'a> {
                 }
                 let r = self.sink.stats(&Stats { ts_ns, sites: counts, ..Default::default() });
                 self.keep(r);
-                let gone = self.forget_the_gone();
+                let gone = self.forget_the_gone(loaded);
                 if !gone.is_empty() {
                     let r = self.sink.processes_gone(&gone, ts_ns);
                     self.keep(r);

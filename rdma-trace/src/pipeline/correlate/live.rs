@@ -207,18 +207,32 @@ impl Live {
             let s = entry.remove();
             self.builder.join_step(&s, &self.store);
         }
-        while let Some(&(at, pid)) = self.gone.front()
-            && at < self.joined_through_ns
-        {
-            self.gone.pop_front();
-            if let Some(row) = self.builder.forget(pid) {
-                self.ended.push_back((at, row));
-            }
-        }
+        self.forget_gone(self.joined_through_ns);
         while let Some((at, _)) = self.ended.front()
             && (at.saturating_add(ENDED_KEPT_NS) < self.joined_through_ns || self.ended.len() > ENDED_KEPT)
         {
             self.ended.pop_front();
+        }
+    }
+
+    /// Forgets the processes found gone before `t`. Each keeps its final row in `ended`
+    /// (its counts and histograms, not its lists; one row per pid, the newest).
+    fn forget_gone(&mut self, t: u64) {
+        while let Some(&(at, pid)) = self.gone.front()
+            && at < t
+        {
+            self.gone.pop_front();
+            if let Some(mut row) = self.builder.forget(pid) {
+                row.events = Default::default();
+                row.calls = Default::default();
+                row.completions = Default::default();
+                row.wakeup_latencies_ns = Default::default();
+                row.mrs = Default::default();
+                row.failed_pins = Default::default();
+                row.mappings = Default::default();
+                self.ended.retain(|(_, p)| p.pid != pid);
+                self.ended.push_back((at, row));
+            }
         }
     }
 
@@ -293,6 +307,9 @@ impl Live {
 
     fn join_next(&mut self) {
         if let Some(Reverse(w)) = self.window.pop() {
+            // A process found gone before this event leaves first: a new process given
+            // its pid starts a row of its own.
+            self.forget_gone(w.ev.ts_ns);
             self.builder.event(w.index, &w.ev);
             self.store.keep(w.index, w.ev);
         }
