@@ -78,11 +78,11 @@ fn from_files(a: &ExplainArgs) -> Result<Run> {
 
 /// The captures' events (merged on one clock; the first `max`), the steps their markers
 /// (or `steps`) recorded, the first's header and each one's host. Only the kept events
-/// are held: the rest of the run passes through the report's bounded story.
+/// are held, and the story is built from them alone (`run`), not also while reading.
 fn read_captures(files: &[std::path::PathBuf], steps: Option<&std::path::Path>, max: u64) -> Result<Run> {
     let opts = ReadOpts { strict: false, follow: false };
     let mut kept = Prefix::new(max);
-    let r = super::report::read_each(files, opts, |_, e| kept.push(e))?;
+    let r = super::report::read_each(files, opts, false, |_, e| kept.push(e))?;
     let hosts =
         r.headers.iter().map(|h| h.as_ref().map(|h| h.hostname.clone()).unwrap_or_default()).collect();
     let clock_error_ns = r.placed.iter().flatten().map(|p| p.error_ns).max();

@@ -50,7 +50,7 @@ fn at(r: &Record) -> Option<u64> {
 /// aggregates; `keep_events` keeps the events too.
 pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read> {
     let mut events = Vec::new();
-    let mut r = read_each(files, opts, |_, e| {
+    let mut r = read_each(files, opts, true, |_, e| {
         if keep_events {
             events.push(e.clone());
         }
@@ -59,9 +59,16 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
     Ok(r)
 }
 
-/// Reads every capture, merged on the wall clock, through one story and per-capture
-/// aggregates; each event also goes to `each`, with the index the story knows it by.
-pub fn read_each(files: &[PathBuf], opts: ReadOpts, mut each: impl FnMut(usize, &Event)) -> Result<Read> {
+/// Reads every capture, merged on the wall clock, through one story (unless `story` is
+/// false: a caller that builds its own, `explain`, leaves `live` empty) and per-capture
+/// aggregates; each event also goes to `each`, with the index the story knows it by (its
+/// place in the merged run).
+pub fn read_each(
+    files: &[PathBuf],
+    opts: ReadOpts,
+    story: bool,
+    mut each: impl FnMut(usize, &Event),
+) -> Result<Read> {
     if opts.follow {
         bail!(
             "--follow is for replay, story and tui: the numbers are of a capture as it stands (run again when it ends)"
@@ -77,6 +84,7 @@ pub fn read_each(files: &[PathBuf], opts: ReadOpts, mut each: impl FnMut(usize, 
         events: Vec::new(),
     };
     let mut sources = Vec::new();
+    let mut placed_events = 0;
     for f in files {
         let input = crate::source::capture::open(f)
             .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", f.display())))?;
@@ -109,14 +117,17 @@ pub fn read_each(files: &[PathBuf], opts: ReadOpts, mut each: impl FnMut(usize, 
             Some(Record::Event(mut e)) => {
                 s.placement.event(std::sync::Arc::make_mut(&mut e));
                 out.aggs[i].event(&e);
-                let index = out.live.push(std::sync::Arc::clone(&e));
+                let index = if story { out.live.push(std::sync::Arc::clone(&e)) } else { placed_events };
+                placed_events += 1;
                 each(index, &e);
             }
             Some(Record::Step(st)) => {
                 let mut step = st.step;
                 out.aggs[i].steps += 1;
                 s.placement.step(&mut step);
-                out.live.add_steps(vec![step.clone()]);
+                if story {
+                    out.live.add_steps(vec![step.clone()]);
+                }
                 out.steps.push(step);
             }
             _ => {}
@@ -220,7 +231,7 @@ pub fn export(
     // Built as the captures are read: no event is kept (a capture of hundreds of MB).
     let mut timeline = perfetto.map(|_| crate::output::perfetto::Timeline::default());
     let mut stacks = (folded.is_some() || flamegraph.is_some()).then(crate::output::flame::Folded::default);
-    let r = read_each(files, opts, |i, e| {
+    let r = read_each(files, opts, true, |i, e| {
         if let Some(t) = &mut timeline {
             t.event(i, e);
         }
