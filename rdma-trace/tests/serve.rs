@@ -249,12 +249,12 @@ fn a_subscriber_that_never_reads_cannot_hold_the_daemon_at_its_end() {
 }
 
 /// The socket faces users the daemon does not trust: a hello without a newline is read no
-/// further than `MAX_HELLO` bytes and refused in one line; past `MAX_GREETING` connections
-/// that say nothing, the next is told the daemon is busy; once those go, a real subscriber
-/// is greeted and joins.
+/// further than `MAX_HELLO` bytes and refused in one line; past `MAX_GREETING_PER_UID`
+/// connections of one user that say nothing, its next is told the daemon is busy; once
+/// those go, a real subscriber is greeted and joins.
 #[test]
 fn the_socket_bounds_what_a_peer_can_make_it_hold() {
-    use rdma_trace::serve::socket::{Listener, MAX_GREETING, MAX_HELLO};
+    use rdma_trace::serve::socket::{Listener, MAX_GREETING_PER_UID, MAX_HELLO};
     use std::io::{BufRead, BufReader, Write};
     let dir = std::env::temp_dir().join(format!("rdma-trace-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -282,7 +282,8 @@ fn the_socket_bounds_what_a_peer_can_make_it_hold() {
     std::io::Read::read_to_end(&mut flood, &mut Vec::new()).ok(); // (a reset is an end too)
     std::thread::sleep(std::time::Duration::from_millis(300));
     // Silent connections fill the greeting slots; the next is refused at once.
-    let silent: Vec<UnixStream> = (0..MAX_GREETING).map(|_| UnixStream::connect(&path).unwrap()).collect();
+    let silent: Vec<UnixStream> =
+        (0..MAX_GREETING_PER_UID).map(|_| UnixStream::connect(&path).unwrap()).collect();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let busy = UnixStream::connect(&path).unwrap();
     let line = answer(&busy);

@@ -7,9 +7,8 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where the daemon listens unless told otherwise.
@@ -24,8 +23,46 @@ pub const WRITE_DEADLINE: Duration = Duration::from_secs(60);
 const REFUSE_WAIT: Duration = Duration::from_millis(200);
 /// The longest hello read (a real one is under 100 bytes).
 pub const MAX_HELLO: u64 = 4096;
-/// Connections being greeted at once; past this a new one is told the daemon is busy.
+/// Connections of uids other than root being greeted at once; past this a new one is told
+/// the daemon is busy.
 pub const MAX_GREETING: usize = 32;
+/// Connections of one uid being greeted at once (root's too): one user's silent or slow
+/// connections cannot take every slot, and root always has slots of its own.
+pub const MAX_GREETING_PER_UID: usize = 8;
+
+/// The greeting slots held now, by uid.
+#[derive(Default)]
+struct Slots {
+    /// Held by uids other than root.
+    others: usize,
+    by_uid: std::collections::HashMap<u32, usize>,
+}
+
+impl Slots {
+    /// A slot for a connection of `uid`, or the line it is refused with.
+    fn take(&mut self, uid: u32) -> Result<(), &'static str> {
+        let mine = self.by_uid.get(&uid).copied().unwrap_or(0);
+        if mine >= MAX_GREETING_PER_UID {
+            return Err("refused: busy greeting this user's other connections; try again");
+        }
+        if uid != 0 && self.others >= MAX_GREETING {
+            return Err("refused: busy greeting other subscribers; try again");
+        }
+        *self.by_uid.entry(uid).or_default() += 1;
+        self.others += usize::from(uid != 0);
+        Ok(())
+    }
+
+    fn give_back(&mut self, uid: u32) {
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_uid.remove(&uid);
+            }
+            self.others -= usize::from(uid != 0);
+        }
+    }
+}
 
 /// The peer's pid, uid and gid, from the kernel.
 pub fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
@@ -88,7 +125,7 @@ impl Listener {
     /// its own; accepted ones go to `joins`. Refusals and broken hellos are reported on
     /// `notes`.
     pub fn serve(self, joins: Sender<Joining>, notes: Sender<String>) {
-        let greeting = Arc::new(AtomicUsize::new(0));
+        let slots = Arc::new(Mutex::new(Slots::default()));
         std::thread::spawn(move || {
             let mut out_of_fds = false;
             for conn in self.listener.incoming() {
@@ -115,25 +152,34 @@ impl Listener {
                     continue;
                 }
                 // Bounded: a flood of connections that never say hello costs at most
-                // MAX_GREETING threads and buffers of MAX_HELLO bytes.
-                if greeting.fetch_add(1, Ordering::AcqRel) >= MAX_GREETING {
-                    greeting.fetch_sub(1, Ordering::AcqRel);
+                // MAX_GREETING + MAX_GREETING_PER_UID threads and buffers of MAX_HELLO bytes,
+                // and one user's flood leaves root's slots and others' alone.
+                let uid = peer_cred(&conn).map_or(u32::MAX, |c| c.uid);
+                let taken = slots
+                    .lock()
+                    .map_err(|_| "refused: the daemon's greeting failed")
+                    .and_then(|mut s| s.take(uid));
+                if let Err(why) = taken {
                     // On the accepting thread: only what is already queued is drained.
-                    refuse(&mut conn, "refused: busy greeting other subscribers; try again", Duration::ZERO);
-                    notes.send(format!("refused a subscriber: {MAX_GREETING} already being greeted")).ok();
+                    refuse(&mut conn, why, Duration::ZERO);
+                    notes.send(format!("refused a subscriber of uid {uid}: {why}")).ok();
                     continue;
                 }
                 let (joins, allowed) = (joins.clone(), self.allowed.clone());
-                let (notes_, greeting_) = (notes.clone(), greeting.clone());
+                let (notes_, slots_) = (notes.clone(), slots.clone());
                 let spawned = std::thread::Builder::new().name("rdma-trace-greet".into()).spawn(move || {
                     if let Err(why) = greet(conn, &allowed, &joins) {
                         notes_.send(why).ok();
                     }
-                    greeting_.fetch_sub(1, Ordering::AcqRel);
+                    if let Ok(mut s) = slots_.lock() {
+                        s.give_back(uid);
+                    }
                 });
                 // No thread for it (the connection, moved in, is closed): said, not a panic.
                 if let Err(e) = spawned {
-                    greeting.fetch_sub(1, Ordering::AcqRel);
+                    if let Ok(mut s) = slots.lock() {
+                        s.give_back(uid);
+                    }
                     notes.send(format!("refused a subscriber: no thread to greet it ({e})")).ok();
                 }
             }
@@ -249,4 +295,36 @@ fn read_hello(conn: &UnixStream) -> std::io::Result<String> {
         buf.truncate(end + 1);
     }
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_user_cannot_take_every_greeting_slot_nor_root_s() {
+        let mut s = Slots::default();
+        for _ in 0..MAX_GREETING_PER_UID {
+            s.take(1000).unwrap();
+        }
+        assert!(s.take(1000).unwrap_err().contains("this user's"));
+        // Other users fill the rest; past MAX_GREETING they are told busy.
+        let mut uid = 1001;
+        while s.others < MAX_GREETING {
+            if s.take(uid).is_err() {
+                uid += 1;
+            }
+        }
+        assert!(s.take(4242).unwrap_err().contains("other subscribers"));
+        // Root has its own.
+        for _ in 0..MAX_GREETING_PER_UID {
+            s.take(0).unwrap();
+        }
+        assert!(s.take(0).is_err());
+        s.give_back(1000);
+        s.take(1000).unwrap();
+        s.give_back(0);
+        s.take(0).unwrap();
+        assert_eq!(s.others, MAX_GREETING);
+    }
 }
