@@ -417,17 +417,12 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     let mut fr = Reader::new(std::io::BufReader::new(std::fs::File::open(steady_file).unwrap()), true);
     let fast: Vec<Record> = fr.by_ref().map(|x| x.expect("readable")).collect();
     assert_eq!(fr.report.seq_gaps, 0, "the steady one has every record");
-    assert!(
-        !fast
-            .iter()
-            .any(|x| matches!(x, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber)),
-        "and is told no loss"
-    );
+    assert!(!fast.iter().any(lost_to_the_subscriber), "and is told no loss");
     // Over the stalled one's shared span: its records plus what it was told = the other's.
     let shared = |rs: &[Record]| -> Vec<u64> {
         rs.iter()
             .filter(|x| !matches!(x, Record::Header(_) | Record::State(_)))
-            .filter(|x| !matches!(x, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber))
+            .filter(|x| !lost_to_the_subscriber(x))
             .filter_map(Record::seq)
             .collect()
     };
@@ -459,13 +454,7 @@ fn status_field(pid: u32, field: &str) -> u64 {
 /// line from the daemon refusing it. Everything the child touches is made before the fork
 /// (the test is multithreaded: a child may not allocate).
 fn flood_as_nobody(socket: &Path, mib: usize) -> libc::pid_t {
-    use std::os::unix::ffi::OsStrExt;
-    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) address.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(socket.as_os_str().as_bytes()) {
-        *d = *s as libc::c_char;
-    }
+    let addr = unix_addr(socket);
     let chunk = vec![b'x'; 1 << 20];
     let mut answer = [0u8; 512];
     let want = b"rdma-trace daemon: refused";
@@ -477,11 +466,7 @@ fn flood_as_nobody(socket: &Path, mib: usize) -> libc::pid_t {
     }
     // SAFETY: the child's system calls, on the address and buffers made before the fork.
     unsafe {
-        let ok =
-            libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(65534) == 0 && libc::setuid(65534) == 0;
-        if !ok {
-            libc::_exit(3);
-        }
+        become_uid(65534);
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
         let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         if fd < 0 || libc::connect(fd, (&raw const addr).cast(), len) != 0 {
@@ -568,10 +553,8 @@ fn lab_daemon_other_users_cannot_exhaust_it() {
     // What the daemon could not send this subscriber is what a flood could cost it. The
     // kernel's own accounting (program runs it skipped, a ring full) is reported to it
     // as well, and is no loss of the socket's: kept in guard.txt.
-    let (not_sent, kernel): (Vec<&Record>, Vec<&Record>) = rs
-        .iter()
-        .filter(|r| matches!(r, Record::Loss(_)))
-        .partition(|r| matches!(r, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber));
+    let (not_sent, kernel): (Vec<&Record>, Vec<&Record>) =
+        rs.iter().filter(|r| matches!(r, Record::Loss(_))).partition(|r| lost_to_the_subscriber(r));
     std::fs::write(dir.join("guard.txt"), format!("{report}\nthe kernel's accounting told: {kernel:?}\n"))
         .unwrap();
     assert!(not_sent.is_empty(), "the subscriber lost records: {not_sent:?}");
@@ -589,10 +572,8 @@ fn socket_bounds() -> usize {
     MAX_GREETING + MAX_GREETING_PER_UID + rdma_trace::output::metrics::MAX_IN_FLIGHT + 4
 }
 
-/// Forks a child that, as `uid`, opens `n` connections to `socket` and holds them 13 s:
-/// silent, or (`dribble`) sending one byte on each every 4 s. Everything the child touches
-/// is made before the fork (the test is multithreaded: a child may not allocate).
-fn hold_as(uid: u32, socket: &Path, n: usize, dribble: bool) -> libc::pid_t {
+/// The address of the Unix socket at `socket`, for a forked child's connect(2).
+fn unix_addr(socket: &Path) -> libc::sockaddr_un {
     use std::os::unix::ffi::OsStrExt;
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) address.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -600,6 +581,34 @@ fn hold_as(uid: u32, socket: &Path, n: usize, dribble: bool) -> libc::pid_t {
     for (d, s) in addr.sun_path.iter_mut().zip(socket.as_os_str().as_bytes()) {
         *d = *s as libc::c_char;
     }
+    addr
+}
+
+/// In a forked child: no groups, then gid and uid `uid`; exit 3 if any of that fails.
+///
+/// # Safety
+/// Only in a forked child of this multithreaded test: it makes system calls alone.
+unsafe fn become_uid(uid: u32) {
+    // SAFETY: system calls with no memory of ours but a null pointer.
+    unsafe {
+        let ok =
+            libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(uid) == 0 && libc::setuid(uid) == 0;
+        if !ok {
+            libc::_exit(3);
+        }
+    }
+}
+
+/// A loss record of what the daemon could not send this subscriber (site `subscriber`).
+fn lost_to_the_subscriber(r: &Record) -> bool {
+    matches!(r, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber)
+}
+
+/// Forks a child that, as `uid`, opens `n` connections to `socket` and holds them 13 s:
+/// silent, or (`dribble`) sending one byte on each every 4 s. Everything the child touches
+/// is made before the fork (the test is multithreaded: a child may not allocate).
+fn hold_as(uid: u32, socket: &Path, n: usize, dribble: bool) -> libc::pid_t {
+    let addr = unix_addr(socket);
     let mut fds = vec![-1i32; n];
     let four = libc::timespec { tv_sec: 4, tv_nsec: 0 };
     // SAFETY: fork(2); the child makes only async-signal-safe system calls on memory made
@@ -610,11 +619,7 @@ fn hold_as(uid: u32, socket: &Path, n: usize, dribble: bool) -> libc::pid_t {
     }
     // SAFETY: the child's system calls, on the address and buffers made before the fork.
     unsafe {
-        let ok =
-            libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(uid) == 0 && libc::setuid(uid) == 0;
-        if !ok {
-            libc::_exit(3);
-        }
+        become_uid(uid);
         let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         for fd in fds.iter_mut() {
             *fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
@@ -678,11 +683,7 @@ fn lab_daemon_slow_hellos_of_a_user_cannot_hold_up_roots_join() {
     assert!(dtext.contains("busy greeting this user's other connections"), "{dtext}");
     assert!(wait_timeout(&mut there, 30).success(), "the subscriber that was there");
     let rs = records(&dir.join("there.jsonl"));
-    assert!(
-        !rs.iter()
-            .any(|r| matches!(r, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber)),
-        "the subscriber that was there lost records"
-    );
+    assert!(!rs.iter().any(lost_to_the_subscriber), "the subscriber that was there lost records");
     assert!(matches!(rs.last(), Some(Record::Trailer(_))), "it got the trailer");
     let cpid = companion.id();
     assert!(rs.iter().any(|r| matches!(r, Record::Event(e) if e.pid == cpid)), "it saw the companion");
@@ -891,10 +892,7 @@ fn soak_daemon_two_thousand_joins_leave_it_flat() {
     // not the 1 000 the story may follow, nor the 1 600 launched.
     assert!(most_processes <= 32, "the state kept processes that were gone: {figures}");
     let rs = records(&dir.join("steady.jsonl"));
-    let lost: Vec<&Record> = rs
-        .iter()
-        .filter(|r| matches!(r, Record::Loss(l) if l.site == rdma_trace::capture::LossSite::Subscriber))
-        .collect();
+    let lost: Vec<&Record> = rs.iter().filter(|r| lost_to_the_subscriber(r)).collect();
     assert!(lost.is_empty(), "the steady subscriber lost records: {lost:?}\n{figures}");
     let Some(Record::Trailer(t)) = rs.last() else { panic!("it got no trailer: {figures}") };
     assert_eq!(t.lost, 0, "the run lost events during the joins: {:?}\n{figures}", t.sites);

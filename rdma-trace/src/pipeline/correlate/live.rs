@@ -222,16 +222,9 @@ impl Live {
             && at < t
         {
             self.gone.pop_front();
-            if let Some(mut row) = self.builder.forget(pid) {
-                row.events = Default::default();
-                row.calls = Default::default();
-                row.completions = Default::default();
-                row.wakeup_latencies_ns = Default::default();
-                row.mrs = Default::default();
-                row.failed_pins = Default::default();
-                row.mappings = Default::default();
+            if let Some(row) = self.builder.forget(pid) {
                 self.ended.retain(|(_, p)| p.pid != pid);
-                self.ended.push_back((at, row));
+                self.ended.push_back((at, row.counts_only()));
             }
         }
     }

@@ -161,6 +161,19 @@ impl Histogram {
 }
 
 impl ProcessStory {
+    /// The row without its lists (events, calls, completions, wakeup latencies, MRs,
+    /// refused pins, mappings): its counts, gauges and histograms, what the metrics read.
+    pub fn counts_only(mut self) -> Self {
+        self.events = Default::default();
+        self.calls = Default::default();
+        self.completions = Default::default();
+        self.wakeup_latencies_ns = Default::default();
+        self.mrs = Default::default();
+        self.failed_pins = Default::default();
+        self.mappings = Default::default();
+        self
+    }
+
     /// Every MR it registered (pinned, ODP, dma-buf, or known from the tables).
     pub fn mrs_total(&self) -> u64 {
         self.pins_total + self.odp_total + self.dmabuf_total + self.mrs_seeded
