@@ -38,7 +38,11 @@ pub const SITE_FORK: usize = SITES + 2;
 /// The companion's step marker (`rdma_trace_step` in `rdma-trace-workload`): its hits are
 /// steps announced; `CNT_NO_SCRATCH` there counts steps that found no scratch record.
 pub const SITE_STEP: usize = SITES + 3;
-pub const COUNTER_SITES: usize = SITES + 4;
+/// The in-kernel watch (`SlotPlan::watch`): its hits are processes added to the watch
+/// table by their first verbs entry; `CNT_NO_SCRATCH` there counts those the table, full,
+/// had no room for.
+pub const SITE_WATCH: usize = SITES + 4;
+pub const COUNTER_SITES: usize = SITES + 5;
 
 /// Per-site counters (index `site * COUNTERS + reason`), per CPU, bumped atomically
 /// (uprobe programs are preemptible: two runs on one CPU may interleave).
@@ -198,7 +202,11 @@ pub struct SlotPlan {
     pub active: u8,
     /// 1 when the pointers followed are user-space addresses (uprobes).
     pub user: u8,
-    pub _pad: [u8; 4],
+    /// 1 when an entry hit adds its process (tgid) to the watch table, so its syscalls are
+    /// seen from that moment (the daemon marks the verbs entries: opening a device,
+    /// mapping, pinning), not from the tracer's next tick.
+    pub watch: u8,
+    pub _pad: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<SlotPlan>() == 16 * MAX_FETCH + 8);
 

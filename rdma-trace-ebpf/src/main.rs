@@ -53,7 +53,8 @@ static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_ENTRIES a
 static PLANS: Array<SlotPlan> = Array::with_max_entries(SITES as u32, 0);
 
 /// Watched processes: a tgid or a tid. Entries leave when their task exits
-/// (`sched_exit`); a child that finds the table full is counted (`SITE_FORK`).
+/// (`sched_exit`); a child or a verbs user that finds the table full is counted
+/// (`SITE_FORK`, `SITE_WATCH`).
 #[map]
 static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 
@@ -431,10 +432,29 @@ fn probe_hit<const USER: bool>(
         return;
     }
     count(site, CNT_HITS);
+    if kind == KIND_PROBE_ENTRY && plan.watch != 0 {
+        watch_this_process();
+    }
     if USER {
         user_probe_hit(site, slot, kind, plan, src);
     } else {
         kernel_probe_hit(site, slot, kind, plan, ctx, src);
+    }
+}
+
+/// A verbs entry of a process not yet watched: its syscalls are watched from here on.
+/// The tracer's own insert would come at its next tick, after a short-lived process may
+/// have done all its work (or exited, leaving an entry that `sched_exit` never removes).
+#[inline(always)]
+fn watch_this_process() {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: map lookup from program context; most hits find their process watched.
+    if unsafe { TARGETS.get(tgid) }.is_some() {
+        return;
+    }
+    count(SITE_WATCH, CNT_HITS);
+    if TARGETS.insert(tgid, 1, 0).is_err() {
+        count(SITE_WATCH, CNT_NO_SCRATCH);
     }
 }
 

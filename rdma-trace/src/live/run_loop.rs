@@ -100,11 +100,16 @@ fn to_item(b: &[u8], t: &mut Tally, enricher: &mut Enricher) -> Option<Item> {
     Some(Item::Event(ev))
 }
 
-/// An event that shows its process using verbs (it runs in the process, not a kworker).
+/// The entries that show a process using verbs (they run in the process, not a kworker):
+/// the daemon's plan marks them so the kernel watches the process's syscalls from the
+/// first one (`SlotPlan::watch`), and the run loop knows its verbs users by them.
+pub(super) const VERBS_ENTRIES: [crate::event::ProbeId; 4] = {
+    use crate::event::ProbeId::*;
+    [IbvOpenDevice, UverbsMmap, UmemGet, IbvRegMr]
+};
+
 fn uses_verbs(ev: &Event) -> bool {
-    use crate::event::ProbeId;
-    ev.kind == crate::event::EventKind::Entry
-        && ev.is_any(&[ProbeId::IbvOpenDevice, ProbeId::UverbsMmap, ProbeId::UmemGet, ProbeId::IbvRegMr])
+    ev.kind == crate::event::EventKind::Entry && ev.is_any(&VERBS_ENTRIES)
 }
 
 /// The run's state: the pipeline's stages, the tally of every record read, the sink and
@@ -116,11 +121,13 @@ pub(super) struct RunLoop<'a> {
     pub(super) tally: Tally,
     sink: &'a mut dyn Sink,
     pub(super) failed: Option<std::io::Error>,
-    /// Watch the syscalls of every process seen using verbs (the daemon).
+    /// The syscalls of every process seen using verbs are watched (the daemon): the kernel
+    /// adds each to the watch table at its first verbs entry; the run loop keeps the verbs
+    /// users seen, to take each out of the table once it is gone.
     watch_verbs_users: bool,
-    /// Verbs users seen, and those still to be added to the watch map (at the next tick).
     users_seen: std::collections::HashSet<u32>,
-    users_new: Vec<u32>,
+    /// The kernel's refused watches already said on stderr.
+    watch_failed_said: bool,
     /// The loss already said in the stream, per row and reason: what is new is said next.
     losses: LossWatch,
     /// Processes found gone at the last stats tick (see `forget_the_gone`).
@@ -129,8 +136,6 @@ pub(super) struct RunLoop<'a> {
     /// last one added (most events follow one of the same process).
     pids_seen: std::collections::HashSet<u32>,
     last_pid: Option<u32>,
-    /// Verbs users the watch table refused (full).
-    pub(super) watch_failed: u64,
 }
 
 impl<'a> RunLoop<'a> {
@@ -156,12 +161,11 @@ impl<'a> RunLoop<'a> {
             failed: None,
             watch_verbs_users,
             users_seen: Default::default(),
-            users_new: Vec::new(),
+            watch_failed_said: false,
             losses: LossWatch::default(),
             gone_last: Default::default(),
             pids_seen: Default::default(),
             last_pid: None,
-            watch_failed: 0,
         }
     }
 
@@ -221,8 +225,8 @@ impl<'a> RunLoop<'a> {
         };
         let ev = self.correlator.feed(ev);
         if self.watch_verbs_users {
-            if uses_verbs(&ev) && self.users_seen.insert(ev.pid) {
-                self.users_new.push(ev.pid);
+            if uses_verbs(&ev) {
+                self.users_seen.insert(ev.pid);
             }
             if self.last_pid != Some(ev.pid) {
                 self.pids_seen.insert(ev.pid);
@@ -235,30 +239,24 @@ impl<'a> RunLoop<'a> {
         }
     }
 
-    /// A timer's turn: the tick (new verbs users watched, outputs written out) or the
-    /// stats (the accounting so far, and what loss is new).
+    /// A timer's turn: the tick (outputs written out) or the stats (the accounting so far,
+    /// and what loss is new).
     fn periodic(&mut self, p: Periodic, loaded: &mut Loaded) {
         match p {
             Periodic::Tick => {
-                for pid in std::mem::take(&mut self.users_new) {
-                    // The map takes any pid, gone or not: a refusal is a full table.
-                    if let Err(e) = loaded.watch(pid) {
-                        if self.watch_failed == 0 {
-                            eprintln!(
-                                "rdma-trace: verbs process {pid} cannot be watched ({e}): its syscalls are not seen; \
-                                 the count is in the summary"
-                            );
-                        }
-                        self.watch_failed += 1;
-                        // Not watched: a later event of it tries again.
-                        self.users_seen.remove(&pid);
-                    }
-                }
                 let r = self.sink.tick();
                 self.keep(r);
             }
             Periodic::Stats => {
                 let counters = loaded.counters().unwrap_or_default();
+                let (_, refused) = summary::watches(&counters);
+                if refused > 0 && !self.watch_failed_said {
+                    self.watch_failed_said = true;
+                    eprintln!(
+                        "rdma-trace: the watch table is full: a verbs process's syscalls are not seen; \
+                         the count is in the summary"
+                    );
+                }
                 let missed = loaded.kernel_missed();
                 let sites = summary::per_site(&self.planning.plan, &counters, &self.tally, missed.as_deref());
                 let ts_ns = monotonic_ns();
@@ -390,6 +388,7 @@ pub(super) struct End {
 impl End {
     pub(super) fn account(&self, planning: &Planning, tally: &Tally) -> RunAccount {
         let (forks, forks_unwatched) = summary::forks(&self.counters);
+        let (watches, watches_failed) = summary::watches(&self.counters);
         RunAccount {
             sites: summary::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
             headerless: tally.headerless,
@@ -399,7 +398,8 @@ impl End {
             blocked_at_exit: self.left.blocked,
             forks,
             forks_unwatched,
-            watches_failed: 0, // the run loop's, set by the caller
+            watches,
+            watches_failed,
             programs: self.programs.clone(),
             kernel_missed_known: self.missed.is_some(),
         }

@@ -137,6 +137,16 @@ impl Tracer {
         let ksyms = std::thread::spawn(move || Ksyms::parse(&kallsyms));
         let stale = super::kprobe_events::remove_stale(std::path::Path::new(kernel::TRACEFS));
         notice(Notice::StaleEvents(stale.map(|v| v.len()).map_err(|e| e.to_string())));
+        if opts.watch_verbs_users {
+            for p in planning
+                .plan
+                .probes
+                .iter_mut()
+                .filter(|p| super::run_loop::VERBS_ENTRIES.contains(&p.spec.id))
+            {
+                p.entry.watch = 1;
+            }
+        }
         let (mut loaded, outcomes) =
             Loaded::attach_new(&planning.plan, opts.ring_bytes, opts.return_instances)?;
         let attached = outcomes.iter().filter(|o| o.attached.is_ok()).count();
@@ -212,8 +222,7 @@ impl Tracer {
             let end = shutdown(loaded, &mut ring, &mut run).await?;
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
-        let mut account = end.account(&planning, &run.tally);
-        account.watches_failed = run.watch_failed;
+        let account = end.account(&planning, &run.tally);
         run.last_losses(&account);
         Ok(Finished {
             stopped,

@@ -7,7 +7,7 @@ use rdma_trace_common::{
     CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
     CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS, EventHeader, KIND_PROBE_ENTRY,
     KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK, SITE_STEP, SITE_SYS_ENTER,
-    SITE_SYS_EXIT, return_site,
+    SITE_SYS_EXIT, SITE_WATCH, return_site,
 };
 
 /// What userspace did with the records it read, per counter site.
@@ -233,6 +233,13 @@ pub fn forks(counters: &[u64]) -> (u64, u64) {
     (at(CNT_HITS), at(CNT_NO_SCRATCH))
 }
 
+/// Verbs users the kernel's watch added by their first verbs entry, and those it could
+/// not add (table full).
+pub fn watches(counters: &[u64]) -> (u64, u64) {
+    let at = |w: usize| counters.get(SITE_WATCH * COUNTERS + w).copied().unwrap_or(0);
+    (at(CNT_HITS), at(CNT_NO_SCRATCH))
+}
+
 /// One eBPF program's figures from the kernel (`bpf_prog_info`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProgramCost {
@@ -271,8 +278,10 @@ pub struct RunAccount {
     pub blocked_at_exit: u64,
     pub forks: u64,
     pub forks_unwatched: u64,
-    /// Verbs users (seen by the daemon) the watch table refused: tries, not processes (a
-    /// refused process is tried again at its next event).
+    /// Verbs users (the daemon's) the kernel's watch added at their first verbs entry, and
+    /// those the table refused: tries, not processes (a refused process is tried again at
+    /// its next verbs entry).
+    pub watches: u64,
     pub watches_failed: u64,
     pub programs: Vec<ProgramCost>,
     /// False where the kernel cannot report kprobe missed counts (before 6.7).
@@ -449,6 +458,12 @@ impl RunAccount {
                 self.forks_unwatched, self.forks
             ));
         }
+        if self.watches > 0 {
+            s.push_str(&format!(
+                "  {} verbs processes watched from their first verbs entry (their syscalls)\n",
+                self.watches
+            ));
+        }
         if self.watches_failed > 0 {
             s.push_str(&format!(
                 "  {} tries to watch a verbs process failed (watch table full): their syscalls are not seen\n",
@@ -542,6 +557,22 @@ mod tests {
         );
         let unknown = RunAccount { kernel_missed_known: false, ..acct };
         assert!(unknown.summary().contains("does not report kprobe missed counts"));
+    }
+
+    #[test]
+    fn the_kernels_watches_and_its_refusals_are_said() {
+        let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
+        c[SITE_WATCH * COUNTERS + CNT_HITS] = 3;
+        c[SITE_WATCH * COUNTERS + CNT_NO_SCRATCH] = 1;
+        c[SITE_FORK * COUNTERS + CNT_NO_SCRATCH] = 7;
+        let (watches, watches_failed) = watches(&c);
+        assert_eq!((watches, watches_failed), (3, 1), "its own site, not the fork follower's");
+        let text =
+            RunAccount { watches, watches_failed, kernel_missed_known: true, ..Default::default() }.summary();
+        assert!(text.contains("  3 verbs processes watched from their first verbs entry"), "{text}");
+        assert!(text.contains("  1 tries to watch a verbs process failed (watch table full)"), "{text}");
+        let quiet = RunAccount { kernel_missed_known: true, ..Default::default() }.summary();
+        assert!(!quiet.contains("watch"), "nothing said by a run that watches nothing: {quiet}");
     }
 
     #[test]

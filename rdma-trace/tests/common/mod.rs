@@ -1,6 +1,7 @@
 //! Helpers for lab tests (run in the soft-RoCE guest by `cargo xtask vm-test`).
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod fixture_plan;
 pub mod prom;
 pub mod raw_records;
