@@ -64,7 +64,8 @@ pub fn run(no_lab: bool) -> Result<()> {
 fn left_out() {
     step(
         "gate: done. Not in it (run them before resolving what they cover): `cargo xtask soak` \
-         (the lab tests named soak_…, the ten-run ring soak under CPU hogs among them, ~17 min a \
+         (the lab tests named soak_…: the ten-run ring soak under CPU hogs, 30 min of daemon churn \
+         and joins, a late viewer of 100 000 MRs; about an hour a \
          kernel), `cargo xtask fuzz --seconds 600` (the gate fuzzes for 60 s)",
     );
 }

@@ -56,6 +56,11 @@ pub struct Args {
     /// of each --mr-sizes N times, timing each pair (what `cargo xtask bench` measures).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub reg_loop: u32,
+    /// Instead of a run: open the device and a PD, register N MRs over each --mr-sizes
+    /// buffer, say so on stderr ("holding N MRs"), hold them for --hold-ms (or until
+    /// Ctrl-C/SIGTERM), then deregister them. Many MRs for a late viewer to join.
+    #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "reg_loop")]
+    pub hold_mrs: u32,
 }
 
 /// `--mr-sizes`, parsed.

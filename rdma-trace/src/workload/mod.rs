@@ -98,6 +98,10 @@ pub fn main_with(args: cli::Args) -> Result<()> {
         regloop::run(&cfg, &mut ann, args.reg_loop)?;
         return ann.flush().context("writing the announce records");
     }
+    if args.hold_mrs > 0 {
+        regloop::hold_many(&cfg, &mut ann, args.hold_mrs)?;
+        return ann.flush().context("writing the announce records");
+    }
     let mut run = 1;
     loop {
         run_once(&cfg, &mut ann, run, args.timeout_s)?;

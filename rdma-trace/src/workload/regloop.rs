@@ -64,3 +64,46 @@ pub fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>>
     }
     Ok(out)
 }
+
+/// `--hold-mrs N`: registers N MRs over each `--mr-sizes` buffer (one buffer per size,
+/// registered again and again: the kernel pins its pages once more for each), says so on
+/// stderr, holds them for `--hold-ms` (until Ctrl-C or SIGTERM without it), then
+/// deregisters them all. What a storage or KV-cache engine with many MRs looks like to a
+/// late viewer. Returns the MRs registered.
+pub fn hold_many(cfg: &Config, ann: &mut Announcer, n: u32) -> Result<u64> {
+    let (ctx, _, _) = open(cfg, ann)?;
+    let pd = ctx.alloc_pd().map_err(|e| anyhow!("ibv_alloc_pd: {e}"))?;
+    let access = mr_access(cfg);
+    let t0 = now_ns();
+    let mut bufs = Vec::new();
+    for &size in &cfg.mr_sizes {
+        let len = usize::try_from(size).map_err(|_| anyhow!("MR size {size} does not fit this machine"))?;
+        bufs.push((Buffer::map(len, cfg.hugepages).map_err(|e| anyhow!(e))?, len, size));
+    }
+    let mut mrs = Vec::with_capacity(n as usize * bufs.len());
+    for (buf, len, size) in &bufs {
+        for i in 0..n {
+            if super::signals::STOP.load(Ordering::SeqCst) {
+                break;
+            }
+            // SAFETY: `buf` is mapped for `len` bytes and outlives every MR over it (the MRs
+            // are dropped, and so deregistered, before the buffers).
+            let mr = unsafe { pd.reg_mr(buf.addr() as usize, *len, access) }
+                .map_err(|e| anyhow!("ibv_reg_mr {} of {} ({i} held): {e}", i + 1, Human(*size)))?;
+            mrs.push(mr);
+        }
+    }
+    let held = mrs.len() as u64;
+    eprintln!(
+        "rdma-trace-workload: holding {held} MRs (pid {}), registered in {:.1} s",
+        std::process::id(),
+        now_ns().saturating_sub(t0) as f64 / 1e9
+    );
+    let end = (cfg.hold_ms > 0).then(|| now_ns() + cfg.hold_ms * 1_000_000);
+    while !super::signals::STOP.load(Ordering::SeqCst) && end.is_none_or(|e| now_ns() < e) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(mrs);
+    drop(bufs);
+    Ok(held)
+}

@@ -80,10 +80,10 @@ pub struct VmTestArgs {
     /// Kernel series to test (repeatable) [default: all].
     #[arg(long, value_enum, value_name = "SERIES")]
     pub kernel: Vec<Series>,
-    /// Timeout of each boot, in seconds [default: 2700].
+    /// Timeout of each boot, in seconds [default: 2700; soaks 5400].
     #[arg(long, value_name = "SECS")]
     pub boot_timeout: Option<u64>,
-    /// Timeout of the whole run, in seconds [default: 4800].
+    /// Timeout of the whole run, in seconds [default: 4800; soaks 9000].
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
     /// Only the lab tests whose names contain this, or one of these (comma-separated), for

@@ -246,8 +246,10 @@ pub fn soak(a: VmTestArgs) -> Result<()> {
 
 fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let start = Instant::now();
-    let overall = Duration::from_secs(a.timeout.unwrap_or(4800));
-    let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(2700));
+    // The soaks run longer than the gate: the churn soak alone is 30 min.
+    let (overall, per_boot) = if group == SOAK { (9000, 5400) } else { (4800, 2700) };
+    let overall = Duration::from_secs(a.timeout.unwrap_or(overall));
+    let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(per_boot));
     let mut series = if a.kernel.is_empty() { Series::ALL.to_vec() } else { a.kernel.clone() };
     series.dedup();
     // Everything the guest runs is built here, before the first boot.
