@@ -58,9 +58,22 @@ fn subscribe_with_uid(
     name: &str,
     uid: u32,
 ) -> std::thread::JoinHandle<Vec<u8>> {
+    subscribe_wanting(tx, name, uid, Want::Both)
+}
+
+/// A subscriber that asked for events only (no state, no reading of the kernel).
+fn subscribe_events(tx: &std::sync::mpsc::Sender<Joining>, name: &str) -> std::thread::JoinHandle<Vec<u8>> {
+    subscribe_wanting(tx, name, 0, Want::Events)
+}
+
+fn subscribe_wanting(
+    tx: &std::sync::mpsc::Sender<Joining>,
+    name: &str,
+    uid: u32,
+    want: Want,
+) -> std::thread::JoinHandle<Vec<u8>> {
     let (ours, theirs) = UnixStream::pair().unwrap();
-    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(Want::Both), peer: name.into(), uid })
-        .unwrap();
+    tx.send(Joining { out: Box::new(theirs), hello: Hello::new(want), peer: name.into(), uid }).unwrap();
     std::thread::spawn(move || {
         let mut buf = Vec::new();
         (&ours).read_to_end(&mut buf).unwrap();
@@ -439,7 +452,9 @@ fn the_kernel_is_read_for_joiners_off_the_records_path_and_once_for_those_togeth
     b.trailer(&trailer()).unwrap();
     b.close();
     let [one, two, three] = [one, two, three].map(|h| records(&h.join().unwrap()));
-    for (name, recs, at) in [("one", &one, half as u64 + 2), ("two", &two, half as u64 + 2)] {
+    // The reading went into the story first, as a shared record (half + 2, to subscribers
+    // already there: none); the two joined at the record after it.
+    for (name, recs, at) in [("one", &one, half as u64 + 3), ("two", &two, half as u64 + 3)] {
         let Record::State(st) = &recs[1] else { panic!("{name}: {:?}", recs[1]) };
         assert_eq!(recs[2].seq(), Some(at), "{name} joined where the reading came back");
         let before = st.processes.iter().find(|p| p.pid == 4242).expect("the kernel's process");
@@ -449,7 +464,7 @@ fn the_kernel_is_read_for_joiners_off_the_records_path_and_once_for_those_togeth
     assert_eq!(one[2..], two[2..], "the same records from the same point");
     let Record::State(st) = &three[1] else { panic!("three: {:?}", three[1]) };
     assert!(st.processes.iter().any(|p| p.pid == 4242 && p.seeded));
-    assert_eq!(three[2].seq(), Some(events.len() as u64 + 2), "three joined at the trailer");
+    assert_eq!(three[2].seq(), Some(events.len() as u64 + 3), "three joined at the trailer");
 }
 
 /// Issue 41: a reading of the kernel that never comes back holds a joiner `SEED_WAIT` at
@@ -484,6 +499,58 @@ fn a_joiner_is_not_held_past_seed_wait_by_a_reading_that_hangs() {
         st.processes.iter().all(|p| p.pid != 4242) && st.processes.iter().any(|p| p.completions > 0),
         "{st:?}"
     );
+}
+
+/// Issue 41: a reading that comes back after its joiner stopped waiting (100 000 MRs took
+/// longer than `SEED_WAIT` in the lab) is not lost: what it adds goes into the daemon's
+/// story and, as a `state` record of the shared stream, to every subscriber, the one that
+/// joined without it and one that joined before alike; a later joiner's state has it.
+#[test]
+fn a_reading_after_its_joiner_stopped_waiting_reaches_everyone() {
+    let events = lab_events("companion-7.3.jsonl");
+    let (seed, go, calls) = gated_seed(4242);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut b = Broadcaster::new(header(), rx).seeded_by(seed);
+    let early = subscribe_events(&tx, "early");
+    tick_until_joined(&mut b, 1);
+    for e in &events {
+        b.event(&std::sync::Arc::new(e.clone())).unwrap();
+    }
+    let late = subscribe(&tx, "late");
+    b.tick().unwrap();
+    tick_until_joined(&mut b, 2);
+    let at = b.subscribers();
+    go.send(()).unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while b.taken_in().is_empty() {
+        assert!(std::time::Instant::now() < until, "the reading was not taken in within 5 s");
+        b.tick().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!((at, calls.load(std::sync::atomic::Ordering::SeqCst)), (2, 1));
+    let third = subscribe(&tx, "third");
+    b.tick().unwrap();
+    go.send(()).unwrap();
+    tick_until_joined(&mut b, 3);
+    b.trailer(&trailer()).unwrap();
+    b.close();
+    let [early, late, third] = [early, late, third].map(|h| records(&h.join().unwrap()));
+    let added = |recs: &[Record]| -> Vec<(u64, u32, usize, bool)> {
+        recs.iter()
+            .skip(2)
+            .filter_map(|r| if let Record::State(st) = r { Some(st) } else { None })
+            .flat_map(|st| st.processes.iter().map(move |p| (st.seq, p.pid, p.mrs.len(), p.seeded)))
+            .collect()
+    };
+    let Record::State(joined) = &late[1] else { panic!("{:?}", late[1]) };
+    assert!(joined.processes.iter().all(|p| p.pid != 4242), "joined before the reading came: {joined:?}");
+    assert_eq!(added(&late).len(), 1, "then what the tables added: {:?}", added(&late));
+    let (_, pid, mrs, seeded) = added(&late)[0];
+    assert_eq!((pid, mrs, seeded), (4242, 1, true));
+    assert_eq!(added(&early), added(&late), "the one that joined before got the same record");
+    let Record::State(st) = &third[1] else { panic!("{:?}", third[1]) };
+    assert!(st.processes.iter().any(|p| p.pid == 4242 && p.mrs.len() == 1), "a later joiner has it: {st:?}");
+    assert!(added(&third).is_empty(), "and nothing twice: {:?}", added(&third));
 }
 
 /// Issue 41 (long uptime): a process the tracer found gone leaves the state a later joiner

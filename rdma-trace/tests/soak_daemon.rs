@@ -177,10 +177,11 @@ fn watched_again(rs: &[Record], launched: &str, dir: &Path, reuse_expected: bool
     assert_eq!(later.1, later.0, "a companion given a pid again was not watched: {text}");
 }
 
-/// One join that reads the whole state (its pieces are consecutive records, the first
-/// non-state record after them ends it): the time until it was whole, the pieces, and the
-/// MRs it holds for `pid`.
-fn join_whole(socket: &Path, pid: u32) -> Result<(Duration, usize, u64), String> {
+/// One join, read until the MRs its `state` records hold for `pid` reach `want` (the state
+/// it joins with, and what a later reading of the kernel's tables adds for everyone), 3 min
+/// at most: the time until then, the state records, the MRs the joining state held, and
+/// the MRs in all.
+fn join_whole(socket: &Path, pid: u32, want: u64) -> Result<(Duration, usize, u64, u64), String> {
     use rdma_trace::serve::{Hello, Want};
     use std::io::Write;
     let t0 = std::time::Instant::now();
@@ -188,7 +189,7 @@ fn join_whole(socket: &Path, pid: u32) -> Result<(Duration, usize, u64), String>
     s.set_read_timeout(Some(Duration::from_secs(120))).ok();
     let hello = serde_json::to_string(&Hello::new(Want::Both)).unwrap();
     s.write_all(format!("{hello}\n").as_bytes()).map_err(|e| format!("hello: {e}"))?;
-    let (mut pieces, mut mrs) = (0, 0u64);
+    let (mut pieces, mut mrs, mut joined) = (0, 0u64, None);
     for r in Reader::new(std::io::BufReader::new(s), true) {
         match r {
             Ok(Record::State(st)) => {
@@ -196,17 +197,22 @@ fn join_whole(socket: &Path, pid: u32) -> Result<(Duration, usize, u64), String>
                 mrs += st.processes.iter().filter(|p| p.pid == pid).map(|p| p.mrs.len() as u64).sum::<u64>();
             }
             Ok(Record::Header(_)) => {}
-            Ok(_) if pieces > 0 => return Ok((t0.elapsed(), pieces, mrs)),
-            Ok(_) => {}
+            Ok(_) => _ = joined.get_or_insert(mrs),
             Err(e) => return Err(format!("reading: {e}")),
         }
+        if (joined.is_some() && mrs >= want) || t0.elapsed() > Duration::from_secs(180) {
+            return Ok((t0.elapsed(), pieces, joined.unwrap_or(mrs), mrs));
+        }
     }
-    Err("the stream ended in the state".into())
+    Err("the stream ended".into())
 }
 
 /// Issue 41: a late viewer of a process that holds 100 000 MRs (4 KiB each, over one
 /// buffer: what a storage or KV-cache engine registers), registered while the daemon
-/// runs. Its state is split into records the reader accepts, and a late raw join, a late
+/// runs. Under TCG the ring loses about a tenth of the registration burst's events (said
+/// in the stats), and reading the kernel's tables takes longer than a joiner waits: the
+/// first joiner gets what the events showed, then what the tables add, as everyone does.
+/// Its state is split into records the reader accepts, and a late raw join, a late
 /// `trace --connect -o` and a late `tui --connect` (tmux, 120×32) get all of it: the
 /// capture's report counts 100 000 live MRs and their pinned bytes, as `rdma res show mr`
 /// and the companion's VmPin say, and the TUI's overview says the same.
@@ -240,7 +246,7 @@ fn soak_daemon_a_late_viewer_of_a_hundred_thousand_mrs() {
     // Let the daemon catch up with the registrations before the joins.
     std::thread::sleep(Duration::from_secs(10));
     let rss_kb = status_field(dpid, "VmRSS:");
-    let (took, pieces, mrs) = join_whole(socket, cpid).expect("a raw join");
+    let (took, pieces, joined_with, mrs) = join_whole(socket, cpid, N).expect("a raw join");
     // A late capture, read by the report.
     let late = dir.join("late.jsonl");
     let lerr = dir.join("late.stderr");
@@ -298,7 +304,7 @@ fn soak_daemon_a_late_viewer_of_a_hundred_thousand_mrs() {
     companion.signal(libc::SIGTERM);
     let cst = wait_timeout(&mut companion, 600);
     let figures = format!(
-        "{N} MRs: daemon RSS {rss_kb} kB; a raw join whole in {took:?} ({pieces} state records, {mrs} MRs); \
+        "{N} MRs: daemon RSS {rss_kb} kB; a raw join whole in {took:?} ({pieces} state records, {joined_with} MRs in its joining state, {mrs} in all); \
          report: {} MRs, {} live, {} bytes pinned; TUI overview in {tui_took:?}; daemon stopped in {stopped_in:?}\n",
         p.mrs, p.mrs_live, p.pinned_bytes
     );

@@ -216,11 +216,18 @@ fn every_view_counts_the_same_events_and_completions() {
         let name = c.file_name().unwrap().to_string_lossy().to_string();
         let mut live = Live::new(Vec::new(), Limits::default());
         let mut events = 0u64;
+        // A late joiner's capture begins with a daemon's state: what its CQs completed
+        // before (counted by the CQs, not by the completion path's events).
+        let mut before = 0u64;
         for r in Reader::new(open(c).unwrap(), true) {
             match r.unwrap() {
                 Record::Event(e) => {
                     events += 1;
                     live.push(e);
+                }
+                Record::State(st) => {
+                    before += st.cqs.iter().map(|q| q.completions).sum::<u64>();
+                    live.seed(&st);
                 }
                 Record::Step(s) => live.add_steps(vec![s.step]),
                 _ => {}
@@ -267,17 +274,22 @@ fn every_view_counts_the_same_events_and_completions() {
         let path = r.paths.get("completion").map_or(0, |p| p.events);
         let metrics = rdma_trace::output::diff::metrics(&r);
         let counts = [
-            ("report's CQs", r.cqs.iter().map(|q| q.completions).sum::<u64>()),
-            ("diff completions", metrics["completions"].unwrap() as u64),
+            ("report's CQs", r.cqs.iter().map(|q| q.completions).sum::<u64>(), before),
+            ("diff completions", metrics["completions"].unwrap() as u64, before),
             (
                 "diff completion-events",
                 metrics.get("completion-events").copied().flatten().unwrap_or(0.0) as u64,
+                0,
             ),
-            ("story's CQs", story.cqs.values().map(|q| q.completions).sum()),
-            ("TUI's CQs", m.cqs.values().map(|q| q.cq.completions).sum()),
+            ("story's CQs", story.cqs.values().map(|q| q.completions).sum(), before),
+            ("TUI's CQs", m.cqs.values().map(|q| q.cq.completions).sum(), before),
         ];
-        for (what, n) in counts {
-            assert_eq!(n, path, "{name}: {what} against the report's completion path");
+        for (what, n, before) in counts {
+            assert_eq!(
+                n,
+                path + before,
+                "{name}: {what} against the report's completion path (+ {before} before)"
+            );
         }
     }
     eprintln!("steps compared: {steps_compared}");

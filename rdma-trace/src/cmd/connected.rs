@@ -41,10 +41,16 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
     });
     let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
     let mut stopped = None;
+    let mut note = StateNote::default();
     for r in reader.by_ref() {
         let r = r.with_context(|| socket.display().to_string())?;
+        match &r {
+            crate::capture::Record::State(st) => note.add(st),
+            _ => note.say(),
+        }
         stopped = show(socket, r, text.as_mut(), story.as_mut())?.or(stopped);
     }
+    note.say();
     if let Some(t) = &mut text {
         t.flush()?;
     }
@@ -60,6 +66,57 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
         print!("{}", crate::output::report::text(&st, &kept, &steps));
     }
     Ok(0)
+}
+
+/// What the daemon's `state` records said, in one line per process: the state a joiner
+/// gets first (in pieces of at most `STATE_PIECE_ROWS` rows), and what a later reading of
+/// the kernel's tables added for everyone.
+#[derive(Default)]
+struct StateNote {
+    /// Per process: comm, MRs, bytes pinned, mappings.
+    processes: std::collections::BTreeMap<u32, (String, usize, u64, usize)>,
+    qps: usize,
+    paired: usize,
+    cqs: usize,
+    pending: bool,
+    /// The joiner's state was said: a later one is what the tables added.
+    joined: bool,
+}
+
+impl StateNote {
+    fn add(&mut self, st: &crate::capture::State) {
+        for p in &st.processes {
+            let e = self.processes.entry(p.pid).or_insert_with(|| (p.comm.clone(), 0, 0, 0));
+            e.1 += p.mrs.len();
+            e.2 += p.pinned_bytes;
+            e.3 += p.mappings.len();
+        }
+        self.qps += st.qps.len();
+        self.paired += st.qps.iter().filter(|q| q.dest_qpn.is_some()).count();
+        self.cqs += st.cqs.len();
+        self.pending = true;
+    }
+
+    fn say(&mut self) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        let when = if self.joined { "the kernel's tables added" } else { "when joined" };
+        for (pid, (comm, mrs, pinned, maps)) in std::mem::take(&mut self.processes) {
+            eprintln!(
+                "rdma-trace: {when}: {} [{pid}] {mrs} MRs pinning {pinned} bytes, {maps} uverbs mappings",
+                crate::pipeline::render::printable(&comm),
+            );
+        }
+        if self.qps + self.cqs > 0 {
+            eprintln!(
+                "rdma-trace: {when}: {} QPs ({} told their peer), {} CQs",
+                self.qps, self.paired, self.cqs
+            );
+        }
+        (self.qps, self.paired, self.cqs) = (0, 0, 0);
+        self.joined = true;
+    }
 }
 
 /// With -o, the daemon's bytes go to the file (or stdout) as they are read.
@@ -94,26 +151,6 @@ fn show(
     match &r {
         Record::Header(h) => {
             eprintln!("rdma-trace: connected to {} ({}, {})", socket.display(), h.hostname, h.kernel_release)
-        }
-        Record::State(st) => {
-            for p in &st.processes {
-                eprintln!(
-                    "rdma-trace: when joined: {} [{}] {} MRs pinning {} bytes, {} uverbs mappings",
-                    crate::pipeline::render::printable(&p.comm),
-                    p.pid,
-                    p.mrs.len(),
-                    p.pinned_bytes,
-                    p.mappings.len()
-                );
-            }
-            if !st.qps.is_empty() || !st.cqs.is_empty() {
-                let paired = st.qps.iter().filter(|q| q.dest_qpn.is_some()).count();
-                eprintln!(
-                    "rdma-trace: when joined: {} QPs ({paired} told their peer), {} CQs",
-                    st.qps.len(),
-                    st.cqs.len()
-                );
-            }
         }
         Record::Trailer(t) => {
             stopped = Some(format!(

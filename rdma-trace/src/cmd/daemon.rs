@@ -33,6 +33,12 @@ struct Outputs {
 impl Outputs {
     fn each(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) -> std::io::Result<()> {
         f(&mut self.broadcaster)?;
+        self.file(f);
+        Ok(())
+    }
+
+    /// A record to the capture file, unless writing it failed before.
+    fn file(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) {
         match (&mut self.file, &mut self.file_failed) {
             (_, Some((_, since))) => *since += 1,
             (Some(w), None) => {
@@ -42,7 +48,6 @@ impl Outputs {
             }
             (None, None) => {}
         }
-        Ok(())
     }
 
     /// The capture file failed: said once on stderr and to every subscriber (a loss record
@@ -109,7 +114,14 @@ impl Sink for Outputs {
     }
     fn tick(&mut self) -> std::io::Result<()> {
         self.say();
-        self.each(|s| s.tick())
+        self.each(|s| s.tick())?;
+        // What a reading of the kernel's tables added to the story, as the subscribers got it.
+        for st in self.broadcaster.taken_in() {
+            for piece in st.pieces(crate::capture::STATE_PIECE_ROWS) {
+                self.file(|s| s.state(&piece));
+            }
+        }
+        Ok(())
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.each(|s| s.flush())

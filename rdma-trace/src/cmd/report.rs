@@ -41,6 +41,7 @@ struct Source {
 fn at(r: &Record) -> Option<u64> {
     match r {
         Record::Event(e) => Some(e.ts_ns),
+        Record::State(st) => Some(st.ts_ns),
         Record::Step(s) => Some(s.step.t_end_ns),
         _ => None,
     }
@@ -121,6 +122,14 @@ pub fn read_each(
                 placed_events += 1;
                 each(index, &e);
             }
+            // A late joiner's capture (`trace --connect -o`) begins with what existed when
+            // it joined: the story starts from it, placed like the capture's events.
+            Some(Record::State(mut st)) => {
+                s.placement.state(&mut st);
+                if story {
+                    out.live.seed(&st);
+                }
+            }
             Some(Record::Step(st)) => {
                 let mut step = st.step;
                 out.aggs[i].steps += 1;
@@ -150,7 +159,6 @@ fn fill(i: usize, s: &mut Source, out: &mut Read) -> Result<()> {
             Record::Stats(st) => out.aggs[i].stats(&st),
             Record::Loss(l) => out.aggs[i].loss(&l),
             Record::Trailer(t) => out.aggs[i].trailer(&t),
-            Record::State(_) => {}
             r => s.next = Some(r),
         }
     }

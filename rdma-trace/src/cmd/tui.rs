@@ -256,7 +256,8 @@ fn replay(file: &Path, mut feeder: Feeder) -> Result<()> {
                 Record::Stats(s) => feeder.stats(&s)?,
                 Record::Loss(l) => feeder.loss(&l)?,
                 Record::Trailer(t) => feeder.trailer(&t)?,
-                Record::State(_) => {}
+                // A late joiner's capture (`trace --connect -o`): what existed before it.
+                Record::State(st) => feeder.state(&st)?,
             }
         }
         let notes = reader.report.notes();

@@ -15,7 +15,7 @@ pub mod seeder;
 pub mod socket;
 pub mod virtio;
 
-use crate::capture::{Header, Loss, SiteCount, Stats, Trailer};
+use crate::capture::{Header, Loss, ProcessState, SiteCount, Stats, Trailer};
 use crate::event::Event;
 use crate::output::jsonl::Jsonl;
 use crate::pipeline::correlate::live::{Limits, Live};
@@ -111,28 +111,6 @@ pub enum ServeNotice {
 
 pub use seeder::Seed;
 
-/// The state from the events seen, completed with what the kernel holds that they did not
-/// show (MRs registered and queues mapped before the daemon started): such processes, MR
-/// lists and mapping lists are marked `seeded`.
-pub fn merge_seeded(state: &mut crate::capture::State, seeded: Vec<crate::capture::ProcessState>) {
-    for s in seeded {
-        match state.processes.iter_mut().find(|p| p.pid == s.pid) {
-            Some(p) => {
-                if p.mrs.is_empty() && !s.mrs.is_empty() {
-                    p.mrs = s.mrs;
-                    p.pinned_bytes = s.pinned_bytes;
-                    p.seeded = true;
-                }
-                if p.mappings.is_empty() && !s.mappings.is_empty() {
-                    p.mappings = s.mappings;
-                    p.seeded = true;
-                }
-            }
-            None => state.processes.push(s),
-        }
-    }
-}
-
 pub struct Broadcaster {
     format: Jsonl<Vec<u8>>,
     header: Header,
@@ -144,6 +122,15 @@ pub struct Broadcaster {
     seeder: Option<seeder::Seeder>,
     /// Joiners that want the state, since when, until a reading of the kernel serves them.
     waiting: Vec<(std::time::Instant, Joining)>,
+    /// Joiners were joined without a reading (it took too long): the first reading that
+    /// began after this one's arrival is taken in when it comes, for everyone.
+    owed: Option<std::time::Instant>,
+    /// MRs deregistered lately (restrack ids the `mr_dereg` tracepoint named), and when:
+    /// a reading that began before one cannot bring it back.
+    deregs: std::collections::VecDeque<(std::time::Instant, u32)>,
+    /// What readings added to the story since `taken_in` was last asked (for the daemon's
+    /// capture file).
+    taken: Vec<crate::capture::State>,
     /// The Prometheus exposition, renewed with every stats record.
     metrics: Option<Arc<std::sync::Mutex<String>>>,
     /// Records each subscriber may fall behind by before it loses any.
@@ -171,6 +158,9 @@ impl Broadcaster {
             notices: Vec::new(),
             seeder: None,
             waiting: Vec::new(),
+            owed: None,
+            deregs: Default::default(),
+            taken: Vec::new(),
             metrics: None,
             queue: QUEUE,
             reveal: false,
@@ -198,9 +188,9 @@ impl Broadcaster {
         self
     }
 
-    /// Completes each subscriber's state with what the kernel holds (see `merge_seeded`),
-    /// read on a thread of its own (`seeder`). Without that thread, states are not seeded,
-    /// and the notice says why.
+    /// Completes the story with what the kernel holds (see `seeder::complement`), read on a
+    /// thread of its own (`seeder`) when subscribers join. Without that thread, nothing is
+    /// seeded, and the notice says why.
     pub fn seeded_by(mut self, seed: Seed) -> Self {
         match seeder::Seeder::spawn(seed) {
             Ok(s) => self.seeder = Some(s),
@@ -217,7 +207,9 @@ impl Broadcaster {
     /// Joins waiting subscribers here, between two records: each gets its preamble,
     /// numbered just before the next shared record. One that wants the state waits (not
     /// this thread) for a reading of the kernel's tables that began after it arrived,
-    /// `SEED_WAIT` at most; at the end of the run, `SEED_WAIT_AT_END`.
+    /// `SEED_WAIT` at most; at the end of the run, `SEED_WAIT_AT_END`. A reading is taken
+    /// into the story (`take_in`) before anyone is joined with it; one that comes after
+    /// its joiners gave up on it is taken in when it comes.
     fn admit(&mut self, ending: bool) -> io::Result<()> {
         let now = std::time::Instant::now();
         while let Ok(mut j) = self.joins.try_recv() {
@@ -242,22 +234,18 @@ impl Broadcaster {
                 true => seeder.wait(oldest, now + SEED_WAIT_AT_END),
                 false => seeder.since(oldest),
             };
-            let (served, state) = match reading {
-                Some(r) => {
-                    let mut state = self.story.state();
-                    match &r.found {
-                        Ok(found) => merge_seeded(&mut state, found.clone()),
-                        Err(why) => self.notices.push(ServeNotice::NotSeeded(why.clone())),
-                    }
-                    let began = r.began;
+            let served = match reading.map(|r| (r.began, r.found.clone())) {
+                Some((began, found)) => {
+                    seeder.forget();
+                    self.take_in(began, found)?;
                     let (served, left) =
                         std::mem::take(&mut self.waiting).into_iter().partition(|w| w.0 <= began);
                     self.waiting = left;
-                    seeder.forget();
-                    (served, state)
+                    served
                 }
                 None => {
-                    // Waited too long: joined with what the events showed.
+                    // Waited too long: joined with what the events showed; the reading is
+                    // taken in when it comes.
                     let waited = if ending { std::time::Duration::ZERO } else { SEED_WAIT };
                     let (late, left): (Vec<_>, _) = std::mem::take(&mut self.waiting)
                         .into_iter()
@@ -266,18 +254,76 @@ impl Broadcaster {
                     if late.is_empty() {
                         break;
                     }
+                    let first = late.iter().map(|w| w.0).min().unwrap_or(now);
+                    self.owed = Some(self.owed.map_or(first, |o| o.min(first)));
                     let limit = if ending { SEED_WAIT_AT_END } else { SEED_WAIT };
                     let d = format!("{:.1} s", limit.as_secs_f64());
                     self.notices.push(ServeNotice::NotSeeded(format!(
-                        "the kernel's tables were not read within {d}: {} joined with what the events showed",
+                        "the kernel's tables were not read within {d}: {} joined with what the events showed, \
+                         the rest follows when they are read",
                         crate::units::count(late.len() as u64, "subscriber")
                     )));
-                    (late, self.story.state())
+                    late
                 }
             };
+            let state = self.story.state();
             for (_, j) in served {
                 self.join(j, Some(&state))?;
             }
+        }
+        if !ending
+            && let Some(since) = self.owed
+            && let Some(seeder) = self.seeder.as_mut()
+            && let Some((began, found)) = seeder.since(since).map(|r| (r.began, r.found.clone()))
+        {
+            seeder.forget();
+            self.take_in(began, found)?;
+        }
+        Ok(())
+    }
+
+    /// A reading of the kernel's tables that began at `began`: what it holds that the story
+    /// does not show goes into the story, and to every subscriber as a `state` record of the
+    /// shared stream (the daemon's capture file too), so what each shows stays the same.
+    fn take_in(
+        &mut self,
+        began: std::time::Instant,
+        found: Result<Vec<ProcessState>, String>,
+    ) -> io::Result<()> {
+        if self.owed.is_some_and(|o| o <= began) {
+            self.owed = None;
+        }
+        let found = match found {
+            Ok(f) => f,
+            Err(why) => {
+                self.notices.push(ServeNotice::NotSeeded(why));
+                return Ok(());
+            }
+        };
+        let gone: std::collections::HashSet<u32> =
+            self.deregs.iter().filter(|(t, _)| *t >= began).map(|(_, id)| *id).collect();
+        let known = self.story.state();
+        let processes = seeder::complement(&known, found, &gone);
+        if processes.is_empty() {
+            return Ok(());
+        }
+        let added = crate::capture::State {
+            v: crate::capture::VERSION,
+            ty: "state".into(),
+            ts_ns: known.ts_ns,
+            processes,
+            ..Default::default()
+        };
+        self.story.seed(&added);
+        self.taken.push(added.clone());
+        for piece in added.pieces(crate::capture::STATE_PIECE_ROWS) {
+            self.format.state(&piece)?;
+            if let Some(h) = &mut self.hidden {
+                let mut p = piece.clone();
+                self.redactor.state(&mut p);
+                h.state(&p)?;
+            }
+            self.offer();
         }
         Ok(())
     }
@@ -418,6 +464,11 @@ impl Broadcaster {
         cut
     }
 
+    /// What readings of the kernel's tables added to the story since the last call.
+    pub fn taken_in(&mut self) -> Vec<crate::capture::State> {
+        std::mem::take(&mut self.taken)
+    }
+
     /// Subscribers connected now.
     pub fn subscribers(&self) -> usize {
         self.subs.len()
@@ -463,6 +514,18 @@ fn serve_one(out: Box<dyn Write + Send>, rx: Receiver<Arc<[u8]>>) {
 
 impl Sink for Broadcaster {
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
+        if ev.is(crate::event::ProbeId::MrDereg) {
+            self.deregs.extend(
+                ev.field("mr_id")
+                    .and_then(|i| u32::try_from(i).ok())
+                    .map(|id| (std::time::Instant::now(), id)),
+            );
+            // A reading takes seconds at most (`SEED_WAIT` is what a joiner waits).
+            while self.deregs.front().is_some_and(|(t, _)| t.elapsed() > std::time::Duration::from_secs(120))
+            {
+                self.deregs.pop_front();
+            }
+        }
         self.story.push(ev.clone());
         self.format.event(ev)?;
         if let Some(h) = &mut self.hidden {
@@ -530,40 +593,5 @@ impl Sink for Broadcaster {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::capture::{Mapping, PinnedRange, ProcessState, State};
-
-    #[test]
-    fn seeds_complete_what_events_did_not_show() {
-        let seen = ProcessState {
-            pid: 7,
-            comm: "ib_send_bw".into(),
-            mappings: vec![Mapping { start: 1, end: 2, pgoff: 0, what: None }],
-            ..Default::default()
-        };
-        let mut st =
-            State { v: 1, seq: 0, ty: "state".into(), ts_ns: 0, processes: vec![seen], ..Default::default() };
-        let mr = PinnedRange { length: 4096, charged: 4096, mr_id: Some(3), ..Default::default() };
-        let seeds = vec![
-            ProcessState {
-                pid: 7,
-                pinned_bytes: 4096,
-                mrs: vec![mr.clone()],
-                seeded: true,
-                ..Default::default()
-            },
-            ProcessState { pid: 9, comm: "old".into(), seeded: true, ..Default::default() },
-        ];
-        merge_seeded(&mut st, seeds);
-        assert_eq!(st.processes.len(), 2);
-        let p7 = &st.processes[0];
-        assert!(p7.seeded && p7.mrs == vec![mr] && p7.pinned_bytes == 4096);
-        assert_eq!(p7.mappings.len(), 1, "what events showed is kept");
-        assert!(st.processes[1].seeded);
     }
 }

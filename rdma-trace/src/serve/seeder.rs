@@ -6,7 +6,8 @@
 //! while one is under way waits for the next, so what it gets is never older than its own
 //! arrival. The broadcaster asks at most one reading at a time.
 
-use crate::capture::ProcessState;
+use crate::capture::{ProcessState, State};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::Instant;
 
@@ -97,9 +98,44 @@ impl Seeder {
     }
 }
 
+/// What a reading of the kernel's tables (`found`) holds that the story (`known`, its
+/// state now) does not show, marked `seeded`: the MRs of a process registered before the
+/// daemon started, or whose events the ring lost; the mappings of a process the story
+/// has none of; a process the story does not know, whole.
+///
+/// An MR counts as known by its lkey. The story may know an MR without its key (a lost
+/// return), so a process gets at most as many MRs as the tables hold beyond what the story
+/// has. An MR deregistered since the reading began (`gone`: restrack ids the `mr_dereg`
+/// tracepoint named) is not added: it no longer exists.
+pub fn complement(known: &State, found: Vec<ProcessState>, gone: &HashSet<u32>) -> Vec<ProcessState> {
+    let by_pid: BTreeMap<u32, &ProcessState> = known.processes.iter().map(|p| (p.pid, p)).collect();
+    let mut out = Vec::new();
+    for mut f in found {
+        f.mrs.retain(|m| m.mr_id.is_none_or(|id| !gone.contains(&id)));
+        if let Some(k) = by_pid.get(&f.pid) {
+            let keys: HashSet<u64> = k.mrs.iter().filter_map(|m| m.lkey).collect();
+            let room = f.mrs.len().saturating_sub(k.mrs.len());
+            let new: Vec<_> =
+                f.mrs.into_iter().filter(|m| m.lkey.is_none_or(|l| !keys.contains(&l))).take(room).collect();
+            f.mrs = new;
+            if !k.mappings.is_empty() {
+                f.mappings.clear();
+            }
+        }
+        if f.mrs.is_empty() && f.mappings.is_empty() && by_pid.contains_key(&f.pid) {
+            continue;
+        }
+        f.pinned_bytes = f.mrs.iter().map(|m| m.charged).sum();
+        f.seeded = true;
+        out.push(f);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::{Mapping, PinnedRange};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -146,5 +182,74 @@ mod tests {
         let waited = Instant::now();
         assert!(s.wait(t, Instant::now() + Duration::from_millis(200)).is_none());
         assert!(waited.elapsed() < Duration::from_secs(1), "waited {:?}", waited.elapsed());
+    }
+
+    fn mr(id: u32, lkey: u64) -> PinnedRange {
+        PinnedRange { length: 4096, charged: 4096, mr_id: Some(id), lkey: Some(lkey), ..Default::default() }
+    }
+
+    fn state(processes: Vec<ProcessState>) -> State {
+        State { v: 1, ty: "state".into(), processes, ..Default::default() }
+    }
+
+    #[test]
+    fn the_tables_add_what_events_did_not_show_and_nothing_twice() {
+        let map = Mapping { start: 1, end: 2, pgoff: 0, what: None };
+        // The story knows pid 7 with one MR (lkey 0x10) and a mapping; the ring lost the
+        // events of its second MR. Pid 9 registered before the daemon started.
+        let known = state(vec![ProcessState {
+            pid: 7,
+            comm: "ib_send_bw".into(),
+            mrs: vec![PinnedRange { lkey: Some(0x10), umem: Some(0xffff_8000), ..mr(0, 0x10) }],
+            mappings: vec![map.clone()],
+            ..Default::default()
+        }]);
+        let found = vec![
+            ProcessState {
+                pid: 7,
+                mrs: vec![mr(1, 0x10), mr(2, 0x20)],
+                mappings: vec![map.clone()],
+                ..Default::default()
+            },
+            ProcessState {
+                pid: 9,
+                comm: "old".into(),
+                mrs: vec![mr(3, 0x30)],
+                mappings: vec![map],
+                ..Default::default()
+            },
+        ];
+        let c = complement(&known, found.clone(), &HashSet::new());
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].mrs, vec![mr(2, 0x20)], "only the MR the events did not show");
+        assert!(c[0].mappings.is_empty(), "the story has its mappings");
+        assert_eq!((c[0].pinned_bytes, c[0].seeded), (4096, true));
+        assert_eq!((c[1].pid, c[1].mrs.len(), c[1].mappings.len()), (9, 1, 1), "an unknown process, whole");
+        // Deregistered while the tables were read: not added.
+        let c = complement(&known, found.clone(), &HashSet::from([2, 3]));
+        assert_eq!(c.len(), 1, "pid 7 has nothing left to add: {c:?}");
+        assert_eq!((c[0].pid, c[0].mrs.len()), (9, 0));
+        // A second reading against the story that took the first in adds nothing.
+        let mut taken = known.clone();
+        taken.processes[0].mrs.push(mr(2, 0x20));
+        taken.processes.push(ProcessState { pid: 9, ..found[1].clone() });
+        assert!(complement(&taken, found, &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn an_mr_the_story_knows_without_its_key_is_not_added_twice() {
+        let known = state(vec![ProcessState {
+            pid: 7,
+            mrs: vec![PinnedRange { lkey: None, umem: Some(1), ..mr(0, 0) }, mr(0, 0x10)],
+            ..Default::default()
+        }]);
+        let found = vec![ProcessState {
+            pid: 7,
+            mrs: vec![mr(1, 0x10), mr(2, 0x20), mr(3, 0x30)],
+            ..Default::default()
+        }];
+        let c = complement(&known, found, &HashSet::new());
+        assert_eq!(c[0].mrs.len(), 1, "three in the tables, two known (one without its key): one more");
+        assert_eq!(c[0].pinned_bytes, 4096);
     }
 }

@@ -598,7 +598,8 @@ impl Builder {
                         .map(|m| m.values().cloned().collect())
                         .unwrap_or_default(),
                     completions: p.completions_total,
-                    seeded: false,
+                    // Completed from the kernel's tables (a daemon's reading, or a state it sent).
+                    seeded: p.mrs_seeded > 0,
                 }
             })
             .collect();
