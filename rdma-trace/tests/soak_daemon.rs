@@ -16,8 +16,8 @@ use std::time::Duration;
 /// with pids reused (the guest's `pid_max` at 512 for the run), and a join about every
 /// 0.9 s: 2 000 joins at least. Every join gets its state, which holds the processes that
 /// exist (the gone are forgotten), not every one the daemon saw; the daemon's RSS, threads
-/// and descriptors at the end are where they were after the first minute (within a margin
-/// for the allocator); a subscriber that stays loses nothing and gets the trailer, and the
+/// and descriptors at the end are where they were once its 5-minute window of ended
+/// processes filled (within a margin for the allocator); a subscriber that stays loses nothing and gets the trailer, and the
 /// run lost no event; every companion is watched (its syscalls are traced), a pid's first
 /// one and those given a pid again alike. `RDMA_TRACE_SOAK_MINUTES` shortens it (a try).
 #[test]
@@ -96,8 +96,12 @@ fn soak_daemon_thirty_minutes_of_churn_and_joins_leave_it_flat() {
     let dst = wait_timeout(&mut daemon, 60);
     assert!(dst.success(), "daemon {dst}: {}", std::fs::read_to_string(&derr).unwrap_or_default());
     assert!(wait_timeout(&mut steady, 30).success(), "the steady subscriber");
-    let (first, last) = (at[0], at[at.len() - 1]);
-    assert!(last.1 < first.1 + 16 * 1024, "RSS grew by more than 16 MiB after the first minute: {figures}");
+    // The daemon keeps each ended process's last row 5 min (Prometheus's lookback,
+    // `Live::ended`) and fills its other bounded lists meanwhile: RSS is flat from then on
+    // (6.12: 85.5 MiB at 1 min, 102.5 at 6, 104.8 at 30).
+    let first = at.iter().find(|a| a.0 >= 6).copied().unwrap_or(at[0]);
+    let last = at[at.len() - 1];
+    assert!(last.1 < first.1 + 8 * 1024, "RSS grew by more than 8 MiB after the first 6 minutes: {figures}");
     assert!(last.2 <= first.2 + 2, "threads grew: {figures}");
     assert!(last.3 <= first.3 + 2, "descriptors grew: {figures}");
     // One companion at a time (about 0.45 s each under TCG), and those gone in the last

@@ -42,6 +42,7 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
     let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
     let mut stopped = None;
     let mut note = StateNote::default();
+    let deadline = a.duration.map(|d| std::time::Instant::now() + std::time::Duration::from_secs_f64(d));
     for r in reader.by_ref() {
         let r = r.with_context(|| socket.display().to_string())?;
         match &r {
@@ -49,6 +50,12 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
             _ => note.say(),
         }
         stopped = show(socket, r, text.as_mut(), story.as_mut())?.or(stopped);
+        // A daemon sends its stats every 800 ms: a stream never goes quiet for long.
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            stopped =
+                Some(format!("left the daemon's stream after --duration {}", a.duration.unwrap_or(0.0)));
+            break;
+        }
     }
     note.say();
     if let Some(t) = &mut text {
@@ -127,12 +134,12 @@ fn kept_as_sent(
     use crate::serve::client::Tee;
     Ok(match &a.output {
         Some(p) if p == std::path::Path::new("-") => {
-            Box::new(std::io::BufReader::new(Tee { input, out: std::io::stdout() }))
+            Box::new(std::io::BufReader::new(Tee::new(input, std::io::stdout())))
         }
         Some(p) => {
             let file = crate::output::target::CaptureFile::create(p, None)
                 .with_context(|| format!("creating {}", p.display()))?;
-            Box::new(std::io::BufReader::new(Tee { input, out: file }))
+            Box::new(std::io::BufReader::new(Tee::new(input, file)))
         }
         None => input,
     })
@@ -200,7 +207,23 @@ fn several(a: &TraceArgs, sources: &[PathBuf]) -> Result<i32> {
     let mut waiting = Waiting::default();
     let mut out = std::io::stdout().lock();
     let look = Look { quiet: a.quiet, stacks: a.stacks };
-    for t in rx {
+    let deadline = a.duration.map(|d| std::time::Instant::now() + std::time::Duration::from_secs_f64(d));
+    loop {
+        let t = match deadline {
+            None => match rx.recv() {
+                Ok(t) => t,
+                Err(_) => break,
+            },
+            Some(d) => match rx.recv_timeout(d.saturating_duration_since(std::time::Instant::now())) {
+                Ok(t) => t,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let left = format!("left its stream after --duration {}", a.duration.unwrap_or(0.0));
+                    ended.iter_mut().for_each(|e| _ = e.get_or_insert(left.clone()));
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+        };
         match t {
             Tagged::Record(i, r) => {
                 for (j, r) in merge.take(i, r) {

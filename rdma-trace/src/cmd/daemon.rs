@@ -199,6 +199,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     }
     let mut out = Outputs { broadcaster, file, file_failed: None, refusals };
     let mut finished = tracer.run(&mut print_notice, &mut out)?;
+    let t = std::time::Instant::now();
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
         Some(_) => Ok(()),
@@ -206,6 +207,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     out.say();
     let subscribers = out.broadcaster.subscribers();
     let cut = out.broadcaster.close();
+    finished.stopping.push(("ending the streams", t.elapsed()));
     std::fs::remove_file(&socket).ok();
     let sent = crate::units::count((subscribers - cut.len()) as u64, "subscriber");
     eprintln!("rdma-trace daemon: the trailer went to {sent}");
@@ -224,6 +226,11 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         eprintln!(
             "rdma-trace daemon: the capture file failed ({why}): {since} records were not written to it"
         );
+    }
+    // A stop that took over a second says where the time went.
+    if let Some(l) = crate::live::trace::stopping_line(&finished.stopping, std::time::Duration::from_secs(1))
+    {
+        eprintln!("rdma-trace daemon: {l}");
     }
     std::io::stderr().flush().ok();
     if let Some(e) = finished.consumer_error {

@@ -65,13 +65,31 @@ pub fn connect_as(path: &Path, hello: Hello) -> Result<Box<dyn BufRead + Send>, 
 pub struct Tee<R, W> {
     pub input: R,
     pub out: W,
+    /// The start of a line not yet whole: written once its newline comes, so a stream
+    /// left in the middle (`--duration`, Ctrl-C) keeps whole records only.
+    pub partial: Vec<u8>,
+}
+
+impl<R, W> Tee<R, W> {
+    pub fn new(input: R, out: W) -> Self {
+        Tee { input, out, partial: Vec::new() }
+    }
 }
 
 impl<R: std::io::Read, W: Write> std::io::Read for Tee<R, W> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.input.read(buf)?;
-        self.out.write_all(&buf[..n])?;
-        self.out.flush()?;
+        let got = &buf[..n];
+        match got.iter().rposition(|&b| b == b'\n') {
+            Some(end) => {
+                self.out.write_all(&self.partial)?;
+                self.partial.clear();
+                self.out.write_all(&got[..=end])?;
+                self.partial.extend_from_slice(&got[end + 1..]);
+                self.out.flush()?;
+            }
+            None => self.partial.extend_from_slice(got),
+        }
         Ok(n)
     }
 }

@@ -30,8 +30,10 @@ pub const QUEUE: usize = 65_536;
 pub const MAX_SUBSCRIBERS: usize = 64;
 /// How long the end of a run waits for subscribers to be written out (their last
 /// records, the trailer) before the daemon ends regardless: a subscriber that stopped
-/// reading cannot hold SIGTERM or `--duration` back.
-pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// reading cannot hold SIGTERM or `--duration` back. Half a second: a daemon asked to stop
+/// stops within a second whatever its subscribers do (issue 41); one reading at all has its
+/// queue's last records written by then.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a joiner that wants the state waits for the kernel's tables to be read; past
 /// it, it is joined with what the events showed, and told so.
 pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -128,6 +130,9 @@ pub struct Broadcaster {
     /// MRs deregistered lately (restrack ids the `mr_dereg` tracepoint named), and when:
     /// a reading that began before one cannot bring it back.
     deregs: std::collections::VecDeque<(std::time::Instant, u32)>,
+    /// When each process last registered or deregistered memory (its pin and teardown
+    /// events): one busy while a reading ran gets nothing from it (`seeder::complement`).
+    last_pin: std::collections::HashMap<u32, std::time::Instant>,
     /// What readings added to the story since `taken_in` was last asked (for the daemon's
     /// capture file).
     taken: Vec<crate::capture::State>,
@@ -160,6 +165,7 @@ impl Broadcaster {
             waiting: Vec::new(),
             owed: None,
             deregs: Default::default(),
+            last_pin: Default::default(),
             taken: Vec::new(),
             metrics: None,
             queue: QUEUE,
@@ -302,8 +308,12 @@ impl Broadcaster {
         };
         let gone: std::collections::HashSet<u32> =
             self.deregs.iter().filter(|(t, _)| *t >= began).map(|(_, id)| *id).collect();
+        // A second before the reading began: the ring is read well within that.
+        let since = began.checked_sub(std::time::Duration::from_secs(1)).unwrap_or(began);
+        self.last_pin.retain(|_, t| *t >= since);
+        let busy: std::collections::HashSet<u32> = self.last_pin.keys().copied().collect();
         let known = self.story.state();
-        let processes = seeder::complement(&known, found, &gone);
+        let processes = seeder::complement(&known, found, &gone, &busy);
         if processes.is_empty() {
             return Ok(());
         }
@@ -514,6 +524,9 @@ fn serve_one(out: Box<dyn Write + Send>, rx: Receiver<Arc<[u8]>>) {
 
 impl Sink for Broadcaster {
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
+        if matches!(ev.path, crate::event::Path::Pin | crate::event::Path::Teardown) {
+            self.last_pin.insert(ev.pid, std::time::Instant::now());
+        }
         if ev.is(crate::event::ProbeId::MrDereg) {
             self.deregs.extend(
                 ev.field("mr_id")
@@ -584,6 +597,7 @@ impl Sink for Broadcaster {
     fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> io::Result<()> {
         for &pid in pids {
             self.story.retire(pid, ts_ns);
+            self.last_pin.remove(&pid);
         }
         Ok(())
     }

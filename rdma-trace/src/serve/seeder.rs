@@ -106,12 +106,22 @@ impl Seeder {
 /// An MR counts as known by its lkey. The story may know an MR without its key (a lost
 /// return), so a process gets at most as many MRs as the tables hold beyond what the story
 /// has. An MR deregistered since the reading began (`gone`: restrack ids the `mr_dereg`
-/// tracepoint named) is not added: it no longer exists.
-pub fn complement(known: &State, found: Vec<ProcessState>, gone: &HashSet<u32>) -> Vec<ProcessState> {
+/// tracepoint named) is not added: it no longer exists. A process the story saw register
+/// or deregister about when the reading ran (`busy`) gets nothing: its events may still be
+/// on their way through the ring, and what the tables list of it would be counted twice.
+pub fn complement(
+    known: &State,
+    found: Vec<ProcessState>,
+    gone: &HashSet<u32>,
+    busy: &HashSet<u32>,
+) -> Vec<ProcessState> {
     let by_pid: BTreeMap<u32, &ProcessState> = known.processes.iter().map(|p| (p.pid, p)).collect();
     let mut out = Vec::new();
     for mut f in found {
         f.mrs.retain(|m| m.mr_id.is_none_or(|id| !gone.contains(&id)));
+        if busy.contains(&f.pid) && by_pid.contains_key(&f.pid) {
+            continue;
+        }
         if let Some(k) = by_pid.get(&f.pid) {
             let keys: HashSet<u64> = k.mrs.iter().filter_map(|m| m.lkey).collect();
             let room = f.mrs.len().saturating_sub(k.mrs.len());
@@ -219,21 +229,28 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let c = complement(&known, found.clone(), &HashSet::new());
+        let c = complement(&known, found.clone(), &HashSet::new(), &HashSet::new());
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].mrs, vec![mr(2, 0x20)], "only the MR the events did not show");
         assert!(c[0].mappings.is_empty(), "the story has its mappings");
         assert_eq!((c[0].pinned_bytes, c[0].seeded), (4096, true));
         assert_eq!((c[1].pid, c[1].mrs.len(), c[1].mappings.len()), (9, 1, 1), "an unknown process, whole");
         // Deregistered while the tables were read: not added.
-        let c = complement(&known, found.clone(), &HashSet::from([2, 3]));
+        let c = complement(&known, found.clone(), &HashSet::from([2, 3]), &HashSet::new());
         assert_eq!(c.len(), 1, "pid 7 has nothing left to add: {c:?}");
         assert_eq!((c[0].pid, c[0].mrs.len()), (9, 0));
         // A second reading against the story that took the first in adds nothing.
         let mut taken = known.clone();
         taken.processes[0].mrs.push(mr(2, 0x20));
         taken.processes.push(ProcessState { pid: 9, ..found[1].clone() });
-        assert!(complement(&taken, found, &HashSet::new()).is_empty());
+        assert!(complement(&taken, found.clone(), &HashSet::new(), &HashSet::new()).is_empty());
+        // Pid 7 registering while the tables were read: its events may be on their way.
+        let c = complement(&known, found, &HashSet::new(), &HashSet::from([7, 9]));
+        assert_eq!(
+            c.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            [9],
+            "an unknown process is never busy in the story"
+        );
     }
 
     #[test]
@@ -248,7 +265,7 @@ mod tests {
             mrs: vec![mr(1, 0x10), mr(2, 0x20), mr(3, 0x30)],
             ..Default::default()
         }];
-        let c = complement(&known, found, &HashSet::new());
+        let c = complement(&known, found, &HashSet::new(), &HashSet::new());
         assert_eq!(c[0].mrs.len(), 1, "three in the tables, two known (one without its key): one more");
         assert_eq!(c[0].pinned_bytes, 4096);
     }
