@@ -393,9 +393,18 @@ fn lab_daemon_a_subscriber_that_stops_reading_costs_the_others_nothing() {
     std::fs::write(dir.join("stopped-in.txt"), format!("SIGTERM to exit: {stopped_in:?}\n")).unwrap();
     assert!(dst.success(), "daemon {dst}:\n{dtext}");
     assert!(!dtext.contains("ring full"), "the stall backed up into the ring:\n{dtext}");
-    // Issue 41 asks for 1 s whatever the subscribers do; the daemon says where the time went
-    // past a second. Under TCG, with the companion just ended, 2 s is what is asserted.
-    assert!(stopped_in < Duration::from_secs(2), "SIGTERM took {stopped_in:?} to end the daemon:\n{dtext}");
+    // Issue 41: whatever the subscribers do, they hold a stop up 0.5 s at most (the
+    // daemon's "ending the streams", said when a stop took over a second). Detaching the
+    // probes is the kernel's time, seconds under TCG (issue 44): not asserted here.
+    let ending = dtext
+        .lines()
+        .find_map(|l| l.split("ending the streams ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .map(|secs| secs.parse::<f64>().expect("seconds"));
+    assert!(
+        ending.is_none_or(|s| s <= 0.6),
+        "the subscribers held the stop {ending:?} s ({stopped_in:?} in all):\n{dtext}"
+    );
     assert!(wait_timeout(&mut steady, 30).success());
     let got: String = reader.join().expect("the stalled reader").concat();
     let mut r = Reader::new(got.as_bytes(), true);
