@@ -78,9 +78,11 @@ impl Tally {
         Self::bump(&mut self.undecodable, h);
     }
 
-    /// Records the programs committed that the reader has not read yet.
+    /// Records the programs committed that the reader has not read yet. The fork follower
+    /// and the in-kernel watch count hits but write no record.
     pub fn pending(&self, counters: &[u64]) -> u64 {
         (0..COUNTER_SITES)
+            .filter(|s| ![SITE_FORK, SITE_WATCH].contains(s))
             .map(|s| {
                 let at = |w: usize| counters.get(s * COUNTERS + w).copied().unwrap_or(0);
                 let committed = at(CNT_HITS).saturating_sub(at(CNT_RINGBUF_FULL) + at(CNT_NO_SCRATCH));
@@ -557,6 +559,18 @@ mod tests {
         );
         let unknown = RunAccount { kernel_missed_known: false, ..acct };
         assert!(unknown.summary().contains("does not report kprobe missed counts"));
+    }
+
+    #[test]
+    fn forks_and_watches_write_no_record_to_wait_for() {
+        let mut c = vec![0u64; COUNTER_SITES * COUNTERS];
+        c[SITE_FORK * COUNTERS + CNT_HITS] = 2;
+        c[SITE_WATCH * COUNTERS + CNT_HITS] = 3;
+        c[SITE_SYS_EXIT * COUNTERS + CNT_HITS] = 1;
+        let mut t = Tally::default();
+        assert_eq!(t.pending(&c), 1, "only the syscall's record is awaited");
+        t.read(Some(&hdr(KIND_SYS_EXIT, 0)));
+        assert_eq!(t.pending(&c), 0, "a shutdown's drain does not wait out its deadline for them");
     }
 
     #[test]
