@@ -112,7 +112,16 @@ fn soak_daemon_thirty_minutes_of_churn_and_joins_leave_it_flat() {
     let lost: Vec<&Record> = rs.iter().filter(|r| lost_to_the_subscriber(r)).collect();
     assert!(lost.is_empty(), "the steady subscriber lost records: {lost:?}\n{figures}");
     let Some(Record::Trailer(t)) = rs.last() else { panic!("it got no trailer: {figures}") };
-    assert_eq!(t.lost, 0, "the run lost events during the joins: {:?}\n{figures}", t.sites);
+    // Every probe delivered all it counted. Runs of a program the kernel skipped (its
+    // recursion guard: on 7.3, with full preemption, sys_enter skipped 653 of some 363 000
+    // runs in this soak; 6.12 skipped none) are shown in the account and written here;
+    // they come from the kernel, not from the joins.
+    use rdma_trace::capture::{LossReason, LossSite};
+    let (skipped, lost): (Vec<_>, Vec<_>) = t.sites.iter().filter(|s| !s.lost.is_empty()).partition(|s| {
+        matches!(s.site, LossSite::Program(_)) && s.lost.keys().all(|r| *r == LossReason::SkippedByKernel)
+    });
+    std::fs::write(dir.join("skipped-by-kernel.txt"), format!("{skipped:?}\n")).unwrap();
+    assert!(lost.is_empty(), "the run lost events during the joins: {lost:?}\n{figures}");
     let events = rs.iter().filter(|r| matches!(r, Record::Event(_))).count();
     assert!(events > 1000, "the companions' events flowed through the joins: {events}\n{figures}");
     // Watched are the companions, never a task that got a gone companion's pid: not the
