@@ -42,7 +42,7 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
     let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
     let mut stopped = None;
     let mut note = StateNote::default();
-    let deadline = a.duration.map(|d| std::time::Instant::now() + std::time::Duration::from_secs_f64(d));
+    let deadline = deadline(a);
     for r in reader.by_ref() {
         let r = r.with_context(|| socket.display().to_string())?;
         match &r {
@@ -73,6 +73,11 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
         print!("{}", crate::output::report::text(&st, &kept, &steps));
     }
     Ok(0)
+}
+
+/// When `--duration` ends reading (none without it).
+fn deadline(a: &TraceArgs) -> Option<std::time::Instant> {
+    a.duration.map(|d| std::time::Instant::now() + std::time::Duration::from_secs_f64(d))
 }
 
 /// What the daemon's `state` records said, in one line per process: the state a joiner
@@ -207,7 +212,7 @@ fn several(a: &TraceArgs, sources: &[PathBuf]) -> Result<i32> {
     let mut waiting = Waiting::default();
     let mut out = std::io::stdout().lock();
     let look = Look { quiet: a.quiet, stacks: a.stacks };
-    let deadline = a.duration.map(|d| std::time::Instant::now() + std::time::Duration::from_secs_f64(d));
+    let deadline = deadline(a);
     loop {
         let t = match deadline {
             None => match rx.recv() {

@@ -116,10 +116,8 @@ impl Sink for Outputs {
         self.say();
         self.each(|s| s.tick())?;
         // What a reading of the kernel's tables added to the story, as the subscribers got it.
-        for st in self.broadcaster.taken_in() {
-            for piece in st.pieces(crate::capture::STATE_PIECE_ROWS) {
-                self.file(|s| s.state(&piece));
-            }
+        for piece in self.broadcaster.taken_in() {
+            self.file(|s| s.state(&piece));
         }
         Ok(())
     }

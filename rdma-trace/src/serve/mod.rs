@@ -133,8 +133,8 @@ pub struct Broadcaster {
     /// When each process last registered or deregistered memory (its pin and teardown
     /// events): one busy while a reading ran gets nothing from it (`seeder::complement`).
     last_pin: std::collections::HashMap<u32, std::time::Instant>,
-    /// What readings added to the story since `taken_in` was last asked (for the daemon's
-    /// capture file).
+    /// What readings added to the story since `taken_in` was last asked, in the pieces the
+    /// subscribers got (for the daemon's capture file).
     taken: Vec<crate::capture::State>,
     /// The Prometheus exposition, renewed with every stats record.
     metrics: Option<Arc<std::sync::Mutex<String>>>,
@@ -240,12 +240,14 @@ impl Broadcaster {
                 true => seeder.wait(oldest, now + SEED_WAIT_AT_END),
                 false => seeder.since(oldest),
             };
-            let served = match reading.map(|r| (r.began, r.found.clone())) {
-                Some((began, found)) => {
-                    seeder.forget();
-                    self.take_in(began, found)?;
+            let reading = if reading.is_some() { seeder.take() } else { None };
+            // The state joiners get: what `take_in` read of the story when it added nothing.
+            let mut current = None;
+            let served = match reading {
+                Some(r) => {
+                    current = self.take_in(r.began, r.found)?;
                     let (served, left) =
-                        std::mem::take(&mut self.waiting).into_iter().partition(|w| w.0 <= began);
+                        std::mem::take(&mut self.waiting).into_iter().partition(|w| w.0 <= r.began);
                     self.waiting = left;
                     served
                 }
@@ -272,7 +274,10 @@ impl Broadcaster {
                     late
                 }
             };
-            let state = self.story.state();
+            let state = match current {
+                Some(s) => s,
+                None => self.story.state(),
+            };
             for (_, j) in served {
                 self.join(j, Some(&state))?;
             }
@@ -280,10 +285,10 @@ impl Broadcaster {
         if !ending
             && let Some(since) = self.owed
             && let Some(seeder) = self.seeder.as_mut()
-            && let Some((began, found)) = seeder.since(since).map(|r| (r.began, r.found.clone()))
+            && seeder.since(since).is_some()
+            && let Some(r) = seeder.take()
         {
-            seeder.forget();
-            self.take_in(began, found)?;
+            self.take_in(r.began, r.found)?;
         }
         Ok(())
     }
@@ -291,11 +296,12 @@ impl Broadcaster {
     /// A reading of the kernel's tables that began at `began`: what it holds that the story
     /// does not show goes into the story, and to every subscriber as a `state` record of the
     /// shared stream (the daemon's capture file too), so what each shows stays the same.
+    /// Returns the story's state when the reading added nothing to it (still current).
     fn take_in(
         &mut self,
         began: std::time::Instant,
         found: Result<Vec<ProcessState>, String>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<crate::capture::State>> {
         if self.owed.is_some_and(|o| o <= began) {
             self.owed = None;
         }
@@ -303,7 +309,7 @@ impl Broadcaster {
             Ok(f) => f,
             Err(why) => {
                 self.notices.push(ServeNotice::NotSeeded(why));
-                return Ok(());
+                return Ok(None);
             }
         };
         let gone: std::collections::HashSet<u32> =
@@ -315,7 +321,7 @@ impl Broadcaster {
         let known = self.story.state();
         let processes = seeder::complement(&known, found, &gone, &busy);
         if processes.is_empty() {
-            return Ok(());
+            return Ok(Some(known));
         }
         let added = crate::capture::State {
             v: crate::capture::VERSION,
@@ -325,9 +331,9 @@ impl Broadcaster {
             ..Default::default()
         };
         self.story.seed(&added);
-        self.taken.push(added.clone());
-        for piece in added.pieces(crate::capture::STATE_PIECE_ROWS) {
-            self.format.state(&piece)?;
+        let pieces = added.pieces(crate::capture::STATE_PIECE_ROWS);
+        for piece in &pieces {
+            self.format.state(piece)?;
             if let Some(h) = &mut self.hidden {
                 let mut p = piece.clone();
                 self.redactor.state(&mut p);
@@ -335,7 +341,8 @@ impl Broadcaster {
             }
             self.offer();
         }
-        Ok(())
+        self.taken.extend(pieces);
+        Ok(None)
     }
 
     /// One subscriber joined now: its header, its state (`None`: an empty one, for
@@ -474,7 +481,8 @@ impl Broadcaster {
         cut
     }
 
-    /// What readings of the kernel's tables added to the story since the last call.
+    /// What readings of the kernel's tables added to the story since the last call, as the
+    /// `state` records the subscribers got.
     pub fn taken_in(&mut self) -> Vec<crate::capture::State> {
         std::mem::take(&mut self.taken)
     }

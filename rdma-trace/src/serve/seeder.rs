@@ -92,9 +92,10 @@ impl Seeder {
         self.latest.as_ref().filter(|s| s.began >= since)
     }
 
-    /// The reading is no longer needed (every joiner it served is joined).
-    pub fn forget(&mut self) {
-        self.latest = None;
+    /// The reading `since` or `wait` answered with, handed over whole (it serves once: every
+    /// joiner it can serve is joined with it), not copied.
+    pub fn take(&mut self) -> Option<Seeding> {
+        self.latest.take()
     }
 }
 
