@@ -552,12 +552,16 @@ pub fn step_marker(ctx: ProbeContext) -> u32 {
     };
     let src: u64 = ctx.arg(0).unwrap_or(0);
     let asked: u64 = ctx.arg(1).unwrap_or(0);
-    let n = if asked > STEP_JSON_MAX as u64 { STEP_JSON_MAX as u32 } else { asked as u32 };
     // SAFETY: `rec` is this thread's own scratch entry (no other run uses its key) of
     // `size_of::<StepEvent>()` bytes; the user read is bounded by `json`'s length.
     let len = unsafe {
         (*rec).hdr = header(KIND_STEP, 0);
         (*rec).asked = asked as u32;
+        // The bound is taken here, after header()'s helper calls, of a value read anew:
+        // compared earlier, LLVM kept a copy on the stack from before the compare, and
+        // 6.1's verifier gives a spilled copy no bounds from a compare of its register.
+        let asked_now = read_volatile(&asked);
+        let n = if asked_now > STEP_JSON_MAX as u64 { STEP_JSON_MAX as u32 } else { asked_now as u32 };
         let dst = (*rec).json.as_mut_ptr().cast();
         let r = aya_ebpf::helpers::generated::bpf_probe_read_user(dst, n, src as *const _);
         let len = if r == 0 { n } else { 0 };

@@ -181,11 +181,18 @@ fn calls<'a>(s: &'a Session, name: &str) -> Vec<(&'a Event, &'a Event)> {
 fn lab_probes_plan_attaches_every_probe() {
     let out = run_output(tracer_bin().to_str().unwrap(), &["probes"]);
     std::fs::write(out_dir("session").join("probes.txt"), &out).unwrap();
+    let kallsyms = common::kallsyms_names();
     for spec in rdma_trace::plan::catalog::CATALOG {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(spec.id.as_str()))
             .unwrap_or_else(|| panic!("{} missing from `rdma-trace probes`:\n{out}", spec.id));
+        // A function this kernel does not have (6.1 has no rxe_rereg_user_mr) is skipped
+        // with that reason; every other one attaches.
+        let absent = spec.symbols.iter().all(|s| !kallsyms.contains(s.name));
+        if absent && line.contains("not in this kernel") {
+            continue;
+        }
         assert!(line.contains("attached"), "{} not attached: {line}", spec.id);
         if spec.hardware_only {
             assert!(line.contains("hardware NIC"), "{} not labelled hardware-only: {line}", spec.id);
@@ -348,8 +355,21 @@ fn lab_probes_completions_join_the_workloads_cqs() {
             created.contains(&h),
             "completion on CQ handle {h:#x}, not one the workloads created: {created:x?}"
         );
-        assert_eq!(c.context, Some(ExecContext::Kworker), "rxe completes in a kworker: {c:?}");
-        assert!(!s.workload_pids.contains(&c.pid), "completions never run in the workload's pid");
+        // Where it ran, as its frames show: soft-RoCE's queued work in a kworker (6.12,
+        // 7.3), or its tasklet in the softirq a workload's own system call ran as it
+        // re-enabled bottom halves (6.1); never the workload's thread outside a syscall.
+        let frame = |p: &str| c.stack.iter().any(|f| f.starts_with(p));
+        match c.context {
+            Some(ExecContext::Kworker) => {
+                assert!(frame("process_one_work") && c.comm.starts_with("kworker"), "{c:?}");
+                assert!(!s.workload_pids.contains(&c.pid), "a kworker is no workload: {c:?}");
+            }
+            Some(ExecContext::Softirq) => {
+                assert!(frame("tasklet_action") && frame("handle_softirqs"), "a tasklet: {c:?}");
+                assert!(frame("do_syscall_64") || !s.workload_pids.contains(&c.pid), "{c:?}");
+            }
+            other => panic!("soft-RoCE completes in a kworker or a tasklet, not {other:?}: {c:?}"),
+        }
         assert!(
             c.stack.first().is_some_and(|f| f.starts_with("ib_uverbs_comp_handler")),
             "stack: {:?}",

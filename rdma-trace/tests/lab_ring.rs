@@ -273,6 +273,15 @@ fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
     // program; here each program serves this one probe.
     let (entry_skips, ret_skips) =
         (program_skips(&stderr, Some("kprobe_entry")), program_skips(&stderr, Some("kprobe_return")));
+    if stderr.contains("this kernel does not report kprobe missed counts") {
+        // Before 6.7 (the 6.1 lab series) the kernel counts no missed returns: the tracer
+        // says so under its table, and the returns fall short of the entries.
+        assert!(
+            entry.1 > ret.1 + ret_skips,
+            "one instance for four blocking processes misses returns:\n{stderr}"
+        );
+        return;
+    }
     assert_eq!(
         entry.1 + entry_skips,
         ret.1 + ret_skips,

@@ -50,7 +50,8 @@ fn lab_tui_live_shows_the_companion_pinning_and_completing() {
     tmux(&["send-keys", "-t", "t", "4"]);
     let comp = wait_screen("completion path of CQ", 60);
     std::fs::write(dir.join("completions.txt"), &comp).unwrap();
-    assert!(comp.contains("kworker"), "soft-RoCE completes in a kworker:\n{comp}");
+    // Where it ran, as the frames say: a kworker (6.12, 7.3), or a softirq (6.1's tasklet).
+    assert!(comp.contains("kworker") || comp.contains("softirq"), "soft-RoCE's context:\n{comp}");
     tmux(&["send-keys", "-t", "t", "q"]);
     let t0 = Instant::now();
     while !dir.join("tui.code").exists() {

@@ -75,9 +75,15 @@ impl Apt {
         }
         let security = format!("{}/debian-security", mirror.trim_end_matches("/debian"));
         let sources = format!(
-            "deb {mirror} trixie main\ndeb {security} trixie-security main\ndeb {mirror} trixie-backports main\n"
+            "deb {mirror} trixie main\ndeb {security} trixie-security main\ndeb {mirror} trixie-backports main\n\
+             deb {mirror} bookworm main\ndeb {security} bookworm-security main\ndeb {mirror} bookworm-updates main\n"
         );
-        fs::write(dir.join("etc/sources.list"), sources)?;
+        let list = dir.join("etc/sources.list");
+        if fs::read_to_string(&list).ok().as_deref() != Some(sources.as_str()) {
+            // New suites: the lists on hand do not have them.
+            fs::remove_file(dir.join("updated")).ok();
+            fs::write(&list, sources)?;
+        }
         Ok(Apt { dir })
     }
 
@@ -113,11 +119,24 @@ fn version_key(abi: &str) -> Vec<u64> {
 
 /// Candidate (ABI, packages) of a series from the archive's package names.
 fn candidates(series: Series, names: &[&str]) -> Vec<(String, Vec<String>)> {
-    let plain = |abi: &str| abi.starts_with(|c: char| c.is_ascii_digit()) && !abi.contains('-');
+    // trixie's ABI names are "6.12.115+deb13"; bookworm's "6.1.0-41" (never "-rt", "-cloud").
+    let plain = |abi: &str| {
+        let mut parts = abi.splitn(2, '-');
+        let (version, abinum) = (parts.next().unwrap_or(""), parts.next());
+        version.starts_with(|c: char| c.is_ascii_digit())
+            && match series {
+                Series::Bookworm => {
+                    abinum.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                }
+                _ => abinum.is_none(),
+            }
+    };
     let mut out = Vec::new();
     for n in names {
         let abi = match series {
-            Series::Trixie => n.strip_prefix("linux-image-").and_then(|r| r.strip_suffix("-amd64-unsigned")),
+            Series::Trixie | Series::Bookworm => {
+                n.strip_prefix("linux-image-").and_then(|r| r.strip_suffix("-amd64-unsigned"))
+            }
             Series::TrixieBackports => n.strip_prefix("linux-binary-").and_then(|r| r.strip_suffix("-amd64")),
         };
         let Some(abi) = abi.filter(|a| plain(a)) else {
@@ -153,7 +172,7 @@ fn update(apt: &Apt) -> bool {
         return true;
     }
     let _t = Timer::start("apt update (private lists)");
-    step("lab: refreshing the package lists of trixie, trixie-security, trixie-backports");
+    step("lab: refreshing the package lists of trixie, trixie-security, trixie-backports, bookworm");
     let mut c = apt.cmd("apt-get");
     c.arg("update");
     match util::output(&mut c) {
@@ -299,4 +318,28 @@ pub fn resolve(series: &[Series]) -> Result<Vec<Kernel>> {
         out.push(k);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_series_finds_its_own_kernels_only() {
+        let names = [
+            "linux-image-6.12.48+deb13-amd64-unsigned",
+            "linux-image-6.12.48+deb13-rt-amd64-unsigned",
+            "linux-image-6.1.0-41-amd64-unsigned",
+            "linux-image-6.1.0-41-rt-amd64-unsigned",
+            "linux-image-6.1.0-41-cloud-amd64-unsigned",
+            "linux-binary-7.3.4+deb13-amd64",
+            "linux-modules-7.3.4+deb13-amd64",
+            "linux-base-7.3.4+deb13-amd64",
+        ];
+        let abis = |s| candidates(s, &names).into_iter().map(|(a, p)| (a, p.len())).collect::<Vec<_>>();
+        assert_eq!(abis(Series::Trixie), [("6.12.48+deb13".to_string(), 1)]);
+        assert_eq!(abis(Series::Bookworm), [("6.1.0-41".to_string(), 1)]);
+        assert_eq!(abis(Series::TrixieBackports), [("7.3.4+deb13".to_string(), 3)]);
+        assert!(version_key("6.1.0-41") > version_key("6.1.0-9"));
+    }
 }

@@ -36,15 +36,21 @@ pub enum Series {
     Trixie,
     /// The newest kernel in trixie-backports (linux-binary-*, linux-modules-*, linux-base-*).
     TrixieBackports,
+    /// Debian bookworm's own kernel (6.1; linux-image-*-amd64-unsigned), under the same
+    /// trixie guest. An extra series, not in the gate: soft-RoCE there still runs its work
+    /// in tasklets, so a completion can run inside the poster's own write(2).
+    Bookworm,
 }
 
 impl Series {
+    /// The series the gate tests (`vm-test` and `bench` without `--kernel`).
     pub const ALL: [Series; 2] = [Series::Trixie, Series::TrixieBackports];
 
     pub fn name(self) -> &'static str {
         match self {
             Series::Trixie => "trixie",
             Series::TrixieBackports => "trixie-backports",
+            Series::Bookworm => "bookworm",
         }
     }
 
@@ -53,6 +59,7 @@ impl Series {
         match self {
             Series::Trixie => &["trixie", "trixie-security", "trixie-updates"],
             Series::TrixieBackports => &["trixie-backports"],
+            Series::Bookworm => &["bookworm", "bookworm-security", "bookworm-updates"],
         }
     }
 }

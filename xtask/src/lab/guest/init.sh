@@ -34,7 +34,8 @@ done
 read -r up _ </proc/uptime
 echo "[lab-init] userspace up at ${up}s"
 
-if modprobe -a 9pnet_virtio 9p &&
+# virtio_pci is a module on some kernels (6.1), built in on others; nothing here loads it but us.
+if modprobe -a virtio_pci 9pnet_virtio 9p &&
   mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 host0 /mnt/host; then
   if [ -n "$entry" ] && [ -f "$entry" ]; then
     /bin/bash "$entry"
