@@ -175,7 +175,11 @@ impl Enricher<'_> {
                 ev.fields.insert((*a).into(), crate::event::Value::U(args[i]));
             }
             if let Some(i) = spec.fd_arg {
-                ev.fd_kind = self.fds.kind(tgid, args[i]);
+                ev.fd_kind = if spec.name == "close" {
+                    self.fds.known(tgid, args[i])
+                } else {
+                    self.fds.kind(tgid, args[i])
+                };
                 let dups = matches!(spec.name, "dup" | "dup2" | "dup3")
                     || (spec.name == "fcntl"
                         && matches!(args[1] as i32, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC));

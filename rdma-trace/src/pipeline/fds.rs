@@ -53,6 +53,13 @@ impl FdCache {
         Some(k)
     }
 
+    /// What the cache knows of `fd` from its open, a dup or a bind, without asking /proc:
+    /// for a close, whose number /proc may show reused by the time the event is enriched
+    /// (seen on 6.1: a library's fd closed, then the uverbs device opened at that number).
+    pub fn known(&self, pid: u32, fd: u64) -> Option<FdKind> {
+        self.known.get(&(pid, fd)).cloned()
+    }
+
     /// An open/openat of `path` started on thread `tid`.
     pub fn opening(&mut self, tid: u32, path: &str) {
         self.pending.insert(tid, Some(FdKind::of_target(path)));
@@ -125,6 +132,18 @@ mod tests {
         c.forget_process(7);
         assert!(c.pids().all(|p| p == 8), "{:?}", c.pids().collect::<Vec<_>>());
         assert_eq!(c.kind(8, 3), Some(FdKind::CompChannel));
+    }
+
+    #[test]
+    fn a_close_is_named_only_from_what_was_seen_open() {
+        // This process holds a file /proc can name; the cache never saw it opened.
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f) as u64;
+        let me = std::process::id();
+        let mut c = FdCache::default();
+        assert_eq!(c.known(me, fd), None, "a close asks no /proc");
+        assert!(c.kind(me, fd).is_some(), "another syscall does");
+        assert!(c.known(me, fd).is_some(), "and what it learnt is known then");
     }
 
     #[test]
