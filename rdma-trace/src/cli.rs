@@ -47,8 +47,8 @@ pub enum Cmd {
     /// Stream RDMA kernel events (and a traced program's verbs-related syscalls) as text or JSON Lines.
     #[command(long_about = "Attach every probe this kernel supports and print one line per event: \
 MR registrations with their pinned range, pages, latency and lkey/rkey; uverbs mmaps with the VMA, its \
-flags and cache mode; completion events with their CQ's user handle and the context they ran in (kworker \
-on soft-RoCE, softirq on hardware); the libibverbs calls (uprobes) that set them off. With `--pid` or \
+flags and cache mode; completion events with their CQ's user handle and the context they ran in (a kworker \
+on soft-RoCE, or a tasklet in the poster's own write(2) on older kernels; softirq on hardware); the libibverbs calls (uprobes) that set them off. With `--pid` or \
 `-- CMD`, that program's ioctl/mmap/read/write/poll syscalls are shown too (and its children's), with \
 the uverbs and completion-channel fds recognised. `--story` ends with the joined story (see `story`). \
 Ctrl-C stops; every captured event is kept, and events lost to a full ring buffer are counted per probe \
@@ -96,7 +96,7 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC.")
     /// Join a capture into the story of each verbs program: calls, kernel work, completions.
     #[command(long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \
 a process — completion events through the CQ they were raised on (their user handle is the program's \
-`struct ibv_cq *`), never by the kworker or softirq that ran them —, kernel work is nested inside the \
+`struct ibv_cq *`), never by the kworker, softirq or system call that ran them —, kernel work is nested inside the \
 libibverbs call that caused it, and completions are paired with the channel read that woke the program \
 (wakeup latency). The companion workload's steps — announced through its `rdma_trace_step` marker \
 while it was traced, so in the capture, or from `--steps` (its announce file) — are each joined to the \

@@ -25,8 +25,8 @@ fn run(name: &str) -> (Vec<rdma_trace::event::Event>, Vec<StepRecord>) {
 }
 
 #[test]
-fn every_topic_of_the_companion_on_both_kernels() {
-    for k in ["6.12", "7.3"] {
+fn every_topic_of_the_companion_on_every_kernel() {
+    for k in ["6.1", "6.12", "7.3"] {
         let (events, steps) = run(&format!("companion-{k}"));
         for (topic, x) in all(&events, &steps, None) {
             let x = x.unwrap_or_else(|e| panic!("{k} {topic:?}: {e}"));
@@ -37,7 +37,7 @@ fn every_topic_of_the_companion_on_both_kernels() {
 
 #[test]
 fn the_numbers_are_the_companions_own() {
-    for k in ["6.12", "7.3"] {
+    for k in ["6.1", "6.12", "7.3"] {
         let (events, steps) = run(&format!("companion-{k}"));
         let xs: Vec<_> = all(&events, &steps, None).into_iter().map(|(t, x)| (t, x.unwrap())).collect();
         let v = |t: Topic, key: &str| {
@@ -127,4 +127,24 @@ fn every_function_named_exists_in_that_kernel() {
             .collect();
         assert!(missing.is_empty(), "{k}: named but not in this kernel: {missing:?}");
     }
+}
+
+/// Issue 40 item 7: on Debian bookworm's 6.1, soft-RoCE runs the CQ's tasklet in the softirq
+/// that the poster's own write(2) runs as it re-enables bottom halves. `explain cq` says so
+/// from the completion's frames (not from the kernel series), and that arming was a system
+/// call, from the companion's req_notify_cq step.
+#[test]
+fn on_6_1_the_completion_ran_in_a_tasklet_inside_the_posters_write() {
+    let (events, steps) = run("companion-6.1");
+    let x = all(&events, &steps, None).into_iter().find(|(t, _)| *t == Topic::Cq).unwrap().1.unwrap();
+    let text = explain::text(&x);
+    let nic = x.stages.iter().find(|s| s.title.starts_with("The NIC's side")).unwrap();
+    assert!(nic.title.contains("in a tasklet inside ") && nic.title.ends_with("'s own write(2)"), "{text}");
+    assert!(nic.text.contains("Here it ran inside the program's own system call"), "{text}");
+    let named: Vec<&str> = nic.functions.iter().map(|f| f.function.as_str()).collect();
+    for f in ["rxe_post_send", "handle_softirqs", "__local_bh_enable_ip"] {
+        assert!(named.contains(&f), "{f} not named: {named:?}");
+    }
+    assert_eq!(x.values.get("arm_syscalls"), Some(&1), "{text}");
+    insta::assert_snapshot!("explain-cq-companion-6.1", text);
 }

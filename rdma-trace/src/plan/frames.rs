@@ -132,6 +132,28 @@ pub const FRAMES: &[Frame] = &[
     f("do_task", "drivers/infiniband/sw/rxe/rxe_task.c", "soft-RoCE's task, run in a kworker (6.12)"),
     f("do_work", "drivers/infiniband/sw/rxe/rxe_task.c", "soft-RoCE's task, run in a kworker (7.x)"),
     f("process_one_work", "kernel/workqueue.c", "a kworker runs queued work"),
+    f(
+        "rxe_do_task",
+        "drivers/infiniband/sw/rxe/rxe_task.c",
+        "soft-RoCE's task, run inline or as a tasklet (6.1)",
+    ),
+    f("rxe_requester", "drivers/infiniband/sw/rxe/rxe_req.c", "soft-RoCE's requester (older kernels' name)"),
+    f(
+        "rxe_xmit_packet",
+        "drivers/infiniband/sw/rxe/rxe_net.c",
+        "soft-RoCE puts a packet on the wire (here: loops it back)",
+    ),
+    f("ib_uverbs_post_send", "drivers/infiniband/core/uverbs_cmd.c", "the POST_SEND command"),
+    f(
+        "handle_softirqs",
+        "kernel/softirq.c",
+        "softirq processing: runs the pending softirqs, tasklets among them",
+    ),
+    f(
+        "__local_bh_enable_ip",
+        "kernel/softirq.c",
+        "bottom halves re-enabled: pending softirqs run here, in this thread",
+    ),
     f("mlx5_ib_cq_comp", "drivers/infiniband/hw/mlx5/cq.c", "mlx5's completion callback for the CQ"),
     f(
         "mlx5_cq_tasklet_cb",

@@ -90,10 +90,38 @@ pub const CQ_ARM: &str = "A completion event is raised only for a CQ armed with 
 per arming: the program arms, waits, takes the event (ibv_get_cq_event), acknowledges it, re-arms, and polls \
 the CQ for the completions themselves. A CQ that is only polled never takes this path.";
 
-pub const CQ_CONTEXT: &str = "The handler runs where the NIC's completion is noticed, never in the program: on \
-hardware in the completion interrupt's softirq (the mlx5 CQ tasklet), on soft-RoCE in a kworker running the \
-software NIC's tasks. ib_uverbs_comp_handler queues an event on the completion channel and wakes whoever sleeps \
-in read(2) on it.";
+/// How a provider arms a CQ, where no probe sees it (ibv_req_notify_cq is inline).
+pub const CQ_ARM_WAYS: &str = "ibv_req_notify_cq is inline in libibverbs and calls the provider, which \
+arms the CQ: soft-RoCE with a system call on the uverbs fd, mlx5 in user space with a store to the CQ's \
+doorbell record";
+
+pub const CQ_CONTEXT: &str = "ib_uverbs_comp_handler queues an event on the completion channel and wakes \
+whoever sleeps in read(2) on it. It runs wherever the NIC's side notices the completion, and the frames \
+under it say where: on hardware the completion interrupt's softirq (the mlx5 CQ tasklet); on soft-RoCE \
+the thread that runs the software NIC's tasks, a kworker where they are queued work, or a tasklet where \
+they are tasklets.";
+
+pub const CQ_IN_KWORKER: &str = "Here a kworker ran it: soft-RoCE queued its task as work, so the \
+handler ran on whichever CPU the worker got, never in the program.";
+
+pub const CQ_IN_SYSCALL_SOFTIRQ: &str = "Here it ran inside the program's own system call: soft-RoCE \
+handed the completion to a tasklet, and the kernel runs pending tasklets (a softirq) when a thread \
+re-enables bottom halves, here inside that call. The completion was queued before the call returned to \
+the program, with no interrupt and no other thread.";
+
+pub const CQ_IN_SYSCALL: &str = "Here it ran inside the program's own system call, directly: the \
+software NIC did its work in the caller's thread before the call returned.";
+
+pub const CQ_IN_SOFTIRQ: &str = "Here a softirq ran it after an interrupt: whatever thread was on that \
+CPU was interrupted, and the program slept elsewhere.";
+
+pub const CQ_IN_KSOFTIRQD: &str = "Here ksoftirqd ran it: softirqs that keep coming back are handed to \
+the per-CPU ksoftirqd thread, which adds a scheduling delay before the handler.";
+
+pub const CQ_IN_HARDIRQ: &str = "Here it ran in the interrupt handler itself.";
+
+pub const CQ_RAN_UNKNOWN: &str = "This event kept no kernel stack, so where it ran is not known from the \
+capture.";
 
 pub const CQ_POST: &str = "A receive completion begins with a send on the other end of the connection: its \
 program posted a work request and rang the doorbell (on soft-RoCE a write(2) into rxe_post_send; on hardware a \

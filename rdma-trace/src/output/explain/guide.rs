@@ -70,8 +70,8 @@ soft-RoCE only keeps the page list in kernel memory.",
         why: &[L::CQ_ARM, L::CQ_CONTEXT, L::CQ_LATER],
         hardware: "On a hardware NIC the chain starts with the completion interrupt (mlx5_eq_comp_int), runs \
 the CQ's tasklet in softirq context (mlx5_cq_tasklet_cb → mlx5_ib_cq_comp) and then ib_uverbs_comp_handler. \
-soft-RoCE has no interrupt: its completer runs in a kworker, so the handler's context and the wakeup latency \
-measured here are soft-RoCE's, not a NIC's.",
+soft-RoCE has no interrupt: on the kernels of this guide its tasks run in a kworker, so the handler's context \
+and the wakeup latency measured here are soft-RoCE's, not a NIC's.",
         contrast: "wakeup_ns",
     },
     Plan {
@@ -181,9 +181,12 @@ fn stage(w: &mut String, i: usize, s: &Stage, written: &mut Vec<String>) {
     if !s.functions.is_empty() {
         wl(w, "");
     }
-    if !s.text.is_empty() && !written.contains(&s.text) {
-        wl(w, &format!("{}\n", s.text));
-        written.push(s.text.clone());
+    // A text that begins with the catalog's words already given adds only the rest.
+    let text =
+        written.iter().find_map(|t| s.text.strip_prefix(t.as_str())).map_or(s.text.as_str(), str::trim_start);
+    if !text.is_empty() && !written.iter().any(|t| t == text) {
+        wl(w, &format!("{text}\n"));
+        written.push(text.to_string());
     }
 }
 

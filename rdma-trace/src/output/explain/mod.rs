@@ -4,6 +4,7 @@
 //! that kernel's stacks show them) and why, in words from `plan/lessons.rs`.
 
 mod contrasts;
+mod cq;
 pub mod guide;
 mod parts;
 mod topics;
@@ -18,7 +19,7 @@ pub fn explain(topic: Topic, input: &Input) -> Result<Explanation, String> {
     let mut x = match topic {
         Topic::Mr => topics::mr(input)?,
         Topic::Mmap => topics::mmap(input)?,
-        Topic::Cq => topics::cq(input)?,
+        Topic::Cq => cq::cq(input)?,
         Topic::Bypass => contrasts::bypass(input)?,
         Topic::Fork => contrasts::fork(input)?,
     };
