@@ -527,3 +527,14 @@ fn a_filter_searches_every_event_the_story_keeps() {
     let (_, anchor) = lesson::chosen(&f.model, &ui).unwrap();
     assert_eq!(f.live.event(anchor).unwrap().comm, "ib_send_bw");
 }
+
+/// Issue 40 item 7: on 6.1 soft-RoCE's completions run as tasklets (softirq): the
+/// completion path says what that can mean and that `e` tells which, not "a worker".
+#[test]
+fn on_6_1_the_completion_path_says_softirq_and_points_to_e() {
+    let m = model("companion-6.1.jsonl");
+    let ui = Ui { screen: Screen::Completions, ..Default::default() };
+    let screen = render(&m, &ui, 80, 24);
+    assert!(screen.contains("softirq (a NIC's interrupt, or soft-RoCE's tasklet: e says which)"), "{screen}");
+    assert!(!screen.contains("worker"), "{screen}");
+}

@@ -342,7 +342,7 @@ fn completions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     };
     let ctx = c.by_context.keys().map(|k| k.as_str()).collect::<Vec<_>>().join("/");
     let mut lines = vec![
-        format!("{ctx} (the NIC's interrupt, or soft-RoCE's worker)"),
+        format!("{ctx} ({})", ran_in_note(c.by_context.keys().map(|k| k.as_str()))),
         format!("  └─ ib_uverbs_comp_handler          {}", p50_p99(&c.handler_ns)),
         format!("       └─ {:<26}+{}", channel_read(c.channel_fd), p50_p99(&c.wakeup_ns)),
         format!("            └─ ibv_get_cq_event      +{}", p50_p99(&c.library_ns)),
@@ -625,4 +625,14 @@ fn help(f: &mut Frame, area: Rect) {
     );
     f.render_widget(Clear, r);
     f.render_widget(Paragraph::new(lines).block(titled("keys (? or esc closes)", r)), r);
+}
+
+/// What the contexts a CQ's completions ran in mean; where exactly, its frames say (`e`).
+fn ran_in_note<'a>(contexts: impl Iterator<Item = &'a str>) -> &'static str {
+    let all: Vec<&str> = contexts.collect();
+    match all.as_slice() {
+        ["kworker"] => "soft-RoCE's tasks run as queued work",
+        ["softirq"] => "a NIC's interrupt, or soft-RoCE's tasklet: e says which",
+        _ => "where each ran, e says from its frames",
+    }
 }
