@@ -276,10 +276,13 @@ fn lab_story_perftest_and_rping_traced_by_command() {
 
         for c in &ps.completions {
             // Attributed through the CQ: where it ran in a kworker, not in the workload.
-            // (On 6.1 it can run in the workload's own write(2), as a tasklet.)
+            // On 6.1 it can run in the workload's own write(2), as a tasklet: in its pid
+            // only inside a system call.
             let e = &events[c.event];
             if e.context == Some(rdma_trace::event::ExecContext::Kworker) {
                 assert_ne!(e.pid, ps.pid, "{e:?}");
+            } else if e.pid == ps.pid {
+                assert!(e.stack.iter().any(|f| f.starts_with("do_syscall_64")), "{e:?}");
             }
         }
         // Every mapping is named by its queue and its object. perftest makes its CQs with

@@ -25,10 +25,12 @@ fn comm(c: &[u8; 16]) -> String {
     String::from_utf8_lossy(&c[..n]).into_owned()
 }
 
+/// Frames that show softirq processing (a prefix each).
+pub const SOFTIRQ_FRAMES: [&str; 4] = ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
+
 /// softirq when the stack shows softirq processing, kworker by thread name, else process.
 pub fn classify<S: AsRef<str>>(comm: &str, stack: &[S]) -> ExecContext {
-    let softirq = ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
-    if stack.iter().any(|f| softirq.iter().any(|s| f.as_ref().starts_with(s))) {
+    if stack.iter().any(|f| SOFTIRQ_FRAMES.iter().any(|s| f.as_ref().starts_with(s))) {
         ExecContext::Softirq
     } else if comm.starts_with("kworker") {
         ExecContext::Kworker
@@ -175,18 +177,16 @@ impl Enricher<'_> {
                 ev.fields.insert((*a).into(), crate::event::Value::U(args[i]));
             }
             if let Some(i) = spec.fd_arg {
-                ev.fd_kind = if spec.name == "close" {
-                    self.fds.known(tgid, args[i])
-                } else {
-                    self.fds.kind(tgid, args[i])
-                };
-                let dups = matches!(spec.name, "dup" | "dup2" | "dup3")
-                    || (spec.name == "fcntl"
-                        && matches!(args[1] as i32, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC));
                 if spec.name == "close" {
-                    self.fds.forget(tgid, args[i]);
-                } else if dups {
-                    self.fds.duping(tgid, tid, args[i]);
+                    ev.fd_kind = self.fds.forget(tgid, args[i]);
+                } else {
+                    ev.fd_kind = self.fds.kind(tgid, args[i]);
+                    let dups = matches!(spec.name, "dup" | "dup2" | "dup3")
+                        || (spec.name == "fcntl"
+                            && matches!(args[1] as i32, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC));
+                    if dups {
+                        self.fds.duping(tgid, tid, args[i]);
+                    }
                 }
             }
         }

@@ -53,13 +53,6 @@ impl FdCache {
         Some(k)
     }
 
-    /// What the cache knows of `fd` from its open, a dup or a bind, without asking /proc:
-    /// for a close, whose number /proc may show reused by the time the event is enriched
-    /// (seen on 6.1: a library's fd closed, then the uverbs device opened at that number).
-    pub fn known(&self, pid: u32, fd: u64) -> Option<FdKind> {
-        self.known.get(&(pid, fd)).cloned()
-    }
-
     /// An open/openat of `path` started on thread `tid`.
     pub fn opening(&mut self, tid: u32, path: &str) {
         self.pending.insert(tid, Some(FdKind::of_target(path)));
@@ -98,11 +91,13 @@ impl FdCache {
         self.known.insert((pid, fd), kind);
     }
 
-    /// An fd was closed: forget what it was (and do not ask /proc: the number may be
-    /// another file by the time this event is enriched).
-    pub fn forget(&mut self, pid: u32, fd: u64) {
-        self.known.remove(&(pid, fd));
+    /// An fd was closed: forget what it was, and say what that was as far as an open, a
+    /// dup, a bind or an earlier syscall on it told. /proc is not asked: by the time the
+    /// event is enriched the number may be another file (seen on 6.1: a library's fd
+    /// closed, then the uverbs device opened at that number).
+    pub fn forget(&mut self, pid: u32, fd: u64) -> Option<FdKind> {
         self.gone.insert((pid, fd));
+        self.known.remove(&(pid, fd))
     }
 
     /// The processes it holds something of.
@@ -141,9 +136,10 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&f) as u64;
         let me = std::process::id();
         let mut c = FdCache::default();
-        assert_eq!(c.known(me, fd), None, "a close asks no /proc");
+        assert_eq!(c.forget(me, fd), None, "a close asks no /proc");
+        let mut c = FdCache::default();
         assert!(c.kind(me, fd).is_some(), "another syscall does");
-        assert!(c.known(me, fd).is_some(), "and what it learnt is known then");
+        assert!(c.forget(me, fd).is_some(), "and a close then says what it learnt");
     }
 
     #[test]

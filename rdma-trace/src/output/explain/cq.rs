@@ -2,7 +2,7 @@
 //! that caused it, where the NIC's side ran (read from the event's own frames, never from
 //! the kernel series), the handler, and the program's wakeup.
 
-use super::parts::{Explanation, Input, Stage, fields, named, named_frames};
+use super::parts::{Explanation, Input, Stage, fields, named, named_frames, syscall_line};
 use crate::event::{Event, EventKind, ProbeId};
 use crate::plan::lessons as L;
 use crate::steps::StepName;
@@ -153,7 +153,6 @@ fn cq_arm(input: &Input, comp: &Event, cq: u64, x: &mut Explanation) -> Stage {
                 && s.t_start_ns <= comp.ts_ns
         })
     });
-    let watched = input.events.iter().any(|e| e.kind == EventKind::SyscallEnter);
     let Some(j) = arming else {
         st.seen.push(format!("(no companion step says when it armed: {})", L::CQ_ARM_WAYS));
         return st;
@@ -165,17 +164,13 @@ fn cq_arm(input: &Input, comp: &Event, cq: u64, x: &mut Explanation) -> Stage {
         .filter(|e| e.kind == EventKind::SyscallEnter)
         .collect();
     x.values.insert("arm_syscalls".into(), calls.len() as u64);
-    for e in &calls {
-        let on = e.fd_kind.as_ref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
-        st.seen.push(format!("{}({}){on}", e.name, crate::output::text::fields_text(e)));
-    }
-    st.seen.push(match (calls.len(), watched) {
-        (0, true) => "no system call: the provider armed the CQ in user space".into(),
-        (0, false) => format!("(syscalls were not watched in this capture; {})", L::CQ_ARM_WAYS),
-        (1, _) => {
-            "the provider armed the CQ through the kernel: one system call inside ibv_req_notify_cq".into()
-        }
-        (n, _) => format!("the provider armed the CQ through the kernel: {n} system calls"),
+    st.seen.extend(calls.iter().map(|e| syscall_line(e)));
+    let watched = || input.events.iter().any(|e| e.kind == EventKind::SyscallEnter);
+    st.seen.push(match calls.len() {
+        0 if watched() => "no system call: the provider armed the CQ in user space".into(),
+        0 => format!("(syscalls were not watched in this capture; {})", L::CQ_ARM_WAYS),
+        1 => "the provider armed the CQ through the kernel: one system call inside ibv_req_notify_cq".into(),
+        n => format!("the provider armed the CQ through the kernel: {n} system calls"),
     });
     st
 }
@@ -204,9 +199,9 @@ pub(super) enum RanIn {
 /// `RanIn` from an event's thread name and its kernel stack (innermost first,
 /// `function+0xoff [module]`).
 pub(super) fn ran_in<S: AsRef<str>>(comm: &str, stack: &[S]) -> RanIn {
-    let fns: Vec<&str> = stack.iter().map(|f| f.as_ref().split(['+', ' ']).next().unwrap_or("")).collect();
+    let fns: Vec<&str> = stack.iter().map(|f| crate::plan::frames::function(f.as_ref())).collect();
     let has = |p: &str| fns.iter().any(|f| f.starts_with(p));
-    let softirq = has("handle_softirqs") || has("__do_softirq") || has("tasklet_action");
+    let softirq = crate::pipeline::enrich::SOFTIRQ_FRAMES.iter().any(|p| has(p));
     let tasklet = has("tasklet_action");
     let interrupt =
         has("common_interrupt") || has("asm_common_interrupt") || has("sysvec_") || has("irq_exit");

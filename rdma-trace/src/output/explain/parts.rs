@@ -155,6 +155,12 @@ pub(super) fn named(function: &str) -> Named {
     }
 }
 
+/// A system call as a stage shows it: `ioctl(arg=… cmd=… fd=4) on the uverbs fd`.
+pub(super) fn syscall_line(e: &Event) -> String {
+    let on = e.fd_kind.as_ref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
+    format!("{}({}){on}", e.name, crate::output::text::fields_text(e))
+}
+
 /// `name=value` of the fields, rendered.
 pub(super) fn fields(e: &Event, keys: &[&str]) -> String {
     keys.iter()

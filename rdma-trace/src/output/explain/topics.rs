@@ -1,7 +1,7 @@
 //! The three paths, each walked through one real occurrence: MR registration, a mmap on
 //! the uverbs fd, a completion event.
 
-use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames};
+use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames, syscall_line};
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::pipeline::correlate::mmaps::Object;
 use crate::plan::lessons as L;
@@ -29,10 +29,7 @@ fn syscall_stage(input: &Input, i: usize, tid: u32, what: &str) -> Stage {
     let sys = input.prev_on(i, tid, |e| e.kind == EventKind::SyscallEnter);
     let mut s = Stage { title: format!("The system call — {what}"), ..Default::default() };
     match sys {
-        Some((_, e)) => {
-            let on = e.fd_kind.as_ref().map(|k| format!(" on the {k} fd")).unwrap_or_default();
-            s.seen.push(format!("{}({}){on}", e.name, crate::output::text::fields_text(e)));
-        }
+        Some((_, e)) => s.seen.push(syscall_line(e)),
         None => s.seen.push("(syscalls were not watched in this capture: trace with --pid or -- CMD)".into()),
     }
     s
