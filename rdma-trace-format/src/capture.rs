@@ -410,7 +410,7 @@ impl Record {
 /// For reading: `errors` back into the ERR_PTR values the pipeline works on.
 pub fn join_errors(ev: &mut Event) {
     for (name, e) in std::mem::take(&mut ev.errors) {
-        ev.fields.insert(name.into(), crate::event::Value::U((-e.errno) as u64));
+        ev.fields.insert_named(&name, crate::event::Value::U((-e.errno) as u64));
     }
 }
 

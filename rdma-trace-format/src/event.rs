@@ -2,7 +2,7 @@
 //! files hold (JSON Lines, version 0; see docs/event-format.md).
 
 pub use crate::fd::FdKind;
-pub use crate::fields::{Fields, Key, Value};
+pub use crate::fields::{FieldId, Fields, Key, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -365,8 +365,8 @@ impl Event {
         self.cgroup.as_deref().and_then(container_of)
     }
 
-    pub fn field(&self, name: &str) -> Option<u64> {
-        self.fields.get(name).map(|v| v.as_u64())
+    pub fn field(&self, id: FieldId) -> Option<u64> {
+        self.fields.get(id).map(|v| v.as_u64())
     }
 
     /// The catalog probe this event came from (None for syscalls).

@@ -1,6 +1,8 @@
-//! An event's named values: a handful per event, so a vector kept sorted by name rather
-//! than a tree (one allocation, no nodes to free). It reads, writes and compares as the
-//! JSON object `{name: value, …}` with its names in order, as a `BTreeMap` would.
+//! An event's named values. Every name rdma-trace writes is a `FieldId`, so code that reads
+//! one is checked by the compiler; a name from a newer writer is kept as its string and
+//! written back as it came. A handful per event, so vectors kept in name order rather than
+//! a tree. It reads, writes and compares as the JSON object `{name: value, …}` with its
+//! names in order, as a `BTreeMap` would.
 
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -27,8 +29,155 @@ impl Value {
     }
 }
 
+/// Generates `FieldId`: one variant per field name, listed in the names' order, so the
+/// derived order of the variants is the order the names are written in (tested).
+macro_rules! field_ids {
+    ($($v:ident = $s:literal,)*) => {
+        /// A field the catalog, the syscall table or the engine names. Its string form is
+        /// what files and screens show.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum FieldId { $($v,)* }
+
+        impl FieldId {
+            pub const ALL: &[FieldId] = &[$(FieldId::$v,)*];
+            pub const fn as_str(self) -> &'static str {
+                match self { $(FieldId::$v => $s,)* }
+            }
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($s => Some(FieldId::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+field_ids! {
+    Access = "access",
+    Addr = "addr",
+    Advice = "advice",
+    Arg = "arg",
+    AttrMask = "attr_mask",
+    Bcnt = "bcnt",
+    Buf = "buf",
+    Channel = "channel",
+    Cmd = "cmd",
+    CompVector = "comp_vector",
+    Context = "context",
+    Count = "count",
+    Cq = "cq",
+    CqCqe = "cq_cqe",
+    CqUserHandle = "cq_user_handle",
+    Cqe = "cqe",
+    DestQpNum = "dest_qp_num",
+    DgidIid = "dgid_iid",
+    DgidPrefix = "dgid_prefix",
+    Dirfd = "dirfd",
+    Epfd = "epfd",
+    Events = "events",
+    Exceptfds = "exceptfds",
+    Fault = "fault",
+    Fd = "fd",
+    Fds = "fds",
+    Flags = "flags",
+    IndexMask = "index_mask",
+    Info = "info",
+    InfoSize = "info_size",
+    Iova = "iova",
+    Key = "key",
+    Len = "len",
+    Length = "length",
+    Lkey = "lkey",
+    Log2ElemSize = "log2_elem_size",
+    Maxevents = "maxevents",
+    MemlockLimit = "memlock_limit",
+    MemlockMax = "memlock_max",
+    Mode = "mode",
+    Mr = "mr",
+    MrId = "mr_id",
+    Newfd = "newfd",
+    Nfds = "nfds",
+    Off = "off",
+    Offset = "offset",
+    Pages = "pages",
+    Pathname = "pathname",
+    Pfn = "pfn",
+    PinnedVmPages = "pinned_vm_pages",
+    Prot = "prot",
+    Qp = "qp",
+    QpNum = "qp_num",
+    QpState = "qp_state",
+    Readfds = "readfds",
+    RecvCq = "recv_cq",
+    Ret = "ret",
+    Rkey = "rkey",
+    SendCq = "send_cq",
+    Sig = "sig",
+    Sigmask = "sigmask",
+    Sigsetsize = "sigsetsize",
+    Size = "size",
+    Start = "start",
+    Timeout = "timeout",
+    TimeoutMs = "timeout_ms",
+    Tsp = "tsp",
+    Udata = "udata",
+    UdataInlen = "udata_inlen",
+    UdataOutlen = "udata_outlen",
+    Umem = "umem",
+    UmemAddress = "umem_address",
+    UmemDmabuf = "umem_dmabuf",
+    UmemIova = "umem_iova",
+    UmemLength = "umem_length",
+    UmemOdp = "umem_odp",
+    UserVirt = "user_virt",
+    VmEnd = "vm_end",
+    VmFlags = "vm_flags",
+    VmPageProt = "vm_page_prot",
+    VmPgoff = "vm_pgoff",
+    VmStart = "vm_start",
+    Writefds = "writefds",
+}
+
+impl FieldId {
+    /// `name`'s id, for tables built at compile time: an unknown name stops the build.
+    pub const fn named(name: &str) -> FieldId {
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            if const_eq(Self::ALL[i].as_str(), name) {
+                return Self::ALL[i];
+            }
+            i += 1;
+        }
+        panic!("a field name FieldId does not list")
+    }
+}
+
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl std::fmt::Display for FieldId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Fields(Vec<(Key, Value)>);
+pub struct Fields {
+    /// By id, which is by name.
+    known: Vec<(FieldId, Value)>,
+    /// Names this build does not know (a newer writer's), by name.
+    other: Vec<(Box<str>, Value)>,
+}
 
 impl Fields {
     pub fn new() -> Self {
@@ -37,87 +186,150 @@ impl Fields {
 
     /// Room for `n` values before it grows.
     pub fn with_capacity(n: usize) -> Self {
-        Fields(Vec::with_capacity(n))
+        Fields { known: Vec::with_capacity(n), other: Vec::new() }
     }
 
-    fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name))
+    fn find(&self, id: FieldId) -> Result<usize, usize> {
+        self.known.binary_search_by(|(k, _)| k.cmp(&id))
     }
 
-    pub fn get(&self, name: &str) -> Option<&Value> {
-        self.find(name).ok().map(|i| &self.0[i].1)
+    pub fn get(&self, id: FieldId) -> Option<Value> {
+        self.find(id).ok().map(|i| self.known[i].1)
     }
 
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.find(name).is_ok()
+    pub fn contains(&self, id: FieldId) -> bool {
+        self.find(id).is_ok()
     }
 
-    /// Sets `name`; returns the value it replaced.
-    pub fn insert(&mut self, name: Key, v: Value) -> Option<Value> {
-        match self.find(&name) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, v)),
+    /// Sets `id`; returns the value it replaced.
+    pub fn insert(&mut self, id: FieldId, v: Value) -> Option<Value> {
+        match self.find(id) {
+            Ok(i) => Some(std::mem::replace(&mut self.known[i].1, v)),
             Err(i) => {
-                self.0.insert(i, (name, v));
+                self.known.insert(i, (id, v));
                 None
             }
         }
     }
 
-    pub fn remove(&mut self, name: &str) -> Option<Value> {
-        self.find(name).ok().map(|i| self.0.remove(i).1)
+    pub fn remove(&mut self, id: FieldId) -> Option<Value> {
+        self.find(id).ok().map(|i| self.known.remove(i).1)
+    }
+
+    /// A value by its written name, known to this build or not (a file's, a person's).
+    pub fn get_named(&self, name: &str) -> Option<Value> {
+        match FieldId::parse(name) {
+            Some(id) => self.get(id),
+            None => self.other.iter().find(|(k, _)| &**k == name).map(|(_, v)| *v),
+        }
+    }
+
+    /// Sets a value by its written name (the format's reader).
+    pub fn insert_named(&mut self, name: &str, v: Value) -> Option<Value> {
+        if let Some(id) = FieldId::parse(name) {
+            return self.insert(id, v);
+        }
+        match self.other.binary_search_by(|(k, _)| (**k).cmp(name)) {
+            Ok(i) => Some(std::mem::replace(&mut self.other[i].1, v)),
+            Err(i) => {
+                self.other.insert(i, (name.into(), v));
+                None
+            }
+        }
+    }
+
+    pub fn remove_named(&mut self, name: &str) -> Option<Value> {
+        match FieldId::parse(name) {
+            Some(id) => self.remove(id),
+            None => {
+                let i = self.other.iter().position(|(k, _)| &**k == name)?;
+                Some(self.other.remove(i).1)
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.known.len() + self.other.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.known.is_empty() && self.other.is_empty()
     }
 
-    /// By name, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.0.iter().map(|(k, v)| (k, v))
+    /// The known values, by id.
+    pub fn known(&self) -> impl Iterator<Item = (FieldId, Value)> + '_ {
+        self.known.iter().copied()
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Value)> {
-        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    /// Every value by its written name, in name order: the known and the newer writer's
+    /// merged, as the object is written.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { known: &self.known, other: &self.other }
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &Key> {
-        self.0.iter().map(|(k, _)| k)
+    /// Every value with its written name, to change in place (redaction).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Value)> {
+        let known = self.known.iter_mut().map(|(k, v)| (k.as_str(), v));
+        known.chain(self.other.iter_mut().map(|(k, v)| (&**k, v)))
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &Value> {
-        self.0.iter().map(|(_, v)| v)
+    pub fn values(&self) -> impl Iterator<Item = Value> + '_ {
+        self.iter().map(|(_, v)| v)
     }
 
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> {
-        self.0.iter_mut().map(|(_, v)| v)
+        self.known.iter_mut().map(|(_, v)| v).chain(self.other.iter_mut().map(|(_, v)| v))
+    }
+}
+
+/// `Fields::iter`: the two name-ordered lists merged.
+pub struct Iter<'a> {
+    known: &'a [(FieldId, Value)],
+    other: &'a [(Box<str>, Value)],
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a str, Value);
+    fn next(&mut self) -> Option<Self::Item> {
+        let take_known = match (self.known.first(), self.other.first()) {
+            (Some((k, _)), Some((o, _))) => k.as_str() < &**o,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        if take_known {
+            let ((k, v), rest) = self.known.split_first()?;
+            self.known = rest;
+            Some((k.as_str(), *v))
+        } else {
+            let ((k, v), rest) = self.other.split_first()?;
+            self.other = rest;
+            Some((&**k, *v))
+        }
     }
 }
 
 impl<'a> IntoIterator for &'a Fields {
-    type Item = (&'a Key, &'a Value);
-    type IntoIter =
-        std::iter::Map<std::slice::Iter<'a, (Key, Value)>, fn(&'a (Key, Value)) -> (&'a Key, &'a Value)>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
+    type Item = (&'a str, Value);
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
     }
 }
 
-impl std::ops::Index<&str> for Fields {
+impl std::ops::Index<FieldId> for Fields {
     type Output = Value;
-    fn index(&self, name: &str) -> &Value {
-        self.get(name).unwrap_or_else(|| panic!("no field {name}"))
+    fn index(&self, id: FieldId) -> &Value {
+        let i = self.find(id).unwrap_or_else(|_| panic!("no field {id}"));
+        &self.known[i].1
     }
 }
 
-impl<K: Into<Key>> FromIterator<(K, Value)> for Fields {
-    fn from_iter<I: IntoIterator<Item = (K, Value)>>(it: I) -> Self {
+impl FromIterator<(FieldId, Value)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (FieldId, Value)>>(it: I) -> Self {
         let mut f = Fields::new();
         for (k, v) in it {
-            f.insert(k.into(), v);
+            f.insert(k, v);
         }
         f
     }
@@ -131,9 +343,9 @@ impl std::fmt::Debug for Fields {
 
 impl Serialize for Fields {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            m.serialize_entry(k.as_ref(), v)?;
+        let mut m = s.serialize_map(Some(self.len()))?;
+        for (k, v) in self {
+            m.serialize_entry(k, &v)?;
         }
         m.end()
     }
@@ -148,10 +360,14 @@ impl<'de> Deserialize<'de> for Fields {
                 f.write_str("an object of named values")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Fields, A::Error> {
-                let mut out = Fields(Vec::with_capacity(m.size_hint().unwrap_or(0).min(16)));
+                let mut out = Fields::with_capacity(m.size_hint().unwrap_or(0).min(16));
                 // As a map reads it: a name given twice keeps its last value.
                 while let Some(k) = m.next_key_seed(Name)? {
-                    out.insert(k, m.next_value::<Value>()?);
+                    let v = m.next_value::<Value>()?;
+                    match k {
+                        Ok(id) => out.insert(id, v),
+                        Err(other) => out.insert_named(&other, v),
+                    };
                 }
                 Ok(out)
             }
@@ -160,48 +376,24 @@ impl<'de> Deserialize<'de> for Fields {
     }
 }
 
-/// Field names read from a stream: the same few names on every event, so each is made
-/// once and shared (`intern`).
+/// A field name read from a stream: its id, without a copy, or (a newer writer's) the name.
 struct Name;
 
 impl<'de> serde::de::DeserializeSeed<'de> for Name {
-    type Value = Key;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+    type Value = Result<FieldId, Box<str>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = Key;
+            type Value = Result<FieldId, Box<str>>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a field name")
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(intern(s))
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(FieldId::parse(s).ok_or_else(|| s.into()))
             }
         }
         d.deserialize_str(V)
     }
-}
-
-/// Names kept for sharing, at most: a stream with more distinct names than this (none
-/// that rdma-trace writes) has the rest made per event.
-const NAMES_KEPT: usize = 4096;
-
-/// `s` as a shared name: the first time it is seen it is kept for the life of the process
-/// (at most `NAMES_KEPT` names), later reads borrow it.
-fn intern(s: &str) -> Key {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
-    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let names = names.get_or_insert_with(HashSet::new);
-    if let Some(k) = names.get(s) {
-        return Key::Borrowed(k);
-    }
-    if names.len() >= NAMES_KEPT {
-        return Key::Owned(s.to_string());
-    }
-    let kept: &'static str = Box::leak(s.to_string().into_boxed_str());
-    names.insert(kept);
-    Key::Borrowed(kept)
 }
 
 #[cfg(test)]
@@ -212,15 +404,43 @@ mod tests {
     fn reads_and_writes_as_an_ordered_object() {
         let f: Fields = serde_json::from_str(r#"{"size":4096,"addr":1,"ret":-12,"addr":2}"#).unwrap();
         assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"addr":2,"ret":-12,"size":4096}"#);
-        assert_eq!(f.get("ret"), Some(&Value::I(-12)));
-        assert_eq!(f["size"], Value::U(4096));
-        assert!(!f.contains_key("pages"));
+        assert_eq!(f.get(FieldId::Ret), Some(Value::I(-12)));
+        assert_eq!(f[FieldId::Size], Value::U(4096));
+        assert!(!f.contains(FieldId::Pages));
         let mut g = f.clone();
-        assert_eq!(g.remove("addr"), Some(Value::U(2)));
-        assert_eq!(g.insert("pages".into(), Value::U(1)), None);
-        assert_eq!(g.keys().map(|k| k.as_ref()).collect::<Vec<_>>(), ["pages", "ret", "size"]);
+        assert_eq!(g.remove(FieldId::Addr), Some(Value::U(2)));
+        assert_eq!(g.insert(FieldId::Pages, Value::U(1)), None);
+        assert_eq!(g.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["pages", "ret", "size"]);
         let tree: std::collections::BTreeMap<String, Value> =
             serde_json::from_str(r#"{"size":4096,"addr":1,"ret":-12,"addr":2}"#).unwrap();
         assert_eq!(serde_json::to_string(&tree).unwrap(), serde_json::to_string(&f).unwrap());
+    }
+
+    /// A newer writer's names are kept, shown by name and written back in their place.
+    #[test]
+    fn a_name_this_build_does_not_know_is_kept_in_order() {
+        let text = r#"{"addr":1,"b_future":7,"cq":2,"zz_future":-3}"#;
+        let f: Fields = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::to_string(&f).unwrap(), text);
+        assert_eq!(f.get_named("b_future"), Some(Value::U(7)));
+        assert_eq!(f.get_named("cq"), Some(Value::U(2)));
+        assert_eq!(f.len(), 4);
+        let mut g = f.clone();
+        assert_eq!(g.remove_named("zz_future"), Some(Value::I(-3)));
+        assert_eq!(serde_json::to_string(&g).unwrap(), r#"{"addr":1,"b_future":7,"cq":2}"#);
+    }
+
+    /// The derived order of the ids is the order of their names, which the writer relies
+    /// on; and each name reads back as its id.
+    #[test]
+    fn ids_are_listed_in_name_order_and_parse_back() {
+        for w in FieldId::ALL.windows(2) {
+            assert!(w[0].as_str() < w[1].as_str(), "{} before {}", w[0], w[1]);
+            assert!(w[0] < w[1]);
+        }
+        for id in FieldId::ALL {
+            assert_eq!(FieldId::parse(id.as_str()), Some(*id));
+            assert_eq!(FieldId::named(id.as_str()), *id);
+        }
     }
 }

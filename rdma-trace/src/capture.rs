@@ -5,7 +5,7 @@ pub use rdma_trace_format::capture::*;
 use rdma_trace_format::event::Event;
 
 /// The pointer fields (render `PtrOrErr`) of an event's probe.
-fn pointer_fields(ev: &Event) -> impl Iterator<Item = &'static str> {
+fn pointer_fields(ev: &Event) -> impl Iterator<Item = crate::event::FieldId> {
     use crate::event::EventKind;
     use crate::plan::catalog::{self, Render};
     let spec = ev.probe().map(catalog::by_id);
@@ -14,7 +14,7 @@ fn pointer_fields(ev: &Event) -> impl Iterator<Item = &'static str> {
         (Some(s), _) => s.entry,
         (None, _) => &[],
     };
-    fields.iter().filter(|f| f.render == Render::PtrOrErr).map(|f| f.name)
+    fields.iter().filter(|f| f.render == Render::PtrOrErr).map(|f| f.id)
 }
 
 /// Whether writing `ev` moves anything to `errors` (`split_errors`).
@@ -24,13 +24,13 @@ pub fn has_errors(ev: &Event) -> bool {
 
 /// For writing: ERR_PTR values of pointer fields move to `errors`, by name.
 pub fn split_errors(ev: &mut Event) {
-    let names: Vec<&'static str> = pointer_fields(ev).collect();
+    let names: Vec<crate::event::FieldId> = pointer_fields(ev).collect();
     for name in names {
         let Some(e) = ev.field(name).and_then(rdma_trace_format::event::err_ptr) else { continue };
         ev.fields.remove(name);
         let errno = -e;
         ev.errors.insert(
-            name.to_string(),
+            name.as_str().to_string(),
             KernelError { err: rdma_trace_format::event::errno_name(errno).to_string(), errno },
         );
     }

@@ -60,7 +60,7 @@ fn umem_pin_reads_the_memlock_limit_and_pinned_vm_from_the_task() {
     for (k, signal, rlim, mm, pinned_vm) in [(K612, 3072, 680, 2304, 272), (K73, 3520, 704, 2744, 624)] {
         let p = plan_for(k);
         let f = probe(&p, "umem_get").entry.fetches;
-        let names: Vec<_> = CATALOG[0].entry.iter().map(|f| f.name).collect();
+        let names: Vec<_> = CATALOG[0].entry.iter().map(|f| f.name()).collect();
         assert_eq!(&names[3..], ["memlock_limit", "memlock_max", "pinned_vm_pages"], "{k}");
         for (i, want) in
             [(3, [signal, rlim + 8 * 16]), (4, [signal, rlim + 8 * 16 + 8]), (5, [mm, pinned_vm])]

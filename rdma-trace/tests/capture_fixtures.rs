@@ -2,6 +2,7 @@
 //! pairing, rendering, the replay command, and corrupt input.
 
 use rdma_trace::event::EventKind;
+use rdma_trace::event::FieldId;
 
 use std::process::Command;
 
@@ -33,7 +34,7 @@ fn text_lines_name_the_rdma_values() {
     let evs = common::lab_events("session-7.3.jsonl");
     let ret = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Return).unwrap();
     let line = rdma_trace::output::text::line(ret);
-    let lkey = ret.field("lkey").unwrap();
+    let lkey = ret.field(FieldId::Lkey).unwrap();
     assert!(line.contains(&format!("lkey={lkey:#x}")), "{line}");
     assert!(line.contains("took="), "{line}");
     let entry = evs.iter().find(|e| e.name == "rxe_reg_mr" && e.kind == EventKind::Entry).unwrap();

@@ -4,6 +4,7 @@
 //! pipe, v0 files).
 
 use rdma_trace::capture::{Header, Loss, Record, SiteCount, Stats, Trailer};
+use rdma_trace::event::FieldId;
 use rdma_trace::event::{Event, EventKind};
 use rdma_trace::output::jsonl::Jsonl;
 use rdma_trace::sink::Sink;
@@ -91,7 +92,10 @@ fn a_stream_reads_back_record_for_record() {
     }
     let refused =
         back.iter().filter(|e| e.is(rdma_trace::event::ProbeId::UmemGet) && e.kind == EventKind::Return);
-    assert!(refused.filter_map(|e| e.field("umem")).any(|u| u == (-12i64) as u64), "the ERR_PTR is back");
+    assert!(
+        refused.filter_map(|e| e.field(FieldId::Umem)).any(|u| u == (-12i64) as u64),
+        "the ERR_PTR is back"
+    );
 }
 
 #[test]

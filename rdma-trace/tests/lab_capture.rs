@@ -161,7 +161,7 @@ fn lab_capture_has_header_stats_and_trailer() {
     }
     // A kernel pointer return that is an ERR_PTR is an error, never a pointer-sized number.
     for e in evs.iter().filter(|e| e.kind == rdma_trace::event::EventKind::Return) {
-        for k in ["umem", "mr"] {
+        for k in [rdma_trace::event::FieldId::Umem, rdma_trace::event::FieldId::Mr] {
             if let Some(n) = e.field(k) {
                 assert!(n < u64::MAX - 4095, "{k} = {n} in {e:?}");
             }

@@ -6,6 +6,7 @@
 //! with one line; SIGTERM ends every subscriber's stream with the trailer. MRs a late
 //! subscriber knows only from the kernel's tables end when their restrack id is deregistered.
 
+use rdma_trace::event::FieldId;
 mod common;
 
 use common::daemon::*;
@@ -136,7 +137,7 @@ fn lab_daemon_serves_a_late_subscriber_the_state_then_the_same_records() {
             .flat_map(|e| e.fields.iter())
             .filter(|(k, _)| !k.starts_with("memlock"))
             .filter_map(|(_, v)| match v {
-                Value::U(n) if *n >= rdma_trace::pipeline::redact::KERNEL_HALF => Some(*n),
+                Value::U(n) if n >= rdma_trace::pipeline::redact::KERNEL_HALF => Some(n),
                 _ => None,
             })
             .filter(|n| rdma_trace::pipeline::render::err_ptr(*n).is_none())
@@ -231,7 +232,7 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
         .iter()
         .filter_map(|r| match r {
             Record::Event(e) if e.pid == cpid && e.is(rdma_trace::event::ProbeId::MrDereg) => {
-                e.field("mr_id")
+                e.field(FieldId::MrId)
             }
             _ => None,
         })

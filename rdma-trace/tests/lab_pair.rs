@@ -27,6 +27,7 @@
 //!
 //! And the fleet view: both guests' daemons scraped by one Prometheus (`pair_fleet_…`).
 
+use rdma_trace::event::FieldId;
 mod common;
 
 use common::sshd;
@@ -146,7 +147,7 @@ fn qps_made(c: &Capture) -> Vec<u64> {
     c.events
         .iter()
         .filter(|e| e.is(ProbeId::IbvCreateQp) && e.kind == EventKind::Return)
-        .filter_map(|e| e.field("qp_num"))
+        .filter_map(|e| e.field(FieldId::QpNum))
         .collect()
 }
 
@@ -186,7 +187,7 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
         .events
         .iter()
         .filter(|e| e.is(ProbeId::UmemGet) && e.kind == EventKind::Entry && e.comm == "ib_send_bw")
-        .filter_map(|e| e.field("size"))
+        .filter_map(|e| e.field(FieldId::Size))
         .collect();
     assert!(pinned.iter().any(|&s| s >= 65_536), "host {me}: no 64 KiB pin by ib_send_bw: {pinned:?}");
     let completions = mine.events.iter().filter(|e| e.is(ProbeId::CompHandler)).count();
@@ -197,18 +198,20 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
     let rtr: Vec<&Event> = mine
         .events
         .iter()
-        .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Entry && e.field("qp_state") == Some(2))
+        .filter(|e| {
+            e.is(ProbeId::ModifyQp) && e.kind == EventKind::Entry && e.field(FieldId::QpState) == Some(2)
+        })
         .collect();
     assert_eq!(rtr.len(), 1, "host {me}: one move to RTR: {rtr:?}");
-    assert_eq!(rtr[0].field("qp_num"), Some(local), "host {me}: the QP moved to RTR is its own");
+    assert_eq!(rtr[0].field(FieldId::QpNum), Some(local), "host {me}: the QP moved to RTR is its own");
     assert_eq!(
-        rtr[0].field("dest_qp_num"),
+        rtr[0].field(FieldId::DestQpNum),
         Some(remote),
         "host {me}: RTR names the remote QPN perftest printed"
     );
     let peer_ip = std::net::Ipv4Addr::new(10, 0, 0, peer);
     assert_eq!(
-        rtr[0].field("dgid_iid").and_then(ipv4_of_gid_iid),
+        rtr[0].field(FieldId::DgidIid).and_then(ipv4_of_gid_iid),
         Some(peer_ip),
         "host {me}: the destination GID is the peer's address: {:?}",
         rtr[0]
@@ -219,14 +222,14 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
         .events
         .iter()
         .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Entry)
-        .filter_map(|e| e.field("qp_state"))
+        .filter_map(|e| e.field(FieldId::QpState))
         .collect();
     assert!(states.starts_with(&[1, 2]), "host {me}: INIT then RTR: {states:?}");
     let returns: Vec<u64> = mine
         .events
         .iter()
         .filter(|e| e.is(ProbeId::ModifyQp) && e.kind == EventKind::Return)
-        .filter_map(|e| e.field("ret"))
+        .filter_map(|e| e.field(FieldId::Ret))
         .collect();
     assert_eq!(returns, vec![0; states.len()], "host {me}: every move returned, and returned 0");
 

@@ -5,6 +5,7 @@
 //! while the MRs live (`rdma res show mr`, /proc/<pid>/maps, /proc/<pid>/status). The tests
 //! below each check one claim against that session.
 
+use rdma_trace::event::FieldId;
 mod common;
 
 use common::*;
@@ -227,21 +228,22 @@ fn lab_probes_write_bw_rkey_and_vaddr_match_reg_mr_and_umem() {
             .iter()
             .find(|(e, _)| {
                 e.pid == *pid
-                    && (e.field("start").unwrap()..e.field("start").unwrap() + e.field("length").unwrap())
+                    && (e.field(FieldId::Start).unwrap()
+                        ..e.field(FieldId::Start).unwrap() + e.field(FieldId::Length).unwrap())
                         .contains(vaddr)
             })
             .unwrap_or_else(|| panic!("no reg_mr of pid {pid} covers VAddr {vaddr:#x}"));
-        assert_eq!(ret.field("rkey"), Some(*rkey), "pid {pid}: rkey printed by ib_write_bw");
-        let (start, len) = (entry.field("start").unwrap(), entry.field("length").unwrap());
+        assert_eq!(ret.field(FieldId::Rkey), Some(*rkey), "pid {pid}: rkey printed by ib_write_bw");
+        let (start, len) = (entry.field(FieldId::Start).unwrap(), entry.field(FieldId::Length).unwrap());
         let (ue, ur) = umems
             .iter()
-            .find(|(e, _)| e.pid == *pid && e.field("addr") == Some(start))
+            .find(|(e, _)| e.pid == *pid && e.field(FieldId::Addr) == Some(start))
             .unwrap_or_else(|| panic!("no umem pin of pid {pid} at {start:#x}"));
-        assert_eq!(ue.field("size"), Some(len), "umem size = MR length");
+        assert_eq!(ue.field(FieldId::Size), Some(len), "umem size = MR length");
         assert!(ue.ts_ns > entry.ts_ns && ur.ts_ns < ret.ts_ns, "the pin happens inside reg_mr");
-        assert_eq!((ur.field("umem_address"), ur.field("umem_length")), (Some(start), Some(len)));
+        assert_eq!((ur.field(FieldId::UmemAddress), ur.field(FieldId::UmemLength)), (Some(start), Some(len)));
         assert!(ur.latency_ns.is_some_and(|l| l > 0), "pin latency measured");
-        assert_eq!(ur.field("pages"), Some(rdma_trace::steps::pages_spanned(start, len)));
+        assert_eq!(ur.field(FieldId::Pages), Some(rdma_trace::steps::pages_spanned(start, len)));
     }
 }
 
@@ -271,9 +273,9 @@ fn lab_probes_reg_mr_matches_rdma_res_show_mr() {
         );
         let found = regs.iter().any(|(e, r)| {
             u64::from(e.pid) == pid
-                && r.field("lkey") == lkey
-                && r.field("rkey") == rkey
-                && e.field("length") == len
+                && r.field(FieldId::Lkey) == lkey
+                && r.field(FieldId::Rkey) == rkey
+                && e.field(FieldId::Length) == len
         });
         assert!(found, "rdma res mr {mr} has no matching reg_mr event");
         checked += 1;
@@ -299,7 +301,7 @@ fn lab_probes_uverbs_mappings_match_proc_maps() {
         assert!(!maps.is_empty(), "pid {pid} has no uverbs mappings:\n{}", smp.maps);
         let vmas: HashSet<(u64, u64)> = entries(s, "uverbs_mmap")
             .filter(|e| e.pid == *pid && e.ts_ns < smp.after_ns)
-            .map(|e| (e.field("vm_start").unwrap(), e.field("vm_end").unwrap()))
+            .map(|e| (e.field(FieldId::VmStart).unwrap(), e.field(FieldId::VmEnd).unwrap()))
             .collect();
         for m in &maps {
             assert!(
@@ -321,12 +323,12 @@ fn lab_probes_pinned_pages_match_vmpin() {
         // The pages of the umems live at `t` (pinned, not yet released).
         let live_at = |t: u64| -> u64 {
             pins.iter()
-                .filter(|(e, r)| e.pid == *pid && r.ts_ns < t && r.field("umem").is_some())
+                .filter(|(e, r)| e.pid == *pid && r.ts_ns < t && r.field(FieldId::Umem).is_some())
                 .filter(|(_, r)| {
-                    let umem = r.field("umem");
-                    !entries(s, "umem_release").any(|x| x.field("umem") == umem && x.ts_ns < t)
+                    let umem = r.field(FieldId::Umem);
+                    !entries(s, "umem_release").any(|x| x.field(FieldId::Umem) == umem && x.ts_ns < t)
                 })
-                .map(|(_, r)| r.field("pages").unwrap())
+                .map(|(_, r)| r.field(FieldId::Pages).unwrap())
                 .sum()
         };
         // /proc was read between the two: a pin or release inside that window may or may
@@ -350,7 +352,7 @@ fn lab_probes_completions_join_the_workloads_cqs() {
     let comps: Vec<&Event> = entries(s, "comp_handler").collect();
     assert!(!comps.is_empty());
     for c in &comps {
-        let h = c.field("cq_user_handle").expect("cq_user_handle read");
+        let h = c.field(FieldId::CqUserHandle).expect("cq_user_handle read");
         assert!(
             created.contains(&h),
             "completion on CQ handle {h:#x}, not one the workloads created: {created:x?}"
@@ -389,10 +391,14 @@ fn lab_probes_udata_read_at_its_btf_position() {
     assert!(!regs.is_empty());
     for e in regs {
         assert!(e.unreadable.is_empty() && e.not_followed.is_empty(), "{e:?}");
-        let udata = e.field("udata").unwrap();
+        let udata = e.field(FieldId::Udata).unwrap();
         // Kernel half of the address space (5-level paging puts it at 0xff00…).
         assert!(udata >= 0xff00_0000_0000_0000, "udata {udata:#x} is not a kernel pointer");
-        assert_eq!((e.field("udata_inlen"), e.field("udata_outlen")), (Some(0), Some(0)), "{e:?}");
+        assert_eq!(
+            (e.field(FieldId::UdataInlen), e.field(FieldId::UdataOutlen)),
+            (Some(0), Some(0)),
+            "{e:?}"
+        );
     }
 }
 
@@ -426,17 +432,21 @@ fn lab_probes_user_verbs_calls_enclose_their_kernel_work() {
             .filter(|(ue, ur)| ue.tid == ke.tid && ue.ts_ns < ke.ts_ns && ur.ts_ns > kr.ts_ns)
             .min_by_key(|(ue, _)| ke.ts_ns - ue.ts_ns)
             .unwrap_or_else(|| panic!("kernel reg_mr {ke:?} has no enclosing ibv_reg_mr call"));
-        assert_eq!(ue.field("addr"), ke.field("start"), "{ue:?}");
-        assert_eq!(ue.field("length"), ke.field("length"));
-        assert_eq!((ur.field("lkey"), ur.field("rkey")), (kr.field("lkey"), kr.field("rkey")));
+        assert_eq!(ue.field(FieldId::Addr), ke.field(FieldId::Start), "{ue:?}");
+        assert_eq!(ue.field(FieldId::Length), ke.field(FieldId::Length));
+        assert_eq!(
+            (ur.field(FieldId::Lkey), ur.field(FieldId::Rkey)),
+            (kr.field(FieldId::Lkey), kr.field(FieldId::Rkey))
+        );
         assert_eq!(ue.path, rdma_trace::event::Path::Verbs);
     }
     // ibv_create_cq returns: the same CQ handles bpftrace's uretprobe saw.
-    let ours: HashSet<u64> = calls(s, "ibv_create_cq").iter().filter_map(|(_, r)| r.field("cq")).collect();
+    let ours: HashSet<u64> =
+        calls(s, "ibv_create_cq").iter().filter_map(|(_, r)| r.field(FieldId::Cq)).collect();
     let theirs = Bpftrace::created_cqs(&s.bpftrace_out);
     assert_eq!(ours, theirs, "ibv_create_cq results: rdma-trace vs bpftrace");
     for c in entries(s, "comp_handler") {
-        assert!(ours.contains(&c.field("cq_user_handle").unwrap()), "{c:?}");
+        assert!(ours.contains(&c.field(FieldId::CqUserHandle).unwrap()), "{c:?}");
     }
 }
 

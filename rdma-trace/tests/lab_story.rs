@@ -5,6 +5,7 @@
 //!   client): every MR, mmap and completion event is attributed to its process —
 //!   completions through their CQ —, none is left unjoined, and counts equal bpftrace's.
 
+use rdma_trace::event::FieldId;
 mod common;
 
 use common::*;
@@ -190,8 +191,11 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     assert_eq!(pins.len(), mrs.len(), "one pin per reg_mr");
     for (i, pin) in pins.iter().enumerate() {
         let before: u64 = mrs[..i].iter().sum();
-        assert_eq!(pin.field("pinned_vm_pages"), Some(before), "pin {i}: {pin:?}");
-        assert!(pin.field("memlock_limit").is_some() && pin.field("memlock_max").is_some(), "{pin:?}");
+        assert_eq!(pin.field(FieldId::PinnedVmPages), Some(before), "pin {i}: {pin:?}");
+        assert!(
+            pin.field(FieldId::MemlockLimit).is_some() && pin.field(FieldId::MemlockMax).is_some(),
+            "{pin:?}"
+        );
     }
     mappings_are_the_queues_it_made(&events, &steps, pid);
 }
@@ -293,7 +297,7 @@ fn lab_story_perftest_and_rping_traced_by_command() {
             let q = m.queue.as_ref().unwrap_or_else(|| panic!("{} {}: unnamed {m:?}", ps.comm, ps.pid));
             match q.object {
                 Some(Object::KernelCq(k)) => assert!(
-                    !ps.completions.iter().any(|c| events[c.event].field("cq") == Some(k)),
+                    !ps.completions.iter().any(|c| events[c.event].field(FieldId::Cq) == Some(k)),
                     "{} {}: {q}: its completions carried its handle",
                     ps.comm,
                     ps.pid
@@ -361,9 +365,9 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
         .iter()
         .find(|e| e.pid == reg.pid && e.probe() == Some(ProbeId::UmemGet) && e.kind == EventKind::Entry)
         .expect("the refused pin's umem entry");
-    assert_eq!(pin.field("memlock_limit"), Some(64 * 1024), "{pin:?}");
-    assert_eq!(pin.field("memlock_max"), Some(64 * 1024), "{pin:?}");
-    let already = pin.field("pinned_vm_pages").expect("pinned_vm read at the pin");
+    assert_eq!(pin.field(FieldId::MemlockLimit), Some(64 * 1024), "{pin:?}");
+    assert_eq!(pin.field(FieldId::MemlockMax), Some(64 * 1024), "{pin:?}");
+    let already = pin.field(FieldId::PinnedVmPages).expect("pinned_vm read at the pin");
     assert!(already <= 16, "at most the 64 KiB limit was pinned before: {already} pages");
     // The TUI's refusal row has the limit too (its model fed the same capture).
     let (mut tui, _slot) = rdma_trace::output::tui::channel("memlock".into(), false);

@@ -9,6 +9,7 @@ use rdma_trace::capture::{Header, Record};
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::clock::Placement;
 use rdma_trace::cmd::report::{build, read};
+use rdma_trace::event::FieldId;
 use rdma_trace::event::{Event, PID_SHIFT};
 use rdma_trace::output::connections::QpReport;
 use rdma_trace::output::{numbers, perfetto};
@@ -374,7 +375,7 @@ fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
         .iter()
         .filter(companion)
         .filter(|e| e.is(rdma_trace::event::ProbeId::ModifyQp))
-        .filter_map(|e| e.field("send_cq"))
+        .filter_map(|e| e.field(FieldId::SendCq))
         .collect();
     assert_eq!(send_cqs.len(), 1, "the companion's QPs share one send CQ: {send_cqs:?}");
     let cq = *send_cqs.first().unwrap();
@@ -383,7 +384,7 @@ fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
         .filter(|e| {
             e.is(rdma_trace::event::ProbeId::CompHandler) && e.kind == rdma_trace::event::EventKind::Entry
         })
-        .filter(|e| e.field("cq") == Some(cq))
+        .filter(|e| e.field(FieldId::Cq) == Some(cq))
         .count() as u64;
     assert!(handled > 0);
     let r = build(&[file], OPTS).unwrap();

@@ -11,6 +11,7 @@ mod common;
 
 use common::fixture_plan::{K73, K612, plan_for};
 use common::raw_records::{Frames, probe_record};
+use rdma_trace::event::FieldId;
 use rdma_trace::event::{Event, EventKind, Value};
 use rdma_trace::pipeline::correlate::Correlator;
 use rdma_trace::pipeline::enrich::Enricher;
@@ -26,7 +27,7 @@ fn capture(name: &str) -> Vec<Event> {
 
 /// The pin's task fields: the lab captures predate them (their memlock_limit came from a
 /// live /proc read), so they are left out of the comparison.
-const TASK_FIELDS: [&str; 3] = ["memlock_limit", "memlock_max", "pinned_vm_pages"];
+const TASK_FIELDS: [FieldId; 3] = [FieldId::MemlockLimit, FieldId::MemlockMax, FieldId::PinnedVmPages];
 
 /// What of an event the pipeline decides (the task fields left out), values as JSON gives
 /// them back (a non-negative signed value reads as unsigned).
@@ -34,7 +35,7 @@ fn comparable(mut e: Event) -> Event {
     for f in TASK_FIELDS {
         e.fields.remove(f);
     }
-    e.unreadable.retain(|u| !TASK_FIELDS.contains(&u.as_str()));
+    e.unreadable.retain(|u| !TASK_FIELDS.iter().any(|f| f.as_str() == u));
     e.v = 0; // v0 files carry 0; live events carry the version they will be written in
     e.seq = None; // the capture writer numbers records; the pipeline does not
     for v in e.fields.values_mut() {
@@ -80,10 +81,10 @@ fn replay_through_the_pipeline(
         // left out of the comparison, and named to the caller.
         let fields = if ev.kind == EventKind::Return { p.spec.ret } else { p.spec.entry };
         let then = |n: &str| {
-            ev.fields.contains_key(n) || ev.unreadable.iter().chain(&ev.not_followed).any(|u| u == n)
+            ev.fields.get_named(n).is_some() || ev.unreadable.iter().chain(&ev.not_followed).any(|u| u == n)
         };
         got.unreadable.retain(|u| {
-            let newer = !then(u) && fields.iter().any(|f| f.name == u);
+            let newer = !then(u) && fields.iter().any(|f| f.name() == u);
             if newer {
                 predated.insert(format!("{}.{u}", ev.name));
             }

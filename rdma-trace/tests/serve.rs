@@ -319,11 +319,11 @@ fn kernel_values(recs: &[Record]) -> Vec<u64> {
         match r {
             Record::Event(e) => out.extend(e.fields.iter().filter_map(|(k, v)| match v {
                 Value::U(n)
-                    if kernel(*n)
+                    if kernel(n)
                         && !k.starts_with("memlock")
-                        && rdma_trace::pipeline::render::err_ptr(*n).is_none() =>
+                        && rdma_trace::pipeline::render::err_ptr(n).is_none() =>
                 {
-                    Some(*n)
+                    Some(n)
                 }
                 _ => None,
             })),

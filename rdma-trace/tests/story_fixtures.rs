@@ -2,6 +2,7 @@
 //! workload with its step records, and perftest + rping traced by command.
 
 use rdma_trace::event::Event;
+use rdma_trace::event::FieldId;
 use rdma_trace::pipeline::correlate::live::{self, Limits, Live};
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::source::capture::parse_jsonl;
@@ -368,7 +369,7 @@ fn perftest_and_rping_mappings_are_named() {
                 match (q.kind, q.object) {
                     (QueueKind::Cq, Some(Object::Cq(h))) => by_handle += usize::from(handles.contains(&h)),
                     (QueueKind::Cq, Some(Object::KernelCq(c))) => assert!(
-                        !ps.completions.iter().any(|x| evs[x.event].field("cq") == Some(c)),
+                        !ps.completions.iter().any(|x| evs[x.event].field(FieldId::Cq) == Some(c)),
                         "{k} {}: {q}",
                         ps.comm
                     ),

@@ -4,6 +4,7 @@
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
+use rdma_trace::event::FieldId;
 use rdma_trace::output::tui::screens;
 use rdma_trace::output::tui::ui::{Screen, Ui};
 use rdma_trace::output::tui::{self, lesson, model::Model};
@@ -128,13 +129,13 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
             shown.iter().rposition(|e| e.is(ProbeId::CompHandler) && e.kind == EventKind::Entry).unwrap();
         let (pin_ev, comp_ev) = (shown[pin].clone(), shown[comp].clone());
         let text = explained(&mut f, &Ui { selected: pin, ..ui.clone() });
-        let size = pin_ev.field("size").unwrap();
+        let size = pin_ev.field(FieldId::Size).unwrap();
         assert!(
             text.contains(&format!("size={size}")) || text.contains(&format!("size={size:#x}")),
             "{k}: {text}"
         );
         assert!(text.contains(&format!("thread {}", pin_ev.tid)), "{k}: {text}");
-        let cq = comp_ev.field("cq_user_handle").unwrap();
+        let cq = comp_ev.field(FieldId::CqUserHandle).unwrap();
         let text = explained(&mut f, &Ui { selected: comp, ..ui.clone() });
         assert!(text.contains(&format!("CQ {cq:#x}")), "{k}: {text}");
         assert!(text.contains(&format!("[{}] on CPU {}", comp_ev.tid, comp_ev.cpu)), "{k}: {text}");
@@ -168,7 +169,7 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
         })
         .collect();
     // Another process's dereg (rping's MR 4) ends none of them.
-    let other = deregs.iter().find(|e| e.field("mr_id") == Some(4)).unwrap();
+    let other = deregs.iter().find(|e| e.field(FieldId::MrId) == Some(4)).unwrap();
     f.event(&other.clone()).unwrap();
     f.caught_up();
     assert!(f.model.mrs.iter().all(|r| r.live), "{:?}", f.model.mrs);

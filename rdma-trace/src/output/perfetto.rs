@@ -86,7 +86,7 @@ impl Args {
     fn of(e: &Event) -> Args {
         let mut m = serde_json::Map::new();
         for (k, v) in &e.fields {
-            m.insert(k.to_string(), json!(crate::pipeline::render::field(e, k, *v)));
+            m.insert(k.to_string(), json!(crate::pipeline::render::field(e, k, v)));
         }
         if let Some(fd) = &e.fd_kind {
             m.insert("fd".into(), json!(fd));

@@ -2,6 +2,7 @@
 //! them, MR pinning, completions with their wakeup latency, the data-phase syscalls, and
 //! (with companion steps) each step's checks.
 
+use crate::event::FieldId;
 use crate::event::{EventKind, Path, ProbeId};
 use crate::pipeline::correlate::live::Events;
 use crate::pipeline::correlate::story::{ProcessStory, Story};
@@ -46,7 +47,7 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
             .iter()
             .filter_map(|&i| events.ev(i))
             .filter(|k| k.kind == EventKind::Entry)
-            .map(|k| match (k.probe(), k.field("pages")) {
+            .map(|k| match (k.probe(), k.field(FieldId::Pages)) {
                 (Some(ProbeId::UmemGet), Some(p)) => {
                     format!("umem_get pins {}", crate::units::count(p, "page"))
                 }

@@ -22,7 +22,7 @@ impl<W: Write> Text<W> {
 /// The event's fields as `name=value` pairs, values in RDMA terms.
 pub fn fields_text(ev: &Event) -> String {
     let mut parts: Vec<String> =
-        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::field(ev, k, *v))).collect();
+        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::field(ev, k, v))).collect();
     parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
     parts.extend(ev.not_followed.iter().map(|k| format!("{k}=<null/err>")));
     parts.join(" ")

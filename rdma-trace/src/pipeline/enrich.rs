@@ -1,6 +1,7 @@
 //! Decoded records → events: names from the plan, values rendered into fields, stacks
 //! symbolized, the execution context classified, syscall fds recognised.
 
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ExecContext, FORMAT_VERSION, Name};
 use crate::pipeline::decode::Raw;
 use crate::pipeline::fds::FdCache;
@@ -106,34 +107,34 @@ impl Enricher<'_> {
         ev.fields = crate::event::Fields::with_capacity(fields.len() + 1);
         for (i, f) in fields.iter().enumerate() {
             if hdr.fail_mask & (1 << i) != 0 {
-                ev.unreadable.push(f.name.to_string());
+                ev.unreadable.push(f.name().to_string());
                 continue;
             }
             if hdr.skip_mask & (1 << i) != 0 {
-                ev.not_followed.push(f.name.to_string());
+                ev.not_followed.push(f.name().to_string());
                 continue;
             }
             let v = render::store(f.render, vals[i], plan.fetches[i].size);
-            ev.fields.insert(f.name.into(), v);
+            ev.fields.insert(f.id, v);
         }
         // The completion channel is made by an ioctl, not an open: its fd is what
         // libibverbs returns.
         if is_return
             && p.spec.id == ProbeId::IbvCreateCompChannel
-            && let Some(crate::event::Value::U(fd)) = ev.fields.get("fd")
+            && let Some(crate::event::Value::U(fd)) = ev.fields.get(FieldId::Fd)
         {
-            self.fds.bind(hdr.tgid, *fd, crate::event::FdKind::CompChannel);
+            self.fds.bind(hdr.tgid, fd, crate::event::FdKind::CompChannel);
         }
         ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, a)).collect();
         // What the pin is charged against: the probe reads it from the task at the pin;
         // /proc (while the process lives) only where that read did not happen.
         if p.spec.id == ProbeId::UmemGet
             && !is_return
-            && !ev.fields.contains_key("memlock_limit")
+            && !ev.fields.contains(FieldId::MemlockLimit)
             && let Some(limit) = self.memlock.of(hdr.tgid)
         {
-            ev.fields.insert("memlock_limit".into(), crate::event::Value::U(limit));
-            ev.unreadable.retain(|f| f != "memlock_limit");
+            ev.fields.insert(FieldId::MemlockLimit, crate::event::Value::U(limit));
+            ev.unreadable.retain(|f| f != FieldId::MemlockLimit.as_str());
         }
         if !is_return {
             ev.context = Some(classify(&ev.comm, &ev.stack));
@@ -159,7 +160,7 @@ impl Enricher<'_> {
         let opens = spec.name == "open" || spec.name == "openat";
         let may_return_fd = opens || matches!(spec.name, "dup" | "dup2" | "dup3" | "fcntl");
         if is_exit {
-            ev.fields.insert("ret".into(), crate::event::Value::I(args[0] as i64));
+            ev.fields.insert(FieldId::Ret, crate::event::Value::I(args[0] as i64));
             // Binds the new fd if the entry said what it will be.
             if may_return_fd {
                 self.fds.opened(tgid, tid, args[0] as i64);
@@ -174,7 +175,7 @@ impl Enricher<'_> {
                 _ => {}
             }
             for (i, a) in spec.args.iter().enumerate() {
-                ev.fields.insert((*a).into(), crate::event::Value::U(args[i]));
+                ev.fields.insert(*a, crate::event::Value::U(args[i]));
             }
             if let Some(i) = spec.fd_arg {
                 if spec.name == "close" {

@@ -54,12 +54,14 @@ impl Redactor {
     }
 
     pub fn event(&mut self, ev: &mut Event) {
+        use crate::event::FieldId;
         for (name, v) in ev.fields.iter_mut() {
             let Value::U(n) = v else { continue };
-            if name == "memlock_limit" || name == "memlock_max" {
+            let id = FieldId::parse(name);
+            if matches!(id, Some(FieldId::MemlockLimit | FieldId::MemlockMax)) {
                 continue; // a limit (unlimited = all ones), not an address
             }
-            if name == "pfn" {
+            if id == Some(FieldId::Pfn) {
                 *n = stand_in(&mut self.frames, 0, *n);
             } else if *n >= KERNEL_HALF && crate::pipeline::render::err_ptr(*n).is_none() {
                 *n = stand_in(&mut self.kernel, KERNEL_STAND_IN, *n);
@@ -71,6 +73,7 @@ impl Redactor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::FieldId;
 
     fn bare() -> Event {
         let line = [
@@ -85,27 +88,27 @@ mod tests {
     #[test]
     fn kernel_addresses_get_stable_stand_ins_and_user_addresses_stay() {
         let mut ev = bare();
-        ev.fields.insert("umem".into(), Value::U(0xffff_8881_0a2b_c000));
-        ev.fields.insert("addr".into(), Value::U(0x7f00_1234_0000));
-        ev.fields.insert("pfn".into(), Value::U(0xfe000));
-        ev.fields.insert("ret".into(), Value::I(-12));
+        ev.fields.insert(FieldId::Umem, Value::U(0xffff_8881_0a2b_c000));
+        ev.fields.insert(FieldId::Addr, Value::U(0x7f00_1234_0000));
+        ev.fields.insert(FieldId::Pfn, Value::U(0xfe000));
+        ev.fields.insert(FieldId::Ret, Value::I(-12));
         let mut r = Redactor::default();
         let mut a = ev.clone();
         r.event(&mut a);
-        assert_eq!(a.fields["umem"], Value::U(KERNEL_STAND_IN + 1));
-        assert_eq!(a.fields["addr"], Value::U(0x7f00_1234_0000));
-        assert_eq!(a.fields["pfn"], Value::U(1));
-        assert_eq!(a.fields["ret"], Value::I(-12));
+        assert_eq!(a.fields[FieldId::Umem], Value::U(KERNEL_STAND_IN + 1));
+        assert_eq!(a.fields[FieldId::Addr], Value::U(0x7f00_1234_0000));
+        assert_eq!(a.fields[FieldId::Pfn], Value::U(1));
+        assert_eq!(a.fields[FieldId::Ret], Value::I(-12));
         // The same pointer later (its release): the same stand-in; another: the next.
         let mut b = ev.clone();
-        b.fields.insert("cq".into(), Value::U(0xffff_8881_0000_0040));
+        b.fields.insert(FieldId::Cq, Value::U(0xffff_8881_0000_0040));
         r.event(&mut b);
-        assert_eq!(b.fields["umem"], Value::U(KERNEL_STAND_IN + 1));
-        assert_eq!(b.fields["cq"], Value::U(KERNEL_STAND_IN + 2));
+        assert_eq!(b.fields[FieldId::Umem], Value::U(KERNEL_STAND_IN + 1));
+        assert_eq!(b.fields[FieldId::Cq], Value::U(KERNEL_STAND_IN + 2));
         // An ERR_PTR is an errno, not an address.
         let mut c = bare();
-        c.fields.insert("umem".into(), Value::U(-12i64 as u64));
+        c.fields.insert(FieldId::Umem, Value::U(-12i64 as u64));
         r.event(&mut c);
-        assert_eq!(c.fields["umem"], Value::U(-12i64 as u64));
+        assert_eq!(c.fields[FieldId::Umem], Value::U(-12i64 as u64));
     }
 }

@@ -110,11 +110,12 @@ pub fn store(render: Render, raw: u64, size: u8) -> Value {
 pub fn of(ev: &crate::event::Event, name: &str) -> Render {
     if let Some(spec) = ev.probe().map(crate::plan::catalog::by_id) {
         let fields = if ev.kind == crate::event::EventKind::Return { spec.ret } else { spec.entry };
-        if let Some(f) = fields.iter().find(|f| f.name == name) {
+        if let Some(f) = fields.iter().find(|f| f.name() == name) {
             return f.render;
         }
     }
-    crate::plan::syscalls::render_of(name)
+    // A newer writer's field, which no table here names, reads as a number.
+    crate::event::FieldId::parse(name).map_or(Render::Dec, crate::plan::syscalls::render_of)
 }
 
 /// Field `name` of `ev`, with value `v`, as every output shows it.
@@ -191,7 +192,7 @@ mod tests {
         assert_eq!(text(Render::QpState, Value::U(9)), "9");
         // The interface id of ::ffff:10.0.0.2 as it lies in memory, read as a u64.
         assert_eq!(text(Render::GidHalf, Value::U(0x0200_000a_ffff_0000)), "0000:ffff:0a00:0002");
-        assert_eq!(crate::plan::syscalls::render_of("fd"), Render::Fd);
+        assert_eq!(crate::plan::syscalls::render_of(crate::event::FieldId::Fd), Render::Fd);
     }
 
     #[test]

@@ -41,55 +41,58 @@ pub fn cache_mode(prot: u64) -> &'static str {
     PAT_NAMES[idx]
 }
 
+use rdma_trace_format::event::FieldId;
+use rdma_trace_format::event::FieldId as F;
+
 /// The workload-side syscalls rdma-trace watches, by x86-64's numbers (several of them,
 /// `open`, `poll`, `select`, `dup2`, `epoll_wait`, exist on x86-64 and not on newer
 /// architectures).
 pub struct SyscallSpec {
     pub nr: u32,
     pub name: &'static str,
-    pub args: &'static [&'static str],
+    pub args: &'static [FieldId],
     /// Index of the fd argument, if any.
     pub fd_arg: Option<usize>,
 }
 
-const fn sc(
-    nr: i64,
-    name: &'static str,
-    args: &'static [&'static str],
-    fd_arg: Option<usize>,
-) -> SyscallSpec {
+const fn sc(nr: i64, name: &'static str, args: &'static [FieldId], fd_arg: Option<usize>) -> SyscallSpec {
     SyscallSpec { nr: nr as u32, name, args, fd_arg }
 }
 
 pub static WATCHED: &[SyscallSpec] = &[
-    sc(libc::SYS_read, "read", &["fd", "buf", "count"], Some(0)),
-    sc(libc::SYS_write, "write", &["fd", "buf", "count"], Some(0)),
-    sc(libc::SYS_open, "open", &["pathname", "flags", "mode"], None),
-    sc(libc::SYS_openat, "openat", &["dirfd", "pathname", "flags", "mode"], None),
-    sc(libc::SYS_close, "close", &["fd"], Some(0)),
-    sc(libc::SYS_dup, "dup", &["fd"], Some(0)),
-    sc(libc::SYS_dup2, "dup2", &["fd", "newfd"], Some(0)),
-    sc(libc::SYS_dup3, "dup3", &["fd", "newfd", "flags"], Some(0)),
-    sc(libc::SYS_fcntl, "fcntl", &["fd", "cmd", "arg"], Some(0)),
-    sc(libc::SYS_ioctl, "ioctl", &["fd", "cmd", "arg"], Some(0)),
-    sc(libc::SYS_mmap, "mmap", &["addr", "len", "prot", "flags", "fd", "off"], Some(4)),
-    sc(libc::SYS_munmap, "munmap", &["addr", "len"], None),
-    sc(libc::SYS_madvise, "madvise", &["addr", "len", "advice"], None),
-    sc(libc::SYS_poll, "poll", &["fds", "nfds", "timeout_ms"], None),
-    sc(libc::SYS_ppoll, "ppoll", &["fds", "nfds", "tsp", "sigmask", "sigsetsize"], None),
-    sc(libc::SYS_select, "select", &["nfds", "readfds", "writefds", "exceptfds", "timeout"], None),
-    sc(libc::SYS_pselect6, "pselect6", &["nfds", "readfds", "writefds", "exceptfds", "timeout", "sig"], None),
-    sc(libc::SYS_epoll_wait, "epoll_wait", &["epfd", "events", "maxevents", "timeout_ms"], Some(0)),
+    sc(libc::SYS_read, "read", &[F::Fd, F::Buf, F::Count], Some(0)),
+    sc(libc::SYS_write, "write", &[F::Fd, F::Buf, F::Count], Some(0)),
+    sc(libc::SYS_open, "open", &[F::Pathname, F::Flags, F::Mode], None),
+    sc(libc::SYS_openat, "openat", &[F::Dirfd, F::Pathname, F::Flags, F::Mode], None),
+    sc(libc::SYS_close, "close", &[F::Fd], Some(0)),
+    sc(libc::SYS_dup, "dup", &[F::Fd], Some(0)),
+    sc(libc::SYS_dup2, "dup2", &[F::Fd, F::Newfd], Some(0)),
+    sc(libc::SYS_dup3, "dup3", &[F::Fd, F::Newfd, F::Flags], Some(0)),
+    sc(libc::SYS_fcntl, "fcntl", &[F::Fd, F::Cmd, F::Arg], Some(0)),
+    sc(libc::SYS_ioctl, "ioctl", &[F::Fd, F::Cmd, F::Arg], Some(0)),
+    sc(libc::SYS_mmap, "mmap", &[F::Addr, F::Len, F::Prot, F::Flags, F::Fd, F::Off], Some(4)),
+    sc(libc::SYS_munmap, "munmap", &[F::Addr, F::Len], None),
+    sc(libc::SYS_madvise, "madvise", &[F::Addr, F::Len, F::Advice], None),
+    sc(libc::SYS_poll, "poll", &[F::Fds, F::Nfds, F::TimeoutMs], None),
+    sc(libc::SYS_ppoll, "ppoll", &[F::Fds, F::Nfds, F::Tsp, F::Sigmask, F::Sigsetsize], None),
+    sc(libc::SYS_select, "select", &[F::Nfds, F::Readfds, F::Writefds, F::Exceptfds, F::Timeout], None),
+    sc(
+        libc::SYS_pselect6,
+        "pselect6",
+        &[F::Nfds, F::Readfds, F::Writefds, F::Exceptfds, F::Timeout, F::Sig],
+        None,
+    ),
+    sc(libc::SYS_epoll_wait, "epoll_wait", &[F::Epfd, F::Events, F::Maxevents, F::TimeoutMs], Some(0)),
     sc(
         libc::SYS_epoll_pwait,
         "epoll_pwait",
-        &["epfd", "events", "maxevents", "timeout_ms", "sigmask"],
+        &[F::Epfd, F::Events, F::Maxevents, F::TimeoutMs, F::Sigmask],
         Some(0),
     ),
     sc(
         libc::SYS_epoll_pwait2,
         "epoll_pwait2",
-        &["epfd", "events", "maxevents", "timeout", "sigmask"],
+        &[F::Epfd, F::Events, F::Maxevents, F::Timeout, F::Sigmask],
         Some(0),
     ),
 ];

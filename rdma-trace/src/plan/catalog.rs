@@ -5,7 +5,7 @@
 //! Positions and offsets are resolved from the running kernel's BTF at load time
 //! (`select.rs`); nothing here is a byte offset.
 
-pub use rdma_trace_format::event::{Path, ProbeId};
+pub use rdma_trace_format::event::{FieldId, Path, ProbeId};
 
 /// How a probe is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +77,9 @@ pub enum Render {
 /// pointer (`void *`) as a pointer to `struct name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
-    pub name: &'static str,
+    /// Its name in the event: `f("addr", …)` makes `FieldId::Addr`, and a name `FieldId`
+    /// does not list stops the build.
+    pub id: FieldId,
     pub from: Src,
     pub path: &'static str,
     pub render: Render,
@@ -101,7 +103,13 @@ pub struct ProbeSpec {
 }
 
 const fn f(name: &'static str, from: Src, path: &'static str, render: Render) -> Field {
-    Field { name, from, path, render }
+    Field { id: FieldId::named(name), from, path, render }
+}
+
+impl Field {
+    pub const fn name(&self) -> &'static str {
+        self.id.as_str()
+    }
 }
 const fn sym(name: &'static str, module: &'static str) -> Symbol {
     Symbol { name, module }
@@ -664,7 +672,7 @@ pub fn markdown() -> String {
                         Src::UserRet => "return value".into(),
                     };
                     let path = if f.path.is_empty() { String::new() } else { format!(" → `{}`", f.path) };
-                    format!("  - `{}`: {src}{path} ({:?})\n", f.name, f.render)
+                    format!("  - `{}`: {src}{path} ({:?})\n", f.name(), f.render)
                 })
                 .collect()
         };

@@ -142,14 +142,14 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
                     Err(_) => fetch(SRC_NONE, &[], 8),
                 });
             }
-            _ => return Err(format!("{}: entry fields read parameters or the task", f.name)),
+            _ => return Err(format!("{}: entry fields read parameters or the task", f.name())),
         };
         let r = btf::resolve(btf, sym.name, &proto, param, f.path, &others).map_err(|e| e.to_string())?;
         Ok(fetch(SRC_ARG0 + r.arg.unwrap_or(0) as u8, &r.offsets, r.size))
     })?;
     let ret = slot_plan(spec.ret, |f| {
         if f.from != Src::Ret {
-            return Err(format!("{}: return fields read the return value", f.name));
+            return Err(format!("{}: return fields read the return value", f.name()));
         }
         let r = btf::resolve(btf, sym.name, &proto, None, f.path, &others).map_err(|e| e.to_string())?;
         Ok(fetch(SRC_RET, &r.offsets, r.size))
@@ -180,7 +180,7 @@ fn plan_uprobe(
             Src::UserArg(n) if n < 6 => SRC_ARG0 + n,
             Src::UserRet => SRC_RET,
             _ => {
-                return Err(format!("{}: user probes read arguments 0-5 or the return value", f.name));
+                return Err(format!("{}: user probes read arguments 0-5 or the return value", f.name()));
             }
         };
         if f.path.is_empty() {
@@ -217,7 +217,7 @@ fn plan_tracepoint(
         .ok_or_else(|| format!("tracepoint {category}:{} not in this kernel", sym.name))?;
     let mut entry = slot_plan(spec.entry, |f| {
         let Src::TpField(name) = f.from else {
-            return Err(format!("{}: tracepoint fields read the record", f.name));
+            return Err(format!("{}: tracepoint fields read the record", f.name()));
         };
         let tf = crate::plan::kernel::field(&fields, name)
             .ok_or_else(|| format!("{category}:{} has no field {name}", sym.name))?;
@@ -248,7 +248,7 @@ fn slot_plan(
     }
     let mut plan = SlotPlan { n: fields.len() as u8, active: 1, ..Default::default() };
     for (i, f) in fields.iter().enumerate() {
-        plan.fetches[i] = each(f).map_err(|e| format!("field {}: {e}", f.name))?;
+        plan.fetches[i] = each(f).map_err(|e| format!("field {}: {e}", f.name()))?;
     }
     Ok(plan)
 }

@@ -5,21 +5,38 @@
 //! completion-channel wakeup is a read(2) (or a poll/epoll wait) on the channel fd.
 
 use rdma_trace_common::SyscallLayout;
+use rdma_trace_format::event::FieldId;
 
 pub use super::arch::{SyscallSpec, WATCHED};
 
 /// How a syscall argument (or a field a probe event gains after the kernel, such as
 /// `pages`) is shown: addresses, commands and flag words in hex, a result as an errno,
 /// everything else in decimal.
-pub fn render_of(name: &str) -> crate::plan::catalog::Render {
+pub fn render_of(id: FieldId) -> crate::plan::catalog::Render {
     use crate::plan::catalog::Render;
-    match name {
+    use FieldId as F;
+    match id {
         // Addresses (user pointers) and bit sets, in hex.
-        "addr" | "buf" | "arg" | "cmd" | "fds" | "events" | "flags" | "prot" | "off" | "pathname" | "tsp"
-        | "sigmask" | "readfds" | "writefds" | "exceptfds" | "timeout" | "sig" => Render::Hex,
-        "ret" => Render::Errno,
+        F::Addr
+        | F::Buf
+        | F::Arg
+        | F::Cmd
+        | F::Fds
+        | F::Events
+        | F::Flags
+        | F::Prot
+        | F::Off
+        | F::Pathname
+        | F::Tsp
+        | F::Sigmask
+        | F::Readfds
+        | F::Writefds
+        | F::Exceptfds
+        | F::Timeout
+        | F::Sig => Render::Hex,
+        F::Ret => Render::Errno,
         // ints: a descriptor (AT_FDCWD is -100), a timeout in ms (-1 waits forever).
-        "fd" | "newfd" | "dirfd" | "epfd" | "timeout_ms" => Render::Fd,
+        F::Fd | F::Newfd | F::Dirfd | F::Epfd | F::TimeoutMs => Render::Fd,
         _ => Render::Dec,
     }
 }

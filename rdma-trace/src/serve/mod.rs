@@ -9,6 +9,7 @@
 //! records, never slows the daemon or the others, and is told how many with a loss record
 //! (site `subscriber`) when it catches up.
 
+use crate::event::FieldId;
 pub mod client;
 pub mod merge;
 pub mod seeder;
@@ -537,7 +538,7 @@ impl Sink for Broadcaster {
         }
         if ev.is(crate::event::ProbeId::MrDereg) {
             self.deregs.extend(
-                ev.field("mr_id")
+                ev.field(FieldId::MrId)
                     .and_then(|i| u32::try_from(i).ok())
                     .map(|id| (std::time::Instant::now(), id)),
             );

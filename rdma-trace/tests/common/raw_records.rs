@@ -6,6 +6,7 @@
 //! Used by the pipeline fixture test (the pipeline must give the lab's events back) and by
 //! the host pipeline bench (real-shaped records at any rate).
 
+use rdma_trace::event::FieldId;
 use rdma_trace::event::{Event, EventKind, Value};
 use rdma_trace::plan::select::{Plan, Planned};
 use rdma_trace::plan::syscalls;
@@ -58,10 +59,10 @@ impl Frames {
     }
 }
 
-pub fn raw_value(v: &Value) -> u64 {
+pub fn raw_value(v: Value) -> u64 {
     match v {
-        Value::U(u) => *u,
-        Value::I(i) => *i as u64,
+        Value::U(u) => u,
+        Value::I(i) => i as u64,
     }
 }
 
@@ -106,11 +107,11 @@ pub fn probe_record(ev: &Event, p: &Planned, frames: &Frames) -> Vec<u8> {
         _pad: 0,
     };
     for (i, f) in fields.iter().enumerate() {
-        if ev.unreadable.iter().any(|u| u == f.name) {
+        if ev.unreadable.iter().any(|u| u == f.name()) {
             head.hdr.fail_mask |= 1 << i;
-        } else if ev.not_followed.iter().any(|u| u == f.name) {
+        } else if ev.not_followed.iter().any(|u| u == f.name()) {
             head.hdr.skip_mask |= 1 << i;
-        } else if let Some(v) = ev.fields.get(f.name) {
+        } else if let Some(v) = ev.fields.get(f.id) {
             head.vals[i] = raw_value(v);
         } else {
             // A field the capture predates (the task's memlock fields): not read then.
@@ -135,10 +136,10 @@ pub fn syscall_record(ev: &Event) -> Option<Vec<u8>> {
         path: [0; PATH_LEN],
     };
     if is_exit {
-        rec.args[0] = ev.fields.get("ret").map(raw_value)?;
+        rec.args[0] = ev.fields.get(FieldId::Ret).map(raw_value)?;
     } else {
         for (i, a) in spec.args.iter().enumerate() {
-            rec.args[i] = ev.fields.get(a).map_or(0, raw_value);
+            rec.args[i] = ev.fields.get(*a).map_or(0, raw_value);
         }
     }
     Some(bytes_of(&rec, size_of::<SyscallEvent>()))

@@ -3,6 +3,7 @@
 //! the kernel series), the handler, and the program's wakeup.
 
 use super::parts::{Explanation, Input, Stage, fields, named, named_frames, syscall_line};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::plan::lessons as L;
 use crate::steps::StepName;
@@ -118,7 +119,7 @@ fn cq_post(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
     st.functions.push(named(function));
     st.seen.push(format!(
         "{function}({}) by {} [{}]",
-        fields(post, &["qp_num"]),
+        fields(post, &[FieldId::QpNum]),
         crate::pipeline::render::printable(&post.comm),
         input.who(post.pid)
     ));
@@ -135,7 +136,7 @@ fn cq_post(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
         here.map(|h| format!(" on {h}")).unwrap_or_default()
     ));
     x.values.insert("post_to_completion_ns".into(), j.latency_ns);
-    x.values.insert("post_qp_num".into(), post.field("qp_num").unwrap_or(0));
+    x.values.insert("post_qp_num".into(), post.field(FieldId::QpNum).unwrap_or(0));
     st.text = L::CQ_POST.into();
     Some(st)
 }
@@ -267,7 +268,9 @@ fn cq_handler(input: &Input, i: usize) -> Stage {
     let comp = &input.events[i];
     let mut handler = Stage { title: "The handler — the event is queued".into(), ..Default::default() };
     handler.functions.push(named("ib_uverbs_comp_handler"));
-    handler.seen.push(format!("ib_uverbs_comp_handler({})", fields(comp, &["cq_user_handle", "cqe"])));
+    handler
+        .seen
+        .push(format!("ib_uverbs_comp_handler({})", fields(comp, &[FieldId::CqUserHandle, FieldId::Cqe])));
     if let Some((_, r)) = input.return_of(i) {
         handler.seen.push(format!("queued and woke the reader in {}", us(r.latency_ns.unwrap_or(0))));
     }

@@ -2,6 +2,7 @@
 //! events, the story, the steps, the header, the anchor), shared by every topic.
 
 use crate::capture::Header;
+use crate::event::FieldId;
 use crate::event::{Event, EventKind};
 use crate::pipeline::correlate::story::Story;
 use crate::plan::frames;
@@ -62,7 +63,7 @@ impl RunCounts {
             self.syscalls += 1;
             if e.name == "madvise" {
                 self.madvise += 1;
-                self.dontfork += u64::from(e.field("advice") == Some(MADV_DONTFORK));
+                self.dontfork += u64::from(e.field(FieldId::Advice) == Some(MADV_DONTFORK));
             }
         }
         self.pins += u64::from(e.is(crate::event::ProbeId::UmemGet) && e.kind == EventKind::Entry);
@@ -162,9 +163,11 @@ pub(super) fn syscall_line(e: &Event) -> String {
 }
 
 /// `name=value` of the fields, rendered.
-pub(super) fn fields(e: &Event, keys: &[&str]) -> String {
+pub(super) fn fields(e: &Event, keys: &[FieldId]) -> String {
     keys.iter()
-        .filter_map(|k| e.fields.get(k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k, *v))))
+        .filter_map(|k| {
+            e.fields.get(*k).map(|v| format!("{k}={}", crate::pipeline::render::field(e, k.as_str(), v)))
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -2,6 +2,7 @@
 //! the uverbs fd, a completion event.
 
 use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames, syscall_line};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::pipeline::correlate::mmaps::Object;
 use crate::plan::lessons as L;
@@ -20,7 +21,7 @@ const REG_MR: [ProbeId; 2] = [ProbeId::RxeRegMr, ProbeId::Mlx5RegMr];
 
 /// The umem function's error, if it returned one (an ERR_PTR).
 fn pin_error(r: &Event) -> Option<i64> {
-    r.field("umem").and_then(crate::pipeline::render::err_ptr)
+    r.field(FieldId::Umem).and_then(crate::pipeline::render::err_ptr)
 }
 
 /// The syscall that carried the work at `i` into the kernel (the last one entered on its
@@ -73,7 +74,11 @@ fn mr_user_call(input: &Input, pin: usize) -> Stage {
     let inner = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
     let mut user = Stage { title: "The user call — libibverbs".into(), ..Default::default() };
     for (_, c) in outer.into_iter().chain(inner) {
-        user.seen.push(format!("{}({})", c.name, fields(c, &["addr", "length", "iova", "access"])));
+        user.seen.push(format!(
+            "{}({})",
+            c.name,
+            fields(c, &[FieldId::Addr, FieldId::Length, FieldId::Iova, FieldId::Access])
+        ));
     }
     if user.seen.is_empty() {
         user.seen.push("(no libibverbs uprobe event: the program's libibverbs was not probed)".into());
@@ -97,15 +102,18 @@ fn mr_provider(
     let mut prov = Stage { title: "The provider".into(), ..Default::default() };
     if let Some((pi, pe)) = provider {
         let name = pe.symbol.as_deref().unwrap_or(pe.name.as_str());
-        prov.seen.push(format!("{name}({})", fields(pe, &["start", "length", "iova", "access"])));
+        prov.seen.push(format!(
+            "{name}({})",
+            fields(pe, &[FieldId::Start, FieldId::Length, FieldId::Iova, FieldId::Access])
+        ));
         prov.functions.push(named(name));
         if let Some((_, r)) = input.return_of(pi) {
             prov.seen.push(format!(
                 "returned {} after {}",
-                fields(r, &["lkey", "rkey"]),
+                fields(r, &[FieldId::Lkey, FieldId::Rkey]),
                 us(r.latency_ns.unwrap_or(0))
             ));
-            if let (Some(l), Some(k)) = (r.field("lkey"), r.field("rkey")) {
+            if let (Some(l), Some(k)) = (r.field(FieldId::Lkey), r.field(FieldId::Rkey)) {
                 v.insert("lkey".into(), l);
                 v.insert("rkey".into(), k);
             }
@@ -126,10 +134,10 @@ fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<Stri
     let umem_fn = p.symbol.as_deref().unwrap_or(p.name.as_str()).to_string();
     let mut core = Stage { title: "The core work — pinning the pages".into(), ..Default::default() };
     core.functions.push(named(&umem_fn));
-    core.seen.push(format!("{umem_fn}({})", fields(p, &["addr", "size", "access"])));
-    let (addr, size) = (p.field("addr").unwrap_or(0), p.field("size").unwrap_or(0));
+    core.seen.push(format!("{umem_fn}({})", fields(p, &[FieldId::Addr, FieldId::Size, FieldId::Access])));
+    let (addr, size) = (p.field(FieldId::Addr).unwrap_or(0), p.field(FieldId::Size).unwrap_or(0));
     let pages = crate::steps::pages_spanned(addr, size);
-    let limit = p.field("memlock_limit");
+    let limit = p.field(FieldId::MemlockLimit);
     v.insert("mr_addr".into(), addr);
     v.insert("mr_length".into(), size);
     v.insert("pages".into(), pages);
@@ -138,7 +146,7 @@ fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<Stri
     }
     match input.return_of(pin) {
         Some((_, r)) if pin_error(r).is_none() => {
-            let pinned = r.field("pages").unwrap_or(pages);
+            let pinned = r.field(FieldId::Pages).unwrap_or(pages);
             core.seen.push(format!(
                 "pinned {pinned} pages ({}) in {}; charged to RLIMIT_MEMLOCK ({})",
                 bytes(pinned * crate::units::PAGE),
@@ -147,7 +155,7 @@ fn mr_pinning(input: &Input, pin: usize, v: &mut std::collections::BTreeMap<Stri
             ));
             v.insert("pin_ns".into(), r.latency_ns.unwrap_or(0));
         }
-        Some((_, r)) => core.seen.push(format!("REFUSED: {}", fields(r, &["umem"]))),
+        Some((_, r)) => core.seen.push(format!("REFUSED: {}", fields(r, &[FieldId::Umem]))),
         None => core.seen.push("(its return was not seen)".into()),
     }
     core.text = L::PIN_WHY.into();
@@ -161,10 +169,10 @@ fn refusals(input: &Input, x: &mut Explanation) {
         let Some((_, r)) = input.return_of(i) else { continue };
         let Some(err) = pin_error(r) else { continue };
         let e = &ev[i];
-        let (size, limit) = (e.field("size").unwrap_or(0), e.field("memlock_limit"));
-        let pages = crate::steps::pages_spanned(e.field("addr").unwrap_or(0), size);
+        let (size, limit) = (e.field(FieldId::Size).unwrap_or(0), e.field(FieldId::MemlockLimit));
+        let pages = crate::steps::pages_spanned(e.field(FieldId::Addr).unwrap_or(0), size);
         // The mm's pinned_vm when the pin began: what the new pages were added to.
-        let already = e.field("pinned_vm_pages").map(|n| n * crate::units::PAGE);
+        let already = e.field(FieldId::PinnedVmPages).map(|n| n * crate::units::PAGE);
         let text = format!(
             "{} [{}] asked to pin {} ({pages} pages) with RLIMIT_MEMLOCK at {}{}: the umem function returned {} ({}), and \
 ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it.",
@@ -199,8 +207,11 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     };
     let m = &ev[i];
     let mut x = Explanation { occurrence: one_real("mapping", m), ..Default::default() };
-    let (start, end, pgoff) =
-        (m.field("vm_start").unwrap_or(0), m.field("vm_end").unwrap_or(0), m.field("vm_pgoff").unwrap_or(0));
+    let (start, end, pgoff) = (
+        m.field(FieldId::VmStart).unwrap_or(0),
+        m.field(FieldId::VmEnd).unwrap_or(0),
+        m.field(FieldId::VmPgoff).unwrap_or(0),
+    );
     x.values.insert("length".into(), end.saturating_sub(start));
     x.values.insert("pgoff".into(), pgoff);
     x.stages.push(syscall_stage(input, i, m.tid, "mmap(2) on the uverbs fd"));
@@ -208,7 +219,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     dispatch.seen.push(format!(
         "{} bytes at {start:#x}, offset {pgoff:#x} (in pages), {}",
         end.saturating_sub(start),
-        fields(m, &["vm_page_prot", "vm_flags"])
+        fields(m, &[FieldId::VmPageProt, FieldId::VmFlags])
     ));
     dispatch.functions = named_frames(&m.stack).into_iter().filter(|f| f.file.contains("/core/")).collect();
     dispatch.text =
@@ -277,7 +288,7 @@ fn rxe_queue(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
         e.is(ProbeId::RxeMmapInfo)
             && e.kind == EventKind::Return
             && e.tid == m.tid
-            && e.field("key") == Some(q.key)
+            && e.field(FieldId::Key) == Some(q.key)
     });
     if let Some(r) = made {
         st.seen.push(format!("the key was made {} before the mmap", us(m.ts_ns.saturating_sub(r.ts_ns))));

@@ -509,7 +509,7 @@ pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
         EventKind::SyscallExit => "returned from",
     };
     let mut lines = vec![format!("{} {what} in {} [{}]", e.name, render::printable(&e.comm), m.who(e.pid))];
-    lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, *v))));
+    lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
         lines.push(format!("  {frame}{note}"));

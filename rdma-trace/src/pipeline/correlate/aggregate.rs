@@ -4,6 +4,7 @@
 //! trailer records).
 
 use crate::capture::{SiteCount, Stats, Trailer};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
 use std::collections::BTreeMap;
 
@@ -161,9 +162,10 @@ impl Aggregates {
                 if let (Some(path), Some(l)) = (timed(e), e.latency_ns) {
                     self.paths.entry(path).or_default().latency.observe(l);
                 }
-                let pinned = e.field("umem").is_some_and(|u| crate::pipeline::render::err_ptr(u).is_none());
+                let pinned =
+                    e.field(FieldId::Umem).is_some_and(|u| crate::pipeline::render::err_ptr(u).is_none());
                 if e.is(ProbeId::UmemGet) && pinned {
-                    self.paths.entry(Path::Pin).or_default().pages += e.field("pages").unwrap_or(0);
+                    self.paths.entry(Path::Pin).or_default().pages += e.field(FieldId::Pages).unwrap_or(0);
                 }
             }
             _ => {}

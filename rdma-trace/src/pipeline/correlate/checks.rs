@@ -2,6 +2,7 @@
 //! sides know (MR range and keys, CQ handle, the CQ an event was delivered for).
 
 use super::kept::Events;
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 
@@ -52,7 +53,7 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Ch
             else {
                 return out;
             };
-            let kernel = (umem.field("umem").or(umem.field("umem_odp")))
+            let kernel = (umem.field(FieldId::Umem).or(umem.field(FieldId::UmemOdp)))
                 .and_then(crate::pipeline::render::err_ptr)
                 .map(|e| (-e) as u64);
             out.push(check("pin errno", errno as u64, kernel));
@@ -61,53 +62,54 @@ pub fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Ch
             // On-demand paging: the ODP umem covers the range; nothing is pinned.
             let Some(mr) = &s.mr else { return out };
             let odp = find(events, mine, &[ProbeId::UmemOdpGet], EventKind::Entry);
-            out.push(check("ODP umem addr", mr.addr, odp.and_then(|e| e.field("addr"))));
-            out.push(check("ODP umem size", mr.length, odp.and_then(|e| e.field("size"))));
+            out.push(check("ODP umem addr", mr.addr, odp.and_then(|e| e.field(FieldId::Addr))));
+            out.push(check("ODP umem size", mr.length, odp.and_then(|e| e.field(FieldId::Size))));
             let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Entry);
-            out.push(check("pages pinned", 0, Some(pin.map_or(0, |e| e.field("pages").unwrap_or(0)))));
+            out.push(check("pages pinned", 0, Some(pin.map_or(0, |e| e.field(FieldId::Pages).unwrap_or(0)))));
             let reg = find(events, mine, &REG_MR, EventKind::Return);
-            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field("lkey"))));
-            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field("rkey"))));
+            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field(FieldId::Lkey))));
+            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field(FieldId::Rkey))));
         }
         StepName::RegMr => {
             let Some(mr) = &s.mr else { return out };
             let pin = find(events, mine, &[ProbeId::UmemGet], EventKind::Entry);
-            out.push(check("umem addr", mr.addr, pin.and_then(|e| e.field("addr"))));
-            out.push(check("umem size", mr.length, pin.and_then(|e| e.field("size"))));
+            out.push(check("umem addr", mr.addr, pin.and_then(|e| e.field(FieldId::Addr))));
+            out.push(check("umem size", mr.length, pin.and_then(|e| e.field(FieldId::Size))));
             let pinned = find(events, mine, &[ProbeId::UmemGet], EventKind::Return);
             out.push(check(
                 "pages pinned",
                 crate::steps::pages_spanned(mr.addr, mr.length),
-                pinned.and_then(|e| e.field("pages")),
+                pinned.and_then(|e| e.field(FieldId::Pages)),
             ));
             let reg = find(events, mine, &REG_MR, EventKind::Return);
-            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field("lkey"))));
-            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field("rkey"))));
+            out.push(check("lkey", mr.lkey.into(), reg.and_then(|e| e.field(FieldId::Lkey))));
+            out.push(check("rkey", mr.rkey.into(), reg.and_then(|e| e.field(FieldId::Rkey))));
         }
         StepName::CreateCq => {
             let Some(cq) = &s.cq else { return out };
             // libibverbs returned the handle the step announces…
             let user = find(events, mine, &[ProbeId::IbvCreateCq], EventKind::Return);
-            out.push(check("ibv_create_cq result", cq.handle, user.and_then(|e| e.field("cq"))));
+            out.push(check("ibv_create_cq result", cq.handle, user.and_then(|e| e.field(FieldId::Cq))));
             // …and the completions the kernel raises on the CQ created here carry it.
-            if let Some(kcq) = find(events, mine, &CREATE_CQ, EventKind::Entry).and_then(|e| e.field("cq"))
+            if let Some(kcq) =
+                find(events, mine, &CREATE_CQ, EventKind::Entry).and_then(|e| e.field(FieldId::Cq))
                 && let Some(c) = events
                     .all()
                     .map(|(_, e)| e)
-                    .find(|e| e.is(ProbeId::CompHandler) && e.field("cq") == Some(kcq))
+                    .find(|e| e.is(ProbeId::CompHandler) && e.field(FieldId::Cq) == Some(kcq))
             {
-                out.push(check("user handle of its completions", cq.handle, c.field("cq_user_handle")));
+                out.push(check("user handle of its completions", cq.handle, c.field(FieldId::CqUserHandle)));
             }
         }
         StepName::GetCqEvent => {
             let Some(want) = s.event_cq else { return out };
             let comp = mine.iter().filter_map(|&i| events.ev(i)).find(|e| e.is(ProbeId::CompHandler));
-            out.push(check("completion's CQ", want, comp.and_then(|e| e.field("cq_user_handle"))));
+            out.push(check("completion's CQ", want, comp.and_then(|e| e.field(FieldId::CqUserHandle))));
         }
         StepName::DeregMr => {
             let Some(mr) = &s.mr else { return out };
             let rel = find(events, mine, &[ProbeId::UmemRelease], EventKind::Entry);
-            out.push(check("unpinned addr", mr.addr, rel.and_then(|e| e.field("umem_address"))));
+            out.push(check("unpinned addr", mr.addr, rel.and_then(|e| e.field(FieldId::UmemAddress))));
         }
         _ => {}
     }

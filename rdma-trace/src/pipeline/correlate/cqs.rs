@@ -2,6 +2,7 @@
 //! second, and the three hops — the handler's own time, completion → the channel read
 //! that woke the program, and that read → `ibv_get_cq_event` returning.
 
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ExecContext, ProbeId};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -37,7 +38,7 @@ impl Samples {
 /// The CQ a completion handler's event is for: the program's own handle when the kernel
 /// read one, else the kernel's CQ pointer.
 pub fn cq_handle(e: &Event) -> Option<u64> {
-    e.field("cq_user_handle").filter(|h| *h != 0).or(e.field("cq"))
+    e.field(FieldId::CqUserHandle).filter(|h| *h != 0).or(e.field(FieldId::Cq))
 }
 
 /// A QP: the host it lives on (0 for a single capture) and its number there (here, below
@@ -126,7 +127,7 @@ impl Cqs {
         let cq = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
         cq.pid = made.pid.or(cq.pid);
         cq.channel_fd = made.channel_fd.or(cq.channel_fd);
-        cq.kernel = e.field("cq").unwrap_or(cq.kernel);
+        cq.kernel = e.field(FieldId::Cq).unwrap_or(cq.kernel);
         cq.host = crate::event::host_of(e.pid);
         cq.completions += 1;
         cq.latest = Some(i);
@@ -154,7 +155,7 @@ impl Cqs {
     /// entry, the channel fd it reads).
     pub(super) fn hops(&mut self, rows: &mut CqRows, e: &Event) {
         if e.kind != EventKind::Return {
-            if let Some(fd) = e.field("fd").filter(|_| e.is(ProbeId::IbvGetCqEvent)) {
+            if let Some(fd) = e.field(FieldId::Fd).filter(|_| e.is(ProbeId::IbvGetCqEvent)) {
                 self.reading.insert(e.tid, fd as i32);
             }
             return;

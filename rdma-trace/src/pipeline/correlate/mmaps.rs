@@ -7,6 +7,7 @@
 //! Pure and bounded: events in, `Named` updates out (a mapping named, or its object learned
 //! later, when the verbs call returns), for whoever keeps mapping rows.
 
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use crate::util::push_capped;
@@ -192,7 +193,7 @@ impl Namer {
     pub fn event(&mut self, e: &Event) -> Vec<Named> {
         match (e.probe(), e.kind) {
             (Some(ProbeId::RxeCreateCq), EventKind::Entry) => {
-                if let Some(cq) = e.field("cq") {
+                if let Some(cq) = e.field(FieldId::Cq) {
                     self.creating_cq.insert(e.tid, cq);
                 }
                 Vec::new()
@@ -209,18 +210,19 @@ impl Namer {
             // A CQ known only by its kernel pointer (made by a call not probed, such as
             // ibv_create_cq_ex) gets the program's handle from its first completion.
             (Some(ProbeId::CompHandler), EventKind::Entry) => {
-                let (Some(kernel), Some(h)) = (e.field("cq"), e.field("cq_user_handle").filter(|h| *h != 0))
+                let (Some(kernel), Some(h)) =
+                    (e.field(FieldId::Cq), e.field(FieldId::CqUserHandle).filter(|h| *h != 0))
                 else {
                     return Vec::new();
                 };
                 self.settle(|_, _, q| (q.object == Some(Object::KernelCq(kernel))).then_some(Object::Cq(h)))
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
-                let cq = e.field("cq").filter(|h| *h != 0).map(Object::Cq);
+                let cq = e.field(FieldId::Cq).filter(|h| *h != 0).map(Object::Cq);
                 self.learn(e.tid, 0, u64::MAX, |k| cq.filter(|o| o.fits(k)))
             }
             (Some(ProbeId::IbvCreateQp), EventKind::Return) => {
-                let n = e.field("qp_num").filter(|_| e.field("qp").is_some_and(|q| q != 0));
+                let n = e.field(FieldId::QpNum).filter(|_| e.field(FieldId::Qp).is_some_and(|q| q != 0));
                 let qp = n.and_then(|n| u32::try_from(n).ok()).map(Object::Qp);
                 self.learn(e.tid, 0, u64::MAX, |k| qp.filter(|o| o.fits(k)))
             }
@@ -251,17 +253,17 @@ impl Namer {
                 self.qp_site.remove(&e.tid);
             }
         }
-        let size = e.field("size").unwrap_or(0);
-        let slots = e.field("index_mask").map(|m| m + 1);
-        let entry_bytes = e.field("log2_elem_size").filter(|l| *l < 32).map(|l| 1u64 << l);
+        let size = e.field(FieldId::Size).unwrap_or(0);
+        let slots = e.field(FieldId::IndexMask).map(|m| m + 1);
+        let entry_bytes = e.field(FieldId::Log2ElemSize).filter(|l| *l < 32).map(|l| 1u64 << l);
         let entries = slots.map(|s| s - 1);
         self.making.insert(e.tid, Making { kind, size, entries, entry_bytes });
     }
 
     fn made(&mut self, e: &Event) {
         let Some(m) = self.making.remove(&e.tid) else { return };
-        let (Some(context), Some(key)) = (e.field("context"), e.field("key")) else { return };
-        if e.field("info").and_then(crate::pipeline::render::err_ptr).is_some() {
+        let (Some(context), Some(key)) = (e.field(FieldId::Context), e.field(FieldId::Key)) else { return };
+        if e.field(FieldId::Info).and_then(crate::pipeline::render::err_ptr).is_some() {
             return;
         }
         let object = match m.kind {
@@ -272,7 +274,7 @@ impl Namer {
             kind: m.kind,
             key,
             // The buffer as made; the key covers it rounded up to pages (`info_size`).
-            bytes: if m.size > 0 { m.size } else { e.field("info_size").unwrap_or(0) },
+            bytes: if m.size > 0 { m.size } else { e.field(FieldId::InfoSize).unwrap_or(0) },
             entries: m.entries,
             entry_bytes: m.entry_bytes,
             object,
@@ -281,11 +283,11 @@ impl Namer {
     }
 
     fn mapped(&mut self, e: &Event) -> Option<Named> {
-        let key = e.field("vm_pgoff")? * crate::units::PAGE;
-        let context = e.field("context")?;
+        let key = e.field(FieldId::VmPgoff)? * crate::units::PAGE;
+        let context = e.field(FieldId::Context)?;
         let at = self.keys.iter().position(|(k, _, _)| *k == (context, key))?;
         let (_, mut queue, made_by) = self.keys.remove(at)?;
-        let start = e.field("vm_start")?;
+        let start = e.field(FieldId::VmStart)?;
         let by_step = self.made_by_steps.iter().find(|(tid, from, to, o)| {
             *tid == made_by && (*from..=*to).contains(&e.ts_ns) && o.fits(queue.kind)
         });

@@ -2,6 +2,7 @@
 //! entry on the same thread and probe to give the call's latency, and adds derived
 //! measures (pages pinned by a umem).
 
+use crate::event::FieldId;
 pub mod aggregate;
 pub mod checks;
 pub mod cqs;
@@ -33,14 +34,14 @@ impl Correlator {
     pub fn feed(&mut self, mut ev: Event) -> Event {
         match ev.kind {
             EventKind::Entry => {
-                let range = match (ev.field("addr"), ev.field("size")) {
+                let range = match (ev.field(FieldId::Addr), ev.field(FieldId::Size)) {
                     (Some(a), Some(s)) => Some((a, s)),
                     _ => None,
                 };
                 if let Some((a, s)) = range
                     && ev.is(ProbeId::UmemGet)
                 {
-                    ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
+                    ev.fields.insert(FieldId::Pages, Value::U(pages_spanned(a, s)));
                 }
                 self.open
                     .entry((ev.tid, ev.name.clone()))
@@ -54,11 +55,11 @@ impl Correlator {
                     ev.latency_ns = Some(ev.ts_ns.saturating_sub(call.ts_ns));
                     // The pages the kernel pinned, from the umem it returned (its iova and
                     // length: what ib_umem_num_pages counts), else from the call's range.
-                    let kernel = ev.field("umem_iova").zip(ev.field("umem_length"));
+                    let kernel = ev.field(FieldId::UmemIova).zip(ev.field(FieldId::UmemLength));
                     if let Some((a, s)) = kernel.or(call.range)
                         && ev.is(ProbeId::UmemGet)
                     {
-                        ev.fields.insert("pages".into(), Value::U(pages_spanned(a, s)));
+                        ev.fields.insert(FieldId::Pages, Value::U(pages_spanned(a, s)));
                     }
                 }
             }

@@ -9,6 +9,7 @@
 use super::rows::ProcessStory;
 pub use super::rows::{MrKind, MrStory};
 use crate::capture::{PinnedRange, ProcessState};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::units::PAGE;
 use crate::util::push_capped;
@@ -37,7 +38,7 @@ impl Pins {
     pub(super) fn owner_of(&self, e: &Event) -> Option<u32> {
         match (e.probe(), e.kind) {
             (Some(ProbeId::OdpFault), EventKind::Entry) => {
-                e.field("umem_odp").and_then(|u| self.unpinned.get(&u)).copied()
+                e.field(FieldId::UmemOdp).and_then(|u| self.unpinned.get(&u)).copied()
             }
             (Some(ProbeId::OdpFault), EventKind::Return) => self.faulting.get(&e.tid).map(|f| f.0),
             _ => None,
@@ -56,8 +57,8 @@ impl Pins {
         let kind = match e.probe() {
             Some(ProbeId::UmemGet) => MrKind::Pinned,
             Some(ProbeId::UmemOdpGet) => MrKind::Odp,
-            Some(ProbeId::UmemDmabufGet) => MrKind::DmaBuf { fd: e.field("fd").unwrap_or(0) },
-            Some(ProbeId::UmemDmabufPinned) => MrKind::DmaBufPinned { fd: e.field("fd").unwrap_or(0) },
+            Some(ProbeId::UmemDmabufGet) => MrKind::DmaBuf { fd: e.field(FieldId::Fd).unwrap_or(0) },
+            Some(ProbeId::UmemDmabufPinned) => MrKind::DmaBufPinned { fd: e.field(FieldId::Fd).unwrap_or(0) },
             _ => return self.other(ps, e),
         };
         match e.kind {
@@ -66,11 +67,11 @@ impl Pins {
                     kind,
                     pid: ps.pid,
                     tid: e.tid,
-                    addr: e.field("addr").or(e.field("offset")).unwrap_or(0),
-                    length: e.field("size").unwrap_or(0),
-                    pages: e.field("pages").filter(|_| kind == MrKind::Pinned),
-                    access: e.field("access"),
-                    memlock_limit: e.field("memlock_limit"),
+                    addr: e.field(FieldId::Addr).or(e.field(FieldId::Offset)).unwrap_or(0),
+                    length: e.field(FieldId::Size).unwrap_or(0),
+                    pages: e.field(FieldId::Pages).filter(|_| kind == MrKind::Pinned),
+                    access: e.field(FieldId::Access),
+                    memlock_limit: e.field(FieldId::MemlockLimit),
                     ..Default::default()
                 };
                 self.open.insert(e.tid, row);
@@ -88,9 +89,9 @@ impl Pins {
                 // The provider's reg_mr returns right after the umem, on the same thread.
                 let pid = ps.pid;
                 if let Some(row) = newest(ps, |r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none()) {
-                    row.lkey = e.field("lkey");
-                    row.rkey = e.field("rkey");
-                    row.mr = e.field("mr").filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
+                    row.lkey = e.field(FieldId::Lkey);
+                    row.rkey = e.field(FieldId::Rkey);
+                    row.mr = e.field(FieldId::Mr).filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
                     // The live pin too: a late subscriber's state names its keys.
                     if let Some(r) = row.umem.and_then(|u| self.live.get_mut(&pid)?.get_mut(&u)) {
                         (r.lkey, r.rkey) = (row.lkey, row.rkey);
@@ -99,7 +100,7 @@ impl Pins {
             }
             (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Entry) => {
                 ps.rereg_total += 1;
-                let mr = e.field("mr");
+                let mr = e.field(FieldId::Mr);
                 if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
                     row.rereg += 1;
                 }
@@ -107,7 +108,7 @@ impl Pins {
             }
             (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Return) => {
                 let mr = self.rereg.remove(&e.tid).flatten();
-                if e.field("mr").and_then(crate::pipeline::render::err_ptr).is_some() {
+                if e.field(FieldId::Mr).and_then(crate::pipeline::render::err_ptr).is_some() {
                     ps.rereg_refused += 1;
                     if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
                         row.rereg_refused += 1;
@@ -115,7 +116,7 @@ impl Pins {
                 }
             }
             (Some(ProbeId::OdpFault), EventKind::Entry) => {
-                let umem = e.field("umem_odp").unwrap_or(0);
+                let umem = e.field(FieldId::UmemOdp).unwrap_or(0);
                 ps.odp_faults += 1;
                 if let Some(row) = newest(ps, |r| r.umem == Some(umem)) {
                     row.faults += 1;
@@ -123,7 +124,7 @@ impl Pins {
                 self.faulting.insert(e.tid, (ps.pid, umem));
             }
             (Some(ProbeId::OdpFault), EventKind::Return) => {
-                let mapped = e.field("ret").map(|r| r as i64).filter(|r| *r > 0);
+                let mapped = e.field(FieldId::Ret).map(|r| r as i64).filter(|r| *r > 0);
                 if let (Some((_, umem)), Some(n)) = (self.faulting.remove(&e.tid), mapped)
                     && let Some(row) = newest(ps, |r| r.umem == Some(umem))
                 {
@@ -131,7 +132,7 @@ impl Pins {
                 }
             }
             (Some(ProbeId::UmemRelease), EventKind::Entry) => {
-                let umem = e.field("umem");
+                let umem = e.field(FieldId::Umem);
                 if let Some(r) = umem.and_then(|u| self.live.entry(ps.pid).or_default().remove(&u)) {
                     ps.pinned_bytes = ps.pinned_bytes.saturating_sub(r.charged);
                     ended(ps, |m| m.umem == umem);
@@ -159,13 +160,13 @@ impl Pins {
             kind,
             pid: ps.pid,
             tid: e.tid,
-            addr: e.field("umem_address").unwrap_or(0),
-            length: e.field("umem_length").unwrap_or(0),
+            addr: e.field(FieldId::UmemAddress).unwrap_or(0),
+            length: e.field(FieldId::UmemLength).unwrap_or(0),
             ..Default::default()
         });
         row.event = Some(i);
         row.latency_ns = e.latency_ns;
-        let umem = e.field("umem").or(e.field("umem_odp")).or(e.field("umem_dmabuf"));
+        let umem = e.field(FieldId::Umem).or(e.field(FieldId::UmemOdp)).or(e.field(FieldId::UmemDmabuf));
         if let Some(err) = umem.and_then(crate::pipeline::render::err_ptr) {
             row.refused = Some(-err);
             push_capped(&mut ps.failed_pins, per_list, i);
@@ -194,13 +195,13 @@ impl Pins {
         if let Some(l) = e.latency_ns {
             ps.pin_latency.observe(l);
         }
-        row.pages = row.pages.or(e.field("pages"));
+        row.pages = row.pages.or(e.field(FieldId::Pages));
         // What the pin charges: whole pages (VmPin), not the byte length.
-        let charged = e.field("pages").map(|p| p * PAGE).or(e.field("umem_length"));
+        let charged = e.field(FieldId::Pages).map(|p| p * PAGE).or(e.field(FieldId::UmemLength));
         if let (Some(u), Some(charged)) = (umem, charged) {
             let range = PinnedRange {
-                addr: e.field("umem_address").unwrap_or(0),
-                length: e.field("umem_length").unwrap_or(0),
+                addr: e.field(FieldId::UmemAddress).unwrap_or(0),
+                length: e.field(FieldId::UmemLength).unwrap_or(0),
                 charged,
                 umem: Some(u),
                 ..Default::default()
@@ -218,7 +219,7 @@ impl Pins {
         if !(e.is(ProbeId::MrDereg) && e.kind == EventKind::Entry) {
             return;
         }
-        let Some(id) = e.field("mr_id").and_then(|i| u32::try_from(i).ok()) else { return };
+        let Some(id) = e.field(FieldId::MrId).and_then(|i| u32::try_from(i).ok()) else { return };
         let Some((pid, range)) = self.tables.remove(&id) else { return };
         if let Some(ps) = story.get_mut(&pid) {
             ps.pinned_bytes = ps.pinned_bytes.saturating_sub(range.charged);

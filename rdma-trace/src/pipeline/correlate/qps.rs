@@ -21,6 +21,7 @@
 
 use super::cqs::Samples;
 use crate::capture::{QpCounts, QpState};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId, host_of};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -115,7 +116,7 @@ impl Qps {
         }
         if e.is(ProbeId::RxeCreateCq) || e.is(ProbeId::Mlx5CreateCq) {
             // A new CQ at an address ends whatever CQ was freed there before.
-            let cq = e.field("cq")?;
+            let cq = e.field(FieldId::Cq)?;
             let host = host_of(e.pid);
             for key in self.by_cq.remove(&(host, cq)).unwrap_or_default() {
                 if let Some(row) = story.rows.get_mut(&key) {
@@ -127,11 +128,12 @@ impl Qps {
                 }
             }
         } else if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
-            let qpn = e.field("qp_num").filter(|n| *n >= FIRST_APP_QPN)?;
+            let qpn = e.field(FieldId::QpNum).filter(|n| *n >= FIRST_APP_QPN)?;
             let key = QpKey { host: host_of(e.pid), qpn: qpn as u32 };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
             (row.pid, row.comm) = (e.pid, e.comm.clone());
-            for (cq, now) in [(&mut row.send_cq, e.field("send_cq")), (&mut row.recv_cq, e.field("recv_cq"))]
+            for (cq, now) in
+                [(&mut row.send_cq, e.field(FieldId::SendCq)), (&mut row.recv_cq, e.field(FieldId::RecvCq))]
             {
                 if let Some(c) = now.filter(|c| *c != 0 && *c != *cq) {
                     *cq = c;
@@ -169,15 +171,15 @@ impl Qps {
     /// A modify: the state, and at RTR the peer named (and paired once both ends agree).
     fn modify(story: &mut QpStory, key: QpKey, e: &Event) {
         let row = story.rows.get_mut(&key).expect("made by the caller");
-        let state = e.field("qp_state");
+        let state = e.field(FieldId::QpState);
         row.state = state.or(row.state);
-        let mask = e.field("attr_mask").unwrap_or(0);
+        let mask = e.field(FieldId::AttrMask).unwrap_or(0);
         if state != Some(IB_QPS_RTR) || mask & IB_QP_DEST_QPN == 0 {
             return;
         }
-        let dest = e.field("dest_qp_num").unwrap_or(0) as u32;
+        let dest = e.field(FieldId::DestQpNum).unwrap_or(0) as u32;
         row.dest_qpn = Some(dest);
-        row.dgid = e.field("dgid_prefix").zip(e.field("dgid_iid"));
+        row.dgid = e.field(FieldId::DgidPrefix).zip(e.field(FieldId::DgidIid));
         Self::pair(story, key, dest);
     }
 
@@ -213,7 +215,7 @@ impl Qps {
         i: usize,
         e: &Event,
     ) -> Option<(QpKey, bool)> {
-        let cq = e.field("cq")?;
+        let cq = e.field(FieldId::Cq)?;
         let qps = by_cq.get(&(host_of(e.pid), cq))?;
         let candidates = qps.iter().filter_map(|key| {
             let row = story.rows.get(key)?;

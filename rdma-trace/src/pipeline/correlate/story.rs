@@ -15,6 +15,7 @@ use super::pins::Pins;
 use super::qps::{PostJoin, QpStory, Qps};
 pub use super::rows::{BUCKETS_NS, Call, Completion, Histogram, MapStory, ProcessStory};
 use crate::capture::{CqState, Mapping, PinnedRange, ProcessState, State};
+use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use crate::util::push_capped;
@@ -163,21 +164,23 @@ impl CqOwners {
         match (e.probe(), e.kind) {
             // The user handle is only set after the driver returns: join by the kernel CQ.
             (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
-                if let Some(c) = e.field("cq") {
+                if let Some(c) = e.field(FieldId::Cq) {
                     self.by_kernel_cq.insert(c, e.pid);
                 }
             }
             (Some(ProbeId::IbvCreateCompChannel), EventKind::Return) => {
-                if let (Some(ch), Some(fd)) = (e.field("channel").filter(|c| *c != 0), e.field("fd")) {
+                if let (Some(ch), Some(fd)) =
+                    (e.field(FieldId::Channel).filter(|c| *c != 0), e.field(FieldId::Fd))
+                {
                     self.channels.insert((e.pid, ch), fd as i32);
                 }
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Entry) => {
-                self.making.insert(e.tid, e.field("channel").unwrap_or(0));
+                self.making.insert(e.tid, e.field(FieldId::Channel).unwrap_or(0));
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
                 let channel = self.making.remove(&e.tid).filter(|c| *c != 0);
-                if let Some(h) = e.field("cq").filter(|h| *h != 0) {
+                if let Some(h) = e.field(FieldId::Cq).filter(|h| *h != 0) {
                     self.by_handle.insert(h, e.pid);
                     // A handle the allocator gave again: the new CQ's channel, or none.
                     match channel.and_then(|c| self.channels.get(&(e.pid, c))) {
@@ -241,8 +244,8 @@ impl CqOwners {
     }
 
     fn owner(&self, e: &Event) -> Option<u32> {
-        let by_handle = e.field("cq_user_handle").and_then(|h| self.by_handle.get(&h));
-        by_handle.or_else(|| e.field("cq").and_then(|c| self.by_kernel_cq.get(&c))).copied()
+        let by_handle = e.field(FieldId::CqUserHandle).and_then(|h| self.by_handle.get(&h));
+        by_handle.or_else(|| e.field(FieldId::Cq).and_then(|c| self.by_kernel_cq.get(&c))).copied()
     }
 }
 
@@ -399,7 +402,7 @@ impl Builder {
                 self.per_list,
                 Completion {
                     event: i,
-                    cq_user_handle: e.field("cq_user_handle").unwrap_or(0),
+                    cq_user_handle: e.field(FieldId::CqUserHandle).unwrap_or(0),
                     wakeup: None,
                     wakeup_latency_ns: None,
                 },
@@ -410,7 +413,7 @@ impl Builder {
             self.work_went_on(pid);
             return;
         }
-        if let Some(l) = e.field("memlock_limit") {
+        if let Some(l) = e.field(FieldId::MemlockLimit) {
             ps.memlock_limit = Some(l);
         }
         self.wakeup(pid, i, e);
@@ -470,7 +473,7 @@ impl Builder {
     /// consumes the oldest completion waiting in its process.
     fn wakeup(&mut self, pid: u32, i: usize, e: &Event) {
         let wakeup = e.kind == EventKind::Return
-            && ((e.is(ProbeId::CompEventRead) && e.field("ret").is_some_and(|r| (r as i64) > 0))
+            && ((e.is(ProbeId::CompEventRead) && e.field(FieldId::Ret).is_some_and(|r| (r as i64) > 0))
                 || (e.is(ProbeId::IbvGetCqEvent) && !self.kernel_reads));
         if !wakeup {
             return;
@@ -540,8 +543,8 @@ impl Builder {
     /// The mapping inventory: uverbs mmaps in, munmaps of their start out.
     fn maps(&mut self, pid: u32, i: usize, e: &Event) {
         if e.is(ProbeId::UverbsMmap) && e.kind == EventKind::Entry {
-            if let (Some(start), Some(end)) = (e.field("vm_start"), e.field("vm_end")) {
-                let pgoff = e.field("vm_pgoff").unwrap_or(0);
+            if let (Some(start), Some(end)) = (e.field(FieldId::VmStart), e.field(FieldId::VmEnd)) {
+                let pgoff = e.field(FieldId::VmPgoff).unwrap_or(0);
                 self.mappings
                     .entry(pid)
                     .or_default()
@@ -554,7 +557,7 @@ impl Builder {
                     pgoff,
                     kind: mapping_kind(e, pgoff),
                     cache: e
-                        .field("vm_page_prot")
+                        .field(FieldId::VmPageProt)
                         .map(|p| crate::pipeline::render::cache_mode(p).to_string()),
                     call,
                     queue: None,
@@ -567,7 +570,7 @@ impl Builder {
             }
         } else if e.kind == EventKind::SyscallEnter
             && e.name == "munmap"
-            && let Some(addr) = e.field("addr")
+            && let Some(addr) = e.field(FieldId::Addr)
             && let Some(maps) = self.mappings.get_mut(&pid)
             && maps.remove(&addr).is_some()
             && let Some(row) = self.process(pid).mappings.iter_mut().rev().find(|r| r.start == addr)
