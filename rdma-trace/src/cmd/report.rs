@@ -2,50 +2,16 @@
 //! two runs compared, and pictures (a Perfetto timeline, folded stacks, a flame graph).
 //! Captures are read as streams; several are merged on the wall clock from their headers.
 
-use crate::capture::{Header, Record};
 use crate::cli::ReadOpts;
-use crate::clock::Placement;
 use crate::event::Event;
 use crate::output::numbers::{self, Part, Report};
-use crate::pipeline::correlate::aggregate::Aggregates;
-use crate::pipeline::correlate::live::{Limits, Live};
-use crate::source::capture::Reader;
-use crate::steps::StepRecord;
+use crate::pipeline::correlate::live::Limits;
+pub use crate::pipeline::merge::{self, Input, Read};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Lists kept per process for a report: enough for exact percentiles on lab-sized runs.
 const PER_LIST: usize = 100_000;
-
-/// What reading the captures gave: the story, each capture's header and aggregates, the
-/// companion's steps, and every event (only when asked for: an export needs them all).
-pub struct Read {
-    pub live: Live,
-    pub headers: Vec<Option<Header>>,
-    /// Each capture of another boot: its clock against the first's, where measured.
-    pub placed: Vec<Option<crate::clock::Placed>>,
-    pub aggs: Vec<Aggregates>,
-    pub steps: Vec<StepRecord>,
-    pub events: Vec<Event>,
-}
-
-/// One capture being read: its next timed record (an event, or a step at its end).
-struct Source {
-    path: PathBuf,
-    reader: Reader<Box<dyn std::io::BufRead + Send>>,
-    next: Option<Record>,
-    /// Its times and pids onto the first capture's.
-    placement: Placement,
-}
-
-fn at(r: &Record) -> Option<u64> {
-    match r {
-        Record::Event(e) => Some(e.ts_ns),
-        Record::State(st) => Some(st.ts_ns),
-        Record::Step(s) => Some(s.step.t_end_ns),
-        _ => None,
-    }
-}
 
 /// Reads every capture, merged on the wall clock, through one story and per-capture
 /// aggregates; `keep_events` keeps the events too.
@@ -60,109 +26,28 @@ pub fn read(files: &[PathBuf], opts: ReadOpts, keep_events: bool) -> Result<Read
     Ok(r)
 }
 
-/// Reads every capture, merged on the wall clock, through one story (unless `story` is
-/// false: a caller that builds its own, `explain`, leaves `live` empty) and per-capture
-/// aggregates; each event also goes to `each`, with the index the story knows it by (its
-/// place in the merged run).
+/// `files` opened and merged (`pipeline::merge`): each event also goes to `each`, with
+/// the index the story knows it by.
 pub fn read_each(
     files: &[PathBuf],
     opts: ReadOpts,
     story: bool,
-    mut each: impl FnMut(usize, &Event),
+    each: impl FnMut(usize, &Event),
 ) -> Result<Read> {
     if opts.follow {
         bail!(
             "--follow is for replay, story and tui: the numbers are of a capture as it stands (run again when it ends)"
         );
     }
+    let inputs = files
+        .iter()
+        .map(|f| {
+            Input::file(f, opts.strict)
+                .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", f.display())))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let limits = Limits { per_list: PER_LIST, ..Limits::default() };
-    let mut out = Read {
-        live: Live::new(Vec::new(), limits),
-        headers: vec![None; files.len()],
-        placed: vec![None; files.len()],
-        aggs: vec![Aggregates::default(); files.len()],
-        steps: Vec::new(),
-        events: Vec::new(),
-    };
-    let mut sources = Vec::new();
-    let mut placed_events = 0;
-    for f in files {
-        let input = crate::source::capture::open(f)
-            .map_err(|e| crate::cli::BadInput(format!("opening {}: {e}", f.display())))?;
-        sources.push(Source {
-            path: f.clone(),
-            reader: Reader::new(input, opts.strict),
-            next: None,
-            placement: Placement::default(),
-        });
-    }
-    loop {
-        for (i, s) in sources.iter_mut().enumerate() {
-            fill(i, s, &mut out).with_context(|| files[i].display().to_string())?;
-        }
-        let first = &out.headers[0];
-        for (i, s) in sources.iter_mut().enumerate().skip(1) {
-            if let (Some(h0), Some(h)) = (first, &out.headers[i]) {
-                s.placement = Placement::of(i, h0, h);
-                out.placed[i].clone_from(&s.placement.placed);
-            }
-        }
-        let next = sources
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (s.placement.time(t), i)))
-            .min();
-        let Some((_, i)) = next else { break };
-        let s = &mut sources[i];
-        match s.next.take() {
-            Some(Record::Event(mut e)) => {
-                s.placement.event(std::sync::Arc::make_mut(&mut e));
-                out.aggs[i].event(&e);
-                let index = if story { out.live.push(std::sync::Arc::clone(&e)) } else { placed_events };
-                placed_events += 1;
-                each(index, &e);
-            }
-            // A late joiner's capture (`trace --connect -o`) begins with what existed when
-            // it joined: the story starts from it, placed like the capture's events.
-            Some(Record::State(mut st)) => {
-                s.placement.state(&mut st);
-                if story {
-                    out.live.seed(&st);
-                }
-            }
-            Some(Record::Step(st)) => {
-                let mut step = st.step;
-                out.aggs[i].steps += 1;
-                s.placement.step(&mut step);
-                if story {
-                    out.live.add_steps(vec![step.clone()]);
-                }
-                out.steps.push(step);
-            }
-            _ => {}
-        }
-    }
-    for (f, s) in files.iter().zip(&sources) {
-        for n in s.reader.report.notes() {
-            eprintln!("rdma-trace: {}: {n}", f.display());
-        }
-    }
-    Ok(out)
-}
-
-/// Reads `s` until its next timed record (the untimed ones are taken in on the way).
-fn fill(i: usize, s: &mut Source, out: &mut Read) -> Result<()> {
-    while s.next.is_none() {
-        let Some(r) = s.reader.next() else { return Ok(()) };
-        match r.with_context(|| format!("reading {}", s.path.display()))? {
-            Record::Header(h) => out.headers[i] = Some(*h),
-            Record::Stats(st) => out.aggs[i].stats(&st),
-            Record::Loss(l) => out.aggs[i].loss(&l),
-            Record::Trailer(t) => out.aggs[i].trailer(&t),
-            r => s.next = Some(r),
-        }
-    }
-    Ok(())
+    merge::merge(inputs, limits, story, each)
 }
 
 /// The report of `files` (merged).

@@ -4,7 +4,8 @@
 //! The live tracer runs all of it and hands each event to its outputs (`live::trace`); a
 //! capture's events went through it when they were recorded, so a capture source hands its
 //! records straight to the outputs (`feed`). Either way the outputs are `Sink`s: the text
-//! stream, a capture writer, the story (`correlate::live::StorySink`).
+//! stream, a capture writer, the story (`correlate::live::StorySink`). Several captures are
+//! read as one placed stream by `merge`.
 
 pub mod cgroups;
 pub mod correlate;
@@ -13,6 +14,7 @@ pub mod enrich;
 pub mod fds;
 pub mod ksyms;
 pub mod limits;
+pub mod merge;
 pub mod redact;
 pub mod render;
 
