@@ -20,38 +20,73 @@ use std::process::{Command, Stdio};
 const MEASURED_CPU: usize = 1;
 const GENERATOR_CPU: usize = 0;
 
-pub fn run(sizes: &[u64], rounds: u32) -> Result<()> {
-    let release = util::build_release_with_synth_capture()?;
-    let bench = build_pipeline_bench()?;
+/// One build under test: the working tree's, or another revision's (`--against`).
+struct Build {
+    label: String,
+    release: PathBuf,
+    bench: PathBuf,
+}
+
+pub fn run(sizes: &[u64], rounds: u32, against: Option<&str>) -> Result<()> {
+    let now = Build {
+        label: "now".into(),
+        release: util::build_release_with_synth_capture()?,
+        bench: build_pipeline_bench(&util::workspace_root(), None)?,
+    };
+    // The generator of every piped capture is this tree's: both builds read the same bytes.
+    let synth = now.release.join("examples/synth_capture");
+    let mut builds = match against {
+        Some(rev) => vec![build_revision(rev)?],
+        None => Vec::new(),
+    };
+    builds.push(now);
     let mut json = serde_json::Map::new();
 
     step(&format!("bench --host: the live pipeline stage by stage, 10^6 records, {rounds} rounds"));
-    let out = pinned_output(Command::new(&bench).args(["stages", "1000000", &rounds.to_string()]))?;
-    let stages = json_line(&out)?;
-    json.insert("stages".into(), stages.clone());
+    let mut stages = Vec::new();
+    for b in &builds {
+        let out = pinned_output(Command::new(&b.bench).args(["stages", "1000000", &rounds.to_string()]))?;
+        stages.push(json_line(&out)?);
+    }
+    json.insert("stages".into(), stages.clone().into());
 
-    let mut whole = Vec::new();
+    // Each figure: every build once a round, in turn (the order flips each round), so
+    // a noisy minute falls on both; the median of the rounds is kept.
+    let mut whole: Vec<Vec<serde_json::Value>> = vec![Vec::new(); builds.len()];
     for &n in sizes {
-        step(&format!("bench --host: the live pipeline whole, {n} records"));
-        let out = pinned_output(Command::new(&bench).args(["full", &n.to_string()]))?;
-        whole.push(json_line(&out)?);
+        step(&format!("bench --host: the live pipeline whole, {n} records, {rounds} rounds"));
+        let runs = in_turn(&builds, rounds, |b| {
+            json_line(&pinned_output(Command::new(&b.bench).args(["full", &n.to_string()]))?)
+        })?;
+        for (i, r) in runs.into_iter().enumerate() {
+            whole[i].push(median_by(r, |v| v["records_per_s"].as_f64().unwrap_or(0.0)));
+        }
     }
     json.insert("pipeline".into(), whole.clone().into());
 
-    let mut readers = Vec::new();
+    let mut readers: Vec<Vec<Reader>> = builds.iter().map(|_| Vec::new()).collect();
     for cmd in ["replay", "story", "report"] {
         for &n in sizes {
-            step(&format!("bench --host: `rdma-trace {cmd} -` on {n} events"));
-            readers.push(read_capture(&release, cmd, n)?);
+            step(&format!("bench --host: `rdma-trace {cmd} -` on {n} events, {rounds} rounds"));
+            let runs = in_turn(&builds, rounds, |b| read_capture(&synth, &b.release, cmd, n))?;
+            for (i, r) in runs.into_iter().enumerate() {
+                readers[i].push(median_by(r, |r| r.events as f64 / r.cpu_s.max(1e-9)));
+            }
         }
     }
-    let rows = readers.iter().map(|r| {
-        serde_json::json!({"cmd": r.cmd, "events": r.events, "wall_s": r.wall_s, "cpu_s": r.cpu_s,
-            "peak_rss_kib": r.peak_rss_kib})
-    });
-    json.insert("readers".into(), rows.collect());
+    let rows = |rs: &[Reader]| -> serde_json::Value {
+        rs.iter()
+            .map(|r| {
+                serde_json::json!({"cmd": r.cmd, "events": r.events, "wall_s": r.wall_s, "cpu_s": r.cpu_s,
+                    "peak_rss_kib": r.peak_rss_kib})
+            })
+            .collect()
+    };
+    json.insert("readers".into(), readers.iter().map(|r| rows(r)).collect());
+    json.insert("builds".into(), builds.iter().map(|b| b.label.clone()).collect());
 
-    let md = markdown(&stages, &whole, &readers);
+    let labels: Vec<&str> = builds.iter().map(|b| b.label.as_str()).collect();
+    let md = markdown(&labels, &stages, &whole, &readers);
     println!("{md}");
     let dir = util::workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
@@ -63,9 +98,71 @@ pub fn run(sizes: &[u64], rounds: u32) -> Result<()> {
     Ok(())
 }
 
-/// Builds `benches/pipeline.rs` and returns its executable.
-fn build_pipeline_bench() -> Result<PathBuf> {
-    let out = util::output(util::cargo().args([
+/// `f` on every build, `rounds` times, in turn: per build, its result each round.
+fn in_turn<T>(builds: &[Build], rounds: u32, mut f: impl FnMut(&Build) -> Result<T>) -> Result<Vec<Vec<T>>> {
+    let mut out: Vec<Vec<T>> = builds.iter().map(|_| Vec::new()).collect();
+    for r in 0..rounds.max(1) {
+        let order: Vec<usize> =
+            if r % 2 == 0 { (0..builds.len()).collect() } else { (0..builds.len()).rev().collect() };
+        for i in order {
+            out[i].push(f(&builds[i])?);
+        }
+    }
+    Ok(out)
+}
+
+/// The run whose `key` is the median of the runs.
+fn median_by<T>(mut runs: Vec<T>, key: impl Fn(&T) -> f64) -> T {
+    runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    let mid = runs.len() / 2;
+    runs.swap_remove(mid)
+}
+
+/// Revision `rev` built in a worktree of its own under target/bench/against (kept, so a
+/// second bench against it builds nothing).
+fn build_revision(rev: &str) -> Result<Build> {
+    let root = util::workspace_root();
+    let short = util::output(Command::new("git").current_dir(&root).args(["rev-parse", "--short", rev]))?;
+    let short = short.trim();
+    let base = root.join("target/bench/against");
+    let tree = base.join(short);
+    let target = base.join(format!("{short}-target"));
+    if !tree.join("Cargo.toml").exists() {
+        step(&format!("bench --host: a worktree of {rev} ({short})"));
+        std::fs::create_dir_all(&base)?;
+        util::run(
+            Command::new("git")
+                .current_dir(&root)
+                .args(["worktree", "add", "--detach"])
+                .arg(&tree)
+                .arg(short),
+        )?;
+    }
+    step(&format!("bench --host: building {short} (release, its own target directory)"));
+    util::run(util::cargo().current_dir(&tree).env("CARGO_TARGET_DIR", &target).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "rdma-trace",
+        "--bin",
+        "rdma-trace",
+    ]))?;
+    Ok(Build {
+        label: short.to_string(),
+        release: target.join("release"),
+        bench: build_pipeline_bench(&tree, Some(&target))?,
+    })
+}
+
+/// Builds `benches/pipeline.rs` of the tree at `dir` and returns its executable.
+fn build_pipeline_bench(dir: &Path, target: Option<&Path>) -> Result<PathBuf> {
+    let mut cargo = util::cargo();
+    cargo.current_dir(dir);
+    if let Some(t) = target {
+        cargo.env("CARGO_TARGET_DIR", t);
+    }
+    let out = util::output(cargo.args([
         "bench",
         "-q",
         "-p",
@@ -118,8 +215,8 @@ struct Reader {
 }
 
 /// `rdma-trace CMD -` reading a synthetic capture of `n` events from a pipe.
-fn read_capture(release: &Path, cmd: &str, n: u64) -> Result<Reader> {
-    let mut gen_cmd = Command::new(release.join("examples/synth_capture"));
+fn read_capture(synth: &Path, release: &Path, cmd: &str, n: u64) -> Result<Reader> {
+    let mut gen_cmd = Command::new(synth);
     gen_cmd.arg(n.to_string()).stdout(Stdio::piped());
     pin(&mut gen_cmd, GENERATOR_CPU);
     let mut generator = gen_cmd.spawn().context("starting synth_capture")?;
@@ -159,45 +256,92 @@ fn rate(per_s: f64) -> String {
     if per_s >= 1e6 { format!("{:.2} M/s", per_s / 1e6) } else { format!("{:.0} k/s", per_s / 1e3) }
 }
 
-fn markdown(stages: &serde_json::Value, whole: &[serde_json::Value], readers: &[Reader]) -> String {
+/// A column per build; where there are two, a last column of the second's figure over the
+/// first's (rates: above 1 is faster; RSS: below 1 is smaller).
+fn markdown(
+    labels: &[&str],
+    stages: &[serde_json::Value],
+    whole: &[Vec<serde_json::Value>],
+    readers: &[Vec<Reader>],
+) -> String {
     let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d"])).unwrap_or_default();
+    let pair = labels.len() == 2;
+    let heads = |what: &str| labels.iter().map(|l| format!(" {what} ({l}) |")).collect::<String>();
+    let ratio_head = if pair { format!(" {} ÷ {} |", labels[1], labels[0]) } else { String::new() };
+    let rules = |n: usize| "---|".repeat(n);
+    let ratio =
+        |row: &[f64]| if pair { format!(" {:.2}× |", row[1] / row[0].max(1e-9)) } else { String::new() };
+    let first = &stages[0];
     let mut md = format!(
         "### The userspace pipeline alone (host, one CPU, {})\n\n\
-         The live path stage by stage ({} records, {} rounds, medians):\n\n\
-         | stage | records/s | ns per record | the stage adds |\n|---|---|---|---|\n",
+         Builds: {}. The live path stage by stage ({} records, {} rounds, medians), ns per record:\n\n\
+         | stage |{}{}\n|---|{}\n",
         date.trim(),
-        stages["records"],
-        stages["rounds"]
+        labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", "),
+        first["records"],
+        first["rounds"],
+        heads("ns"),
+        ratio_head,
+        rules(labels.len() + pair as usize)
     );
-    for s in stages["stages"].as_array().into_iter().flatten() {
+    let names: Vec<&str> =
+        first["stages"].as_array().into_iter().flatten().filter_map(|s| s["stage"].as_str()).collect();
+    for name in names {
+        let ns: Vec<f64> = stages
+            .iter()
+            .map(|st| {
+                st["stages"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|s| s["stage"] == name)
+                    .map_or(f64::NAN, |s| s["ns_per_record"].as_f64().unwrap_or(f64::NAN))
+            })
+            .collect();
         md += &format!(
-            "| {} | {} | {} | {} ns |\n",
-            s["stage"].as_str().unwrap_or("?"),
-            rate(s["records_per_s"].as_f64().unwrap_or(0.0)),
-            s["ns_per_record"],
-            s["adds_ns"]
+            "| {name} |{}{}\n",
+            ns.iter().map(|v| format!(" {v:.0} |")).collect::<String>(),
+            ratio(&ns)
         );
     }
-    md += "\nThe live path whole (every stage), by the number of records:\n\n\
-           | records | records/s | peak RSS |\n|---|---|---|\n";
-    for w in whole {
+    md += &format!(
+        "\nThe live path whole (every stage), by the number of records (median of the rounds):\n\n\
+         | records |{}{}{}\n|---|{}\n",
+        heads("records/s"),
+        heads("peak RSS"),
+        ratio_head,
+        rules(2 * labels.len() + pair as usize)
+    );
+    for (i, w) in whole[0].iter().enumerate() {
+        let rate_of = |b: usize| whole[b][i]["records_per_s"].as_f64().unwrap_or(0.0);
+        let rates: Vec<f64> = (0..labels.len()).map(rate_of).collect();
         md += &format!(
-            "| {} | {} | {} MiB |\n",
+            "| {} |{}{}{}\n",
             w["records"],
-            rate(w["records_per_s"].as_f64().unwrap_or(0.0)),
-            w["peak_rss_kib"].as_u64().unwrap_or(0) / 1024
+            rates.iter().map(|r| format!(" {} |", rate(*r))).collect::<String>(),
+            (0..labels.len())
+                .map(|b| format!(" {} MiB |", whole[b][i]["peak_rss_kib"].as_u64().unwrap_or(0) / 1024))
+                .collect::<String>(),
+            ratio(&rates)
         );
     }
-    md += "\nReading a capture from a pipe (events per CPU-second of the reader; wall time):\n\n\
-           | command | events | events/s | wall | peak RSS |\n|---|---|---|---|---|\n";
-    for r in readers {
+    md += &format!(
+        "\nReading a capture from a pipe (events per CPU-second of the reader, median of the rounds):\n\n\
+         | command | events |{}{}{}\n|---|---|{}\n",
+        heads("events/s"),
+        heads("peak RSS"),
+        ratio_head,
+        rules(2 * labels.len() + pair as usize)
+    );
+    for (i, r) in readers[0].iter().enumerate() {
+        let rates: Vec<f64> = readers.iter().map(|rs| rs[i].events as f64 / rs[i].cpu_s.max(1e-9)).collect();
         md += &format!(
-            "| `{}` | {} | {} | {:.1} s | {} MiB |\n",
+            "| `{}` | {} |{}{}{}\n",
             r.cmd,
             r.events,
-            rate(r.events as f64 / r.cpu_s.max(1e-9)),
-            r.wall_s,
-            r.peak_rss_kib / 1024
+            rates.iter().map(|v| format!(" {} |", rate(*v))).collect::<String>(),
+            readers.iter().map(|rs| format!(" {} MiB |", rs[i].peak_rss_kib / 1024)).collect::<String>(),
+            ratio(&rates)
         );
     }
     md

@@ -77,7 +77,7 @@ fn main() {
         Cmd::VmTest(a) => setup::for_lab().and_then(|()| lab::vm_test(a)),
         Cmd::Soak(a) => setup::for_lab().and_then(|()| lab::soak(a)),
         Cmd::Demo(a) => setup::for_lab().and_then(|()| lab::demo(a)),
-        Cmd::Bench(a) if a.host => host_bench::run(&a.sizes, a.rounds),
+        Cmd::Bench(a) if a.host => host_bench::run(&a.sizes, a.rounds, a.against.as_deref()),
         Cmd::Bench(a) => setup::for_lab().and_then(|()| lab::bench::bench(a)),
         Cmd::Fuzz(a) => setup::run().and_then(|()| fuzz::run(&a)),
         Cmd::StoryMemory(a) => memory::run(&a),

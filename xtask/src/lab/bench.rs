@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// `replay`, `story`, `report` at each of `--sizes` events.
     #[arg(long)]
     pub host: bool,
+    /// With `--host`: measure this revision's build too, side by side with the working
+    /// tree's, every figure in the same rounds (built once in target/bench/against).
+    #[arg(long, value_name = "REV", requires = "host")]
+    pub against: Option<String>,
     /// Event counts for `--host`.
     #[arg(long, value_delimiter = ',', default_values_t = [100_000u64, 1_000_000, 10_000_000])]
     pub sizes: Vec<u64>,
