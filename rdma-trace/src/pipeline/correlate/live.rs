@@ -15,11 +15,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-/// The events kept, by index; the oldest joined are let go first.
+/// The events kept, in index order; the first fed are let go first. Events are joined in
+/// about the order they were fed (the reorder window moves only a few), so keeping one is
+/// nearly always a push at the back and letting one go a pop at the front.
 #[derive(Default)]
 pub struct Store {
-    by_index: BTreeMap<usize, Arc<Event>>,
-    joined: VecDeque<usize>,
+    by_index: VecDeque<(usize, Arc<Event>)>,
     cap: usize,
     /// Events let go.
     pub evicted: u64,
@@ -27,14 +28,22 @@ pub struct Store {
 
 impl Store {
     fn keep(&mut self, i: usize, ev: Arc<Event>) {
-        self.by_index.insert(i, ev);
-        self.joined.push_back(i);
-        while self.joined.len() > self.cap {
-            if let Some(old) = self.joined.pop_front() {
-                self.by_index.remove(&old);
-                self.evicted += 1;
+        match self.by_index.back() {
+            Some(&(last, _)) if i < last => {
+                let at = self.by_index.partition_point(|(j, _)| *j < i);
+                self.by_index.insert(at, (i, ev));
             }
+            _ => self.by_index.push_back((i, ev)),
         }
+        while self.by_index.len() > self.cap {
+            self.by_index.pop_front();
+            self.evicted += 1;
+        }
+    }
+
+    fn find(&self, i: usize) -> Option<&Arc<Event>> {
+        let at = self.by_index.partition_point(|(j, _)| *j < i);
+        self.by_index.get(at).filter(|(j, _)| *j == i).map(|(_, e)| e)
     }
 }
 
@@ -62,10 +71,10 @@ impl crate::sink::Sink for StorySink {
 
 impl Events for Store {
     fn ev(&self, i: usize) -> Option<&Event> {
-        self.by_index.get(&i).map(|e| &**e)
+        self.find(i).map(|e| &**e)
     }
     fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_> {
-        Box::new(self.by_index.iter().map(|(&i, e)| (i, &**e)))
+        Box::new(self.by_index.iter().map(|(i, e)| (*i, &**e)))
     }
 }
 
@@ -93,6 +102,48 @@ impl Ord for Waiting {
     }
 }
 
+/// The reorder window: events waiting to be joined, taken in (time, index) order. Most
+/// arrive in order and wait in a queue (no heap work); one older than the newest waiting
+/// goes to a heap, and the next out is the older of the two fronts.
+#[derive(Default)]
+struct Window {
+    in_order: VecDeque<Waiting>,
+    late: BinaryHeap<Reverse<Waiting>>,
+}
+
+impl Window {
+    fn push(&mut self, w: Waiting) {
+        match self.in_order.back() {
+            Some(b) if w < *b => self.late.push(Reverse(w)),
+            _ => self.in_order.push_back(w),
+        }
+    }
+
+    fn peek(&self) -> Option<&Waiting> {
+        match (self.in_order.front(), self.late.peek()) {
+            (Some(a), Some(Reverse(b))) => Some(if b < a { b } else { a }),
+            (a, b) => a.or(b.map(|Reverse(w)| w)),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Waiting> {
+        let from_late = match (self.in_order.front(), self.late.peek()) {
+            (Some(a), Some(Reverse(b))) => b < a,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if from_late { self.late.pop().map(|Reverse(w)| w) } else { self.in_order.pop_front() }
+    }
+
+    fn len(&self) -> usize {
+        self.in_order.len() + self.late.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.in_order.is_empty() && self.late.is_empty()
+    }
+}
+
 /// How long the final row of a process found gone is kept for the metrics: Prometheus's
 /// default lookback, so a scrape at any usual interval after the end has its last counts.
 pub const ENDED_KEPT_NS: u64 = 300_000_000_000;
@@ -115,7 +166,7 @@ pub struct Live {
     /// (a source ahead of the others would let theirs be joined late); only `settle`, with
     /// the time every source has reached, does (and `reorder_max`).
     settle_only: bool,
-    window: BinaryHeap<Reverse<Waiting>>,
+    window: Window,
     /// Every event before this time has been joined (or will count as late).
     joined_through_ns: u64,
     /// Steps waiting for the story to pass their end, by (end, key).
@@ -137,7 +188,7 @@ impl Live {
         let store = Store { cap: limits.events, ..Default::default() };
         let step_keys = steps.iter().map(step_key).collect();
         let to_join = steps.iter().map(|s| ((s.t_end_ns, step_key(s)), s.clone())).collect();
-        let window = BinaryHeap::new();
+        let window = Window::default();
         Live {
             limits,
             steps,
@@ -163,8 +214,8 @@ impl Live {
         let index = self.next_index;
         self.next_index += 1;
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
-        self.window.push(Reverse(Waiting { ts_ns: ev.ts_ns, index, ev }));
-        while let Some(Reverse(w)) = self.window.peek() {
+        self.window.push(Waiting { ts_ns: ev.ts_ns, index, ev });
+        while let Some(w) = self.window.peek() {
             let by_time =
                 !self.settle_only && self.newest_ns.saturating_sub(w.ts_ns) >= self.limits.reorder_ns;
             if !by_time && self.window.len() <= self.limits.reorder_max {
@@ -187,7 +238,7 @@ impl Live {
     /// Joins what waited long enough by the clock `now_ns` (the events' clock: a live
     /// source knows the time even when no event comes to push the window along).
     pub fn settle(&mut self, now_ns: u64) {
-        while let Some(Reverse(w)) = self.window.peek() {
+        while let Some(w) = self.window.peek() {
             if now_ns.saturating_sub(w.ts_ns) < self.limits.reorder_ns {
                 break;
             }
@@ -271,8 +322,8 @@ impl Live {
     /// `push` gave) is among them (none when it is no longer kept).
     pub fn for_explain(&mut self, anchor: usize) -> (Vec<Event>, Story, Vec<StepRecord>, Option<usize>) {
         self.flush();
-        let kept: Vec<usize> = self.store.by_index.keys().copied().collect();
-        let events = self.store.by_index.values().map(|e| Event::clone(e)).collect();
+        let kept: Vec<usize> = self.store.by_index.iter().map(|(i, _)| *i).collect();
+        let events = self.store.by_index.iter().map(|(_, e)| Event::clone(e)).collect();
         let at = |i: usize| kept.binary_search(&i).ok();
         let story = self.story().reindexed(&at);
         (events, story, self.steps.clone(), at(anchor))
@@ -285,7 +336,7 @@ impl Live {
 
     /// Every event kept, with its index, oldest first, as the pointers the story holds.
     pub fn kept(&self) -> impl DoubleEndedIterator<Item = (usize, &Arc<Event>)> {
-        self.store.by_index.iter().map(|(&i, e)| (i, e))
+        self.store.by_index.iter().map(|(i, e)| (*i, e))
     }
 
     /// The story as it stands (no copy): what a view reads.
@@ -299,7 +350,7 @@ impl Live {
     }
 
     fn join_next(&mut self) {
-        if let Some(Reverse(w)) = self.window.pop() {
+        if let Some(w) = self.window.pop() {
             // A process found gone before this event leaves first: a new process given
             // its pid starts a row of its own.
             self.forget_gone(w.ev.ts_ns);
@@ -380,4 +431,36 @@ pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
         live.push(e.clone());
     }
     live.finish().0
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    /// Whatever order events arrive in, the window gives them back by (time, index).
+    #[test]
+    fn the_window_gives_events_back_in_time_order() {
+        let times = [5u64, 7, 7, 3, 9, 1, 9, 8, 2, 10, 4, 4, 11];
+        let ev: Arc<Event> = Arc::new(
+            serde_json::from_str(
+                r#"{"v":1,"ts_ns":0,"kind":"entry","name":"umem_get","path":"pin","pid":1,"tid":1,"comm":"x","cpu":0}"#,
+            )
+            .unwrap(),
+        );
+        let mut w = Window::default();
+        for (index, &ts_ns) in times.iter().enumerate() {
+            w.push(Waiting { ts_ns, index, ev: Arc::clone(&ev) });
+        }
+        assert_eq!(w.len(), times.len());
+        let mut want: Vec<(u64, usize)> = times.iter().copied().zip(0..).collect();
+        want.sort();
+        let mut got = Vec::new();
+        while let Some(p) = w.peek().map(|p| (p.ts_ns, p.index)) {
+            let x = w.pop().unwrap();
+            assert_eq!(p, (x.ts_ns, x.index));
+            got.push(p);
+        }
+        assert!(w.is_empty());
+        assert_eq!(got, want);
+    }
 }
