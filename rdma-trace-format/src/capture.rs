@@ -262,6 +262,9 @@ impl State {
 pub struct QpState {
     pub qpn: u32,
     pub pid: u32,
+    /// The host it is on where several are merged (`event::Task`); never written.
+    #[serde(skip)]
+    pub host: u16,
     pub comm: String,
     /// Kernel `struct ib_cq *`s (0: not seen).
     pub send_cq: u64,
@@ -323,6 +326,9 @@ pub struct CqState {
     pub pid: Option<u32>,
     #[serde(default)]
     pub completions: u64,
+    /// The host it is on where several are merged (`event::Task`); never written.
+    #[serde(skip)]
+    pub host: u16,
     /// The fd of the completion channel its events are read from, where it was seen
     /// (`ibv_create_cq` with a channel, or `ibv_get_cq_event` returning it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,6 +344,9 @@ pub struct CqState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessState {
     pub pid: u32,
+    /// The host it is on where several are merged (`event::Task`); never written.
+    #[serde(skip)]
+    pub host: u16,
     pub comm: String,
     pub pinned_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -224,6 +224,47 @@ impl<'de> Deserialize<'de> for Name {
     }
 }
 
+/// A process (or thread) wherever it ran: the host it ran on, by its place among merged
+/// captures or sources (0 for the first, or the only one), and its own number there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Task {
+    pub host: u16,
+    pub pid: u32,
+}
+
+impl Task {
+    pub const fn new(host: u16, pid: u32) -> Self {
+        Task { host, pid }
+    }
+
+    /// As screens and explanations name it: its own number, and the host's name where
+    /// several are merged (`273@host-b`).
+    pub fn at(self, host_name: Option<&str>) -> String {
+        match host_name {
+            Some(h) => format!("{}@{h}", self.pid),
+            None => self.pid.to_string(),
+        }
+    }
+}
+
+/// Written as its pid where it is the first (or only) host's, so a single capture's JSON
+/// reads as it always did; another host's as `pid@host-index`.
+impl Serialize for Task {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.host == 0 {
+            s.serialize_u32(self.pid)
+        } else {
+            s.collect_str(&format_args!("{}@{}", self.pid, self.host))
+        }
+    }
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host == 0 { write!(f, "{}", self.pid) } else { write!(f, "{}@{}", self.pid, self.host) }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub v: u32,
@@ -274,6 +315,10 @@ pub struct Event {
     /// `fields`; `capture::join_errors`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, KernelError>,
+    /// Which host it ran on where several are merged (`Task::host`): set where a merge
+    /// places it, never written (each capture is one host's).
+    #[serde(skip)]
+    pub host: u16,
 }
 
 /// An event as a v1 record writes it, borrowed: the writer's version and place in the
@@ -363,6 +408,16 @@ impl Event {
     /// The container the event's cgroup names, if any.
     pub fn container(&self) -> Option<&str> {
         self.cgroup.as_deref().and_then(container_of)
+    }
+
+    /// The process it ran in, on its host.
+    pub fn process(&self) -> Task {
+        Task::new(self.host, self.pid)
+    }
+
+    /// The thread it ran in, on its host.
+    pub fn thread(&self) -> Task {
+        Task::new(self.host, self.tid)
     }
 
     pub fn field(&self, id: FieldId) -> Option<u64> {

@@ -295,6 +295,9 @@ pub struct StepRecord {
     pub name: StepName,
     pub pid: u32,
     pub tid: u32,
+    /// The host it ran on where several are merged (`event::Task`); never written.
+    #[serde(skip)]
+    pub host: u16,
     /// CLOCK_MONOTONIC at the start and end of the step (the clock of bpf_ktime_get_ns).
     pub t_start_ns: u64,
     pub t_end_ns: u64,
@@ -347,6 +350,16 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
+    /// The process it ran in, on its host.
+    pub fn process(&self) -> crate::event::Task {
+        crate::event::Task::new(self.host, self.pid)
+    }
+
+    /// The thread it ran in, on its host.
+    pub fn thread(&self) -> crate::event::Task {
+        crate::event::Task::new(self.host, self.tid)
+    }
+
     /// A successful step with nothing attached yet.
     pub fn new(run: u32, step: u32, name: StepName, ids: (u32, u32), t: (u64, u64)) -> Self {
         StepRecord {
@@ -356,6 +369,7 @@ impl StepRecord {
             name,
             pid: ids.0,
             tid: ids.1,
+            host: 0,
             t_start_ns: t.0,
             t_end_ns: t.1,
             ok: true,

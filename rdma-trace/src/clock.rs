@@ -140,11 +140,12 @@ pub fn placed(first: &Header, h: &Header) -> Option<Placed> {
 
 /// How capture (or live source) `i`'s records are moved onto the first's: its times by
 /// the difference of the two wall clocks' offsets less the measured offset, and, for
-/// another boot, its pids by `i << PID_SHIFT` (one story keeps each host apart).
+/// another boot, its records marked as host `i` (one story keeps each host apart).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
     pub shift_ns: i64,
-    pub pid_add: u32,
+    /// The host its records are on (`event::Task::host`): 0 for the first's boot.
+    pub host: u16,
     /// Another boot's clock against the first's, where measured.
     pub placed: Option<Placed>,
     pub other_boot: bool,
@@ -156,7 +157,7 @@ impl Placement {
             Placement { shift_ns: h.realtime_offset_ns - first.realtime_offset_ns, ..Default::default() };
         if h.boot_id != first.boot_id {
             p.other_boot = true;
-            p.pid_add = (i as u32) << crate::event::PID_SHIFT;
+            p.host = u16::try_from(i).unwrap_or(u16::MAX);
             p.placed = placed(first, h);
             p.shift_ns -= p.placed.as_ref().map_or(0, |c| c.offset_ns);
         }
@@ -169,24 +170,22 @@ impl Placement {
 
     pub fn event(&self, e: &mut crate::event::Event) {
         e.ts_ns = self.time(e.ts_ns);
-        e.pid += self.pid_add;
-        e.tid += self.pid_add;
+        e.host = self.host;
     }
 
     pub fn step(&self, s: &mut crate::steps::StepRecord) {
         (s.t_start_ns, s.t_end_ns) = (self.time(s.t_start_ns), self.time(s.t_end_ns));
-        s.pid += self.pid_add;
-        s.tid += self.pid_add;
+        s.host = self.host;
     }
 
     pub fn state(&self, st: &mut crate::capture::State) {
         st.ts_ns = self.time(st.ts_ns);
-        st.processes.iter_mut().for_each(|p| p.pid += self.pid_add);
+        st.processes.iter_mut().for_each(|p| p.host = self.host);
         for q in &mut st.qps {
-            q.pid += self.pid_add;
+            q.host = self.host;
             q.last_post_ns = q.last_post_ns.map(|t| self.time(t));
         }
-        st.cqs.iter_mut().filter_map(|c| c.pid.as_mut()).for_each(|p| *p += self.pid_add);
+        st.cqs.iter_mut().for_each(|c| c.host = self.host);
     }
 }
 

@@ -159,7 +159,7 @@ fn the_report_counts_what_the_story_counts() {
             rdma_trace::source::capture::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
         let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
         for p in &r.processes {
-            let s = &story.processes[&p.pid];
+            let s = &story.processes[&rdma_trace::event::Task::new(0, p.pid)];
             assert_eq!(
                 (p.pins, p.pinned_peak_bytes, p.completions),
                 (s.pins_total, s.pinned_peak_bytes, s.completions_total)

@@ -247,6 +247,7 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     }
     f.caught_up();
     let m = &f.model;
+    let cpid = rdma_trace::event::Task::new(0, cpid);
     let rows: Vec<_> = m.mrs.iter().filter(|r| r.pid == cpid).collect();
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(rows.iter().all(|r| r.from_tables() && !r.live), "{rows:?}");
@@ -329,7 +330,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         })
         .collect();
     let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
-    let ps = &story.processes[&cpid];
+    let ps = &story.processes[&rdma_trace::event::Task::new(0, cpid)];
     std::fs::write(
         dir.join("metrics-vs-story.txt"),
         format!("prometheus: peak {peak:?} completions {completions:?} pins {pins:?}\nstory: peak {} completions {} pins {}\n", ps.pinned_peak_bytes, ps.completions_total, ps.pins_total),

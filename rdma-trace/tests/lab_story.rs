@@ -171,7 +171,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
         .filter(|e| e.pid == pid && ["pin", "mmap", "completion", "teardown"].contains(&e.path.as_str()))
         .collect();
     assert!(outside.is_empty(), "kernel events outside any step: {outside:?}");
-    let ps = &st.processes[&pid];
+    let ps = &st.processes[&rdma_trace::event::Task::new(0, pid)];
     assert!(
         ps.completions.iter().all(|c| c.wakeup_latency_ns.is_some()),
         "every completion woke the workload"
@@ -223,7 +223,7 @@ fn mappings_are_the_queues_it_made(events: &[Event], steps: &[StepRecord], pid: 
         ("with the step file", live::build(events, steps)),
         ("from the probes alone", live::build(events, &[])),
     ] {
-        let maps = &st.processes[&pid].mappings;
+        let maps = &st.processes[&rdma_trace::event::Task::new(0, pid)].mappings;
         let unnamed: Vec<_> =
             maps.iter().filter(|m| m.queue.as_ref().and_then(|q| q.object).is_none()).collect();
         assert!(unnamed.is_empty(), "{how}: mappings not named by their object: {unnamed:?}");
@@ -284,8 +284,8 @@ fn lab_story_perftest_and_rping_traced_by_command() {
             // only inside a system call.
             let e = &events[c.event];
             if e.context == Some(rdma_trace::event::ExecContext::Kworker) {
-                assert_ne!(e.pid, ps.pid, "{e:?}");
-            } else if e.pid == ps.pid {
+                assert_ne!(e.process(), ps.pid, "{e:?}");
+            } else if e.process() == ps.pid {
                 assert!(e.stack.iter().any(|f| f.starts_with("do_syscall_64")), "{e:?}");
             }
         }
@@ -356,7 +356,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     report(&dir, "memlock", &st, &events, &steps);
     let reg = steps.iter().find(|s| s.name == StepName::RegMr).expect("a reg_mr step");
     assert!(!reg.ok && reg.errno == Some(12), "{reg:?}");
-    let ps = &st.processes[&reg.pid];
+    let ps = &st.processes[&rdma_trace::event::Task::new(0, reg.pid)];
     assert_eq!(ps.memlock_limit, Some(64 * 1024));
     // Read by the pin probe from the task when it fired, not looked up in /proc after the
     // fact (the workload exits at once on its refused pin): the soft and hard limit (dash's
@@ -375,7 +375,8 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
         rdma_trace::sink::Sink::event(&mut tui, &std::sync::Arc::new(e.clone())).unwrap();
     }
     tui.caught_up();
-    let refused: Vec<_> = tui.model.mrs.iter().filter(|r| r.pid == reg.pid && r.refused.is_some()).collect();
+    let refused: Vec<_> =
+        tui.model.mrs.iter().filter(|r| r.pid == reg.process() && r.refused.is_some()).collect();
     assert_eq!(refused.len(), 1, "one refused MR row");
     assert_eq!((refused[0].refused, refused[0].memlock_limit), (Some(12), Some(64 * 1024)));
     assert_eq!(ps.failed_pins.len(), 1);
@@ -453,7 +454,7 @@ fn lab_story_odp_registrations_show_as_odp() {
     }
     assert!(status.success(), "rdma-trace -- the companion with --odp: {status}\n{stderr}");
     let pid = regs[0].pid;
-    let ps = &st.processes[&pid];
+    let ps = &st.processes[&rdma_trace::event::Task::new(0, pid)];
     assert_eq!((ps.odp_total, ps.pins_total, ps.pinned_peak_bytes), (2, 0, 0), "nothing pinned");
     assert_eq!(ps.mrs.len(), 2);
     for (row, s) in ps.mrs.iter().zip(&regs) {

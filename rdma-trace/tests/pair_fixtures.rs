@@ -9,8 +9,8 @@ use rdma_trace::capture::{Header, Record};
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::clock::Placement;
 use rdma_trace::cmd::report::{build, read};
+use rdma_trace::event::Event;
 use rdma_trace::event::FieldId;
-use rdma_trace::event::{Event, PID_SHIFT};
 use rdma_trace::output::connections::QpReport;
 use rdma_trace::output::{numbers, perfetto};
 use rdma_trace::pipeline::correlate::live::{Limits, Live};
@@ -145,7 +145,7 @@ fn placed(k: &str) {
         )
         .collect();
     let shift = h2.realtime_offset_ns - h1.realtime_offset_ns - kept;
-    let mut theirs = merged.iter().filter(|e| e.pid >> PID_SHIFT == 1).map(|e| e.ts_ns).collect::<Vec<_>>();
+    let mut theirs = merged.iter().filter(|e| e.host == 1).map(|e| e.ts_ns).collect::<Vec<_>>();
     let mut want = own.iter().map(|e| (e.ts_ns as i64 + shift) as u64).collect::<Vec<_>>();
     theirs.sort_unstable();
     want.sort_unstable();
@@ -212,8 +212,24 @@ fn arrows(k: &str) {
     assert!(wrong.is_empty(), "{} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
     assert!(doc["otherData"]["clocks"][0]["offset"].as_str().is_some_and(|s| s.contains(" ms ± ")));
     let evs = doc["traceEvents"].as_array().unwrap();
-    // Another host's pids are shown as its index × 10^7 + its own.
-    let host = |e: &Value| e["pid"].as_u64().unwrap() / 10_000_000;
+    // Each process is named with its host (`@rdma-lab-2`); that is how a track's host is known.
+    let host_of: std::collections::HashMap<u64, u64> = evs
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| {
+            let name = e["args"]["name"].as_str().unwrap();
+            let h = if name.ends_with("@rdma-lab-1") {
+                0
+            } else if name.ends_with("@rdma-lab-2") {
+                1
+            } else {
+                9
+            };
+            (e["pid"].as_u64().unwrap(), h)
+        })
+        .collect();
+    assert!(host_of.values().all(|&h| h < 2), "every process named with its host: {host_of:?}");
+    let host = |e: &Value| host_of[&e["pid"].as_u64().unwrap()];
     // Each post's arrow ends on a completion handler in the other host's kernel.
     let mut across = [0, 0];
     for post in evs.iter().filter(|e| e["name"] == "rxe_post_send" && e["flow_out"] == true) {
@@ -229,10 +245,11 @@ fn arrows(k: &str) {
         .filter(|e| e["name"] == "process_name")
         .filter_map(|e| e["args"]["name"].as_str())
         .collect();
-    assert!(
-        names.contains(&"ib_send_bw @rdma-lab-1") && names.contains(&"ib_send_bw @rdma-lab-2"),
-        "{names:?}"
-    );
+    // The first host's pids are its own; another host's are given ids of the export's, and
+    // its processes' names say their own pid.
+    let theirs = events.iter().find(|e| e.host == 1 && e.comm == "ib_send_bw").unwrap();
+    let second = format!("ib_send_bw (pid {}) @rdma-lab-2", theirs.pid);
+    assert!(names.contains(&"ib_send_bw @rdma-lab-1") && names.contains(&second.as_str()), "{names:?}");
 }
 
 /// `trace --connect A --connect B` (here the two hosts' captures as sources): one stream,
@@ -276,7 +293,6 @@ fn trace_connect_shows_both_hosts_as_one_stream() {
                 "{k} host {}",
                 i + 1
             );
-            assert!(first.pid < 1 << PID_SHIFT);
             assert!(said.contains(&format!("{}: the daemon stopped on", f.display())), "{said}");
         }
         // Host 2's events on host 1's clock: its first event's line shows it placed.

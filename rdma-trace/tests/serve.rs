@@ -221,7 +221,7 @@ fn a_state_of_100_000_mrs_reaches_a_late_subscriber_whole() {
     for st in &states {
         live.seed(st);
     }
-    let ps = &live.now().processes[&4242];
+    let ps = &live.now().processes[&rdma_trace::event::Task::new(0, 4242)];
     assert_eq!((ps.comm.as_str(), ps.mrs_live, ps.pinned_bytes), ("kvcache", 100_000, 100_000 * 65_536));
 }
 
@@ -612,7 +612,7 @@ fn a_new_process_with_a_gone_ones_pid_starts_its_own_row() {
     for e in &events {
         both.push(e.clone());
     }
-    both.retire(worker, end + 1);
+    both.retire(rdma_trace::event::Task::new(0, worker), end + 1);
     for e in &again {
         both.push(e.clone());
     }
@@ -622,13 +622,16 @@ fn a_new_process_with_a_gone_ones_pid_starts_its_own_row() {
         alone.push(e.clone());
     }
     alone.flush();
-    let (b, a) = (&both.processes()[&worker], &alone.processes()[&worker]);
+    let (b, a) = (
+        &both.processes()[&rdma_trace::event::Task::new(0, worker)],
+        &alone.processes()[&rdma_trace::event::Task::new(0, worker)],
+    );
     assert_eq!(
         (b.event_count, b.completions_total, b.pins_total, b.mappings_total),
         (a.event_count, a.completions_total, a.pins_total, a.mappings_total)
     );
     assert_eq!(both.ended().count(), 0, "the new process's row hides the old one's");
-    both.retire(worker, again.iter().map(|e| e.ts_ns).max().unwrap());
+    both.retire(rdma_trace::event::Task::new(0, worker), again.iter().map(|e| e.ts_ns).max().unwrap());
     both.flush();
     let ended: Vec<_> = both.ended().collect();
     assert_eq!(ended.len(), 1, "one row per pid: the newest");

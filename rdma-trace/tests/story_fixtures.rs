@@ -40,7 +40,7 @@ fn companion_steps_all_join_with_equal_values() {
             let pins = j.events.iter().filter(|&&i| evs[i].path == rdma_trace::event::Path::Pin).count();
             assert_eq!(pins, 4, "{k}: step {}", steps[j.step].step);
         }
-        let ps = &st.processes[&steps[0].pid];
+        let ps = &st.processes[&steps[0].process()];
         assert_eq!(ps.completions.len(), 6, "{k}");
         assert!(ps.completions.iter().all(|c| c.wakeup_latency_ns.is_some_and(|l| l > 0)), "{k}");
         // 1 + 16 + 256 pages pinned at the peak (4K, 64K, 1M MRs).
@@ -130,7 +130,7 @@ fn pinning_over_memlock_is_explained() {
         let steps = story::read_steps(&common::lab_capture(&format!("memlock-{k}.steps.jsonl"))).unwrap();
         let st = live::build(&evs, &steps);
         let reg = steps.iter().find(|s| s.name == StepName::RegMr).unwrap();
-        let ps = &st.processes[&reg.pid];
+        let ps = &st.processes[&rdma_trace::event::Task::new(0, reg.pid)];
         assert_eq!(
             (ps.memlock_limit, ps.failed_pins.len(), ps.pinned_peak_bytes),
             (Some(65536), 1, 0),
@@ -221,7 +221,11 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
     let (st, kept, steps) = live.finish();
     assert_eq!(st.processes.len(), 2);
 
-    assert!(st.processes.keys().all(|&p| p >= 400_000), "the last run's are kept: {:?}", st.processes.keys());
+    assert!(
+        st.processes.keys().all(|&p| p.pid >= 400_000),
+        "the last run's are kept: {:?}",
+        st.processes.keys()
+    );
     let whole = live::build(&evs, &[]);
     assert_eq!(st.retired_processes as usize, 5 * whole.processes.len() - 2);
     let text = rdma_trace::output::report::text(&st, &kept, &steps);
@@ -237,7 +241,7 @@ fn a_retired_process_takes_its_qps_and_cqs_with_it() {
     let evs = events("pair-7.3-reused-cq.host1.jsonl.zst");
     let whole = live::build(&evs, &[]);
     let drivers =
-        |st: &Story| st.qps.rows.values().map(|r| r.pid).collect::<std::collections::BTreeSet<u32>>();
+        |st: &Story| st.qps.rows.values().map(|r| r.pid.pid).collect::<std::collections::BTreeSet<u32>>();
     assert!(
         drivers(&whole).len() >= 2,
         "the whole story has QPs of several processes: {:?}",
@@ -249,7 +253,7 @@ fn a_retired_process_takes_its_qps_and_cqs_with_it() {
     }
     let (st, _, _) = live.finish();
     assert!(st.retired_processes > 0);
-    let kept: Vec<u32> = st.processes.keys().copied().collect();
+    let kept: Vec<rdma_trace::event::Task> = st.processes.keys().copied().collect();
     assert!(st.qps.rows.values().all(|r| kept.contains(&r.pid)), "QPs of {:?}, kept {kept:?}", drivers(&st));
     assert!(st.cqs.values().all(|c| c.pid.is_none_or(|p| kept.contains(&p))), "kept {kept:?}");
     // Completions that come after their owner was retired make a row with no owner, as a
@@ -392,7 +396,7 @@ fn the_storys_rows_are_what_the_companion_announced() {
         let evs = events(&format!("companion-{k}.jsonl"));
         let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
         let st = live::build(&evs, &steps);
-        let ps = &st.processes[&steps[0].pid];
+        let ps = &st.processes[&steps[0].process()];
         let announced: Vec<_> =
             steps.iter().filter(|s| s.name == StepName::RegMr).filter_map(|s| s.mr.as_ref()).collect();
         assert_eq!(ps.mrs.len(), announced.len(), "{k}");
@@ -415,7 +419,7 @@ fn the_storys_rows_are_what_the_companion_announced() {
         assert_eq!((ps.mrs_live, ps.pinned_bytes), (0, 0), "{k}");
         let send = steps.iter().filter_map(|s| s.cq.as_ref()).find(|c| c.role == "send").unwrap();
         let cq = &st.cqs[&send.handle];
-        assert_eq!((cq.pid, cq.completions), (Some(steps[0].pid), 6), "{k}");
+        assert_eq!((cq.pid, cq.completions), (Some(steps[0].process()), 6), "{k}");
         assert_eq!(cq.per_second.iter().sum::<u64>(), 6, "{k}");
         for (hop, s) in [("handler", &cq.handler_ns), ("wakeup", &cq.wakeup_ns), ("library", &cq.library_ns)]
         {

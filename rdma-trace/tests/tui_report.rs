@@ -108,7 +108,7 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
         let rows = table(&drawn, &["CQ", "owner", "events", "ran in", "wake p50", "p99"]);
         for q in &r.cqs {
             let row = &m.cqs[&q.handle];
-            let pid = row.cq.pid.map(rdma_trace::event::local_pid);
+            let pid = row.cq.pid.map(|t| t.pid);
             assert_eq!(
                 (pid, row.comm.as_str()),
                 (q.pid, q.comm.as_str()),
@@ -135,12 +135,13 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
         }
 
         // Per process: every process the TUI keeps a row for is the report's, and back.
-        let have: Vec<u32> = m.procs.keys().copied().collect();
+        let have: Vec<u32> = m.procs.keys().map(|t| t.pid).collect();
         let want: Vec<u32> =
             r.processes.iter().filter(|p| p.mrs + p.refused_pins + p.mappings > 0).map(|p| p.pid).collect();
         assert_eq!(have, want, "{name}: the processes");
-        for p in r.processes.iter().filter(|p| m.procs.contains_key(&p.pid)) {
-            let row = &m.procs[&p.pid];
+        let task = |pid: u32| rdma_trace::event::Task::new(0, pid);
+        for p in r.processes.iter().filter(|p| m.procs.contains_key(&task(p.pid))) {
+            let row = &m.procs[&task(p.pid)];
             let tui = (row.mrs_total, row.mrs_live, row.pinned, row.refused, row.mappings);
             let rep = (p.mrs, p.mrs_live, p.pinned_bytes, p.refused_pins, p.mappings);
             assert_eq!(tui, rep, "{name}: pid {} (MRs, live, pinned bytes, refused, mappings)", p.pid);
@@ -151,7 +152,7 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
 
         // Per MR: the same MRs, pages, keys and state, in the model and on the screen.
         assert!(r.mrs.len() <= ROWS, "{name}: more MRs than the Pinning screen keeps");
-        let mut have: Vec<(u32, u64, u64)> = m.mrs.iter().map(|x| (x.pid, x.addr, x.length)).collect();
+        let mut have: Vec<(u32, u64, u64)> = m.mrs.iter().map(|x| (x.pid.pid, x.addr, x.length)).collect();
         let mut want: Vec<(u32, u64, u64)> = r.mrs.iter().map(|x| (x.pid, x.addr, x.length)).collect();
         have.sort_unstable();
         want.sort_unstable();
@@ -160,7 +161,8 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
         let cols = ["process", "addr", "len", "pages", "access", "pin", "lkey", "rkey", "state"];
         let rows = table(&drawn, &cols);
         for x in &r.mrs {
-            let row = m.mrs.iter().find(|y| (y.pid, y.addr, y.length) == (x.pid, x.addr, x.length)).unwrap();
+            let row =
+                m.mrs.iter().find(|y| (y.pid.pid, y.addr, y.length) == (x.pid, x.addr, x.length)).unwrap();
             let state = match (row.refused, row.live) {
                 (Some(_), _) => "refused",
                 (None, true) => "live",

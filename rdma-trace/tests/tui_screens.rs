@@ -161,7 +161,7 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     f.state(&State { processes, ..Default::default() }).unwrap();
     let ui = Ui { screen: Screen::Pinning, ..Default::default() };
     insta::assert_snapshot!("seeded-6.12-Pinning-80x24", render(&f.model, &ui, 80, 24));
-    assert_eq!(f.model.procs[&236].pinned, 131072);
+    assert_eq!(f.model.procs[&rdma_trace::event::Task::new(0, 236)].pinned, 131072);
     let deregs: Vec<_> = Reader::new(open(&dir.join("session-6.12.jsonl")).unwrap(), true)
         .filter_map(|r| match r.unwrap() {
             Record::Event(e) if e.is(rdma_trace::event::ProbeId::MrDereg) => Some(e),
@@ -179,7 +179,7 @@ fn mrs_from_the_kernels_tables_end_on_their_dereg() {
     f.caught_up();
     let m = &f.model;
     for pid in [236, 237] {
-        let p = &m.procs[&pid];
+        let p = &m.procs[&rdma_trace::event::Task::new(0, pid)];
         assert_eq!((p.pinned, p.mrs_live, p.mrs_total), (0, 0, 1), "{p:?}");
     }
     assert!(m.mrs.iter().all(|r| !r.live && r.from_tables()), "{:?}", m.mrs);

@@ -337,19 +337,15 @@ fn shown_from(
             };
             eprintln!("rdma-trace: source {}: {} ({}){clock}", j + 1, h.hostname, h.kernel_release);
         }
-        Record::Event(mut e) if !quiet => {
-            let e = std::sync::Arc::make_mut(&mut e);
-            (e.pid, e.tid) = (crate::event::local_pid(e.pid), crate::event::local_pid(e.tid));
-            writeln!(out, "{host:<12} {}", crate::output::text::line(e))?;
+        Record::Event(e) if !quiet => {
+            writeln!(out, "{host:<12} {}", crate::output::text::line(&e))?;
             if stacks && e.kind == crate::event::EventKind::Entry {
                 for f in &e.stack {
                     writeln!(out, "{:>29}{f}", "")?;
                 }
             }
         }
-        Record::Step(mut s) if !quiet => {
-            (s.step.pid, s.step.tid) =
-                (crate::event::local_pid(s.step.pid), crate::event::local_pid(s.step.tid));
+        Record::Step(s) if !quiet => {
             writeln!(out, "{host:<12} {}", crate::output::text::step_line(&s.step))?;
         }
         Record::Loss(l) => {

@@ -144,7 +144,7 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
     };
     let mut steps = run.steps;
     let mut seen = std::collections::HashSet::new();
-    steps.retain(|s| seen.insert((s.pid, s.run, s.step)));
+    steps.retain(|s| seen.insert((s.process(), s.run, s.step)));
     let story = crate::pipeline::correlate::live::build(&run.events, &steps);
     let input = Input {
         events: &run.events,

@@ -88,7 +88,7 @@ fn connect(
 }
 
 /// Several daemons on one screen: each connected and read on its own thread, their
-/// records placed onto the first's clock and pids (`serve::merge`) and fed to one story.
+/// records placed onto the first's clock and marked with their host (`serve::merge`) and fed to one story.
 fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
     use crate::serve::merge::{self, Merge, Tagged};
     let (mut feeder, rx) = tui::channel(format!("{} daemons", sockets.len()), false);

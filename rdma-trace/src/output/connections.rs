@@ -2,7 +2,6 @@
 //! and its completions joined to the posts that caused them (`correlate::qps`).
 
 use crate::capture::QpCounts;
-use crate::event::PID_SHIFT;
 use crate::pipeline::correlate::qps::{QpKey, QpRow, QpStory};
 use crate::pipeline::render::qp_state;
 use serde::{Deserialize, Serialize};
@@ -42,16 +41,16 @@ pub struct QpEnd {
 }
 
 /// The rows of `qps`; `host(i)` names capture `i`'s host.
-pub fn build(qps: &QpStory, host: &dyn Fn(u32) -> String) -> Vec<QpReport> {
+pub fn build(qps: &QpStory, host: &dyn Fn(u16) -> String) -> Vec<QpReport> {
     qps.rows.values().map(|r| row(r, host)).collect()
 }
 
-fn row(r: &QpRow, host: &dyn Fn(u32) -> String) -> QpReport {
+fn row(r: &QpRow, host: &dyn Fn(u16) -> String) -> QpReport {
     let end = |k: QpKey| QpEnd { hostname: host(k.host), qpn: k.qpn };
     QpReport {
         hostname: host(r.key.host),
         qpn: r.key.qpn,
-        pid: r.pid & ((1 << PID_SHIFT) - 1),
+        pid: r.pid.pid,
         comm: r.comm.clone(),
         state: r.state.and_then(qp_state).map(str::to_string),
         dest_qpn: r.dest_qpn,

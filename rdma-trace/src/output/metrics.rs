@@ -255,7 +255,12 @@ mod tests {
 
     #[test]
     fn labels_are_escaped_and_histograms_cumulative() {
-        let mut p = ProcessStory { pid: 7, comm: "a\"b\\c".into(), pinned_bytes: 4096, ..Default::default() };
+        let mut p = ProcessStory {
+            pid: crate::event::Task::new(0, 7),
+            comm: "a\"b\\c".into(),
+            pinned_bytes: 4096,
+            ..Default::default()
+        };
         p.pin_latency.observe(3_000);
         p.pin_latency.observe(2_000_000_000);
         let kworker = crate::pipeline::correlate::cqs::RanIn(Some(crate::event::ExecContext::Kworker));

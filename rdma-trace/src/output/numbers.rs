@@ -15,7 +15,6 @@ use std::fmt::Write;
 pub const SCHEMA: u32 = 1;
 /// Stacks shown per path.
 pub const TOP_STACKS: usize = 5;
-pub use crate::event::PID_SHIFT;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -305,9 +304,8 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
     for ps in story.processes.values() {
         ps.wakeup_latencies_ns.iter().for_each(|&l| wake.observe(l));
     }
-    let host = |pid: u32| {
-        let i = (pid >> PID_SHIFT) as usize;
-        parts.get(i).and_then(|p| p.header).map(|h| h.hostname.clone()).unwrap_or_default()
+    let host = |i: u16| {
+        parts.get(usize::from(i)).and_then(|p| p.header).map(|h| h.hostname.clone()).unwrap_or_default()
     };
     let processes = story
         .processes
@@ -317,8 +315,8 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
             let mut w = Dist::default();
             ps.wakeup_latencies_ns.iter().for_each(|&l| w.observe(l));
             ProcessReport {
-                pid: crate::event::local_pid(ps.pid),
-                hostname: host(ps.pid),
+                pid: ps.pid.pid,
+                hostname: host(ps.pid.host),
                 comm: ps.comm.clone(),
                 cgroup: ps.cgroup.as_deref().map(str::to_string),
                 pins: ps.pins_total,
@@ -340,9 +338,9 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
         .cqs
         .values()
         .map(|c| CqReport {
-            hostname: host(c.host << PID_SHIFT),
+            hostname: host(c.host),
             handle: c.handle,
-            pid: c.pid.map(crate::event::local_pid),
+            pid: c.pid.map(|p| p.pid),
             comm: c.pid.map(|p| story.comm(p)).unwrap_or_default(),
             completions: c.completions,
             channel_fd: c.channel_fd,
@@ -358,8 +356,8 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
         .values()
         .flat_map(|ps| ps.mrs.iter().map(move |m| (ps, m)))
         .map(|(ps, m)| MrReport {
-            hostname: host(ps.pid),
-            pid: crate::event::local_pid(ps.pid),
+            hostname: host(ps.pid.host),
+            pid: ps.pid.pid,
             comm: ps.comm.clone(),
             kind: m.kind.brief(),
             addr: m.addr,
@@ -378,7 +376,7 @@ pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
         paths,
         wakeup: latency("completion event → the channel read that woke the program", &wake),
         processes,
-        qps: crate::output::connections::build(&story.qps, &|i| host(i << PID_SHIFT)),
+        qps: crate::output::connections::build(&story.qps, &host),
         cqs,
         mrs,
         data_phase: data_phase(story, steps),
@@ -398,7 +396,7 @@ fn data_phase(story: &Story, steps: &[StepRecord]) -> DataPhase {
     let wr = posts.len() as u64;
     let work_requests = (wr > 0).then_some(wr);
     // Per work request: the syscalls of the processes that posted them, not every process's.
-    let posters: std::collections::BTreeSet<u32> = posts.iter().map(|s| s.pid).collect();
+    let posters: std::collections::BTreeSet<crate::event::Task> = posts.iter().map(|s| s.process()).collect();
     let theirs: u64 = story
         .processes
         .values()

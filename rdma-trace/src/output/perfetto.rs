@@ -7,7 +7,7 @@
 //! (`ph:"M"`, plain: the viewers add the pid and tid); timestamps in microseconds from the
 //! first event.
 
-use crate::event::{Event, EventKind, ExecContext, PID_SHIFT, host_of};
+use crate::event::{Event, EventKind, ExecContext};
 use crate::pipeline::correlate::story::Story;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -19,21 +19,30 @@ const MIN_DUR_US: f64 = 1.0;
 /// The `woken` slice a completion's flow lands on, at the end of the wait it ended.
 const WOKEN_NS: u64 = 1000;
 
-/// The track an event is drawn on.
-fn track(e: &Event) -> (u32, u32) {
-    // A softirq track per host and CPU: merged hosts' pids carry the host (`PID_SHIFT`).
-    let host_pid = host_of(e.pid) << PID_SHIFT;
-    if e.context == Some(ExecContext::Softirq) { (host_pid, SOFTIRQ_TID + e.cpu) } else { (e.pid, e.tid) }
+/// The first id given to another host's pids and tids: above every Linux pid (`PID_MAX_LIMIT`
+/// is 2^22), so no id of the first host's is taken.
+const OTHER_HOSTS_FROM: u32 = 1 << 22;
+
+/// The ids the export gives pids and tids. A trace-event file has one namespace of pids and
+/// one of tids, so where several hosts are merged, each other host's ids are given new
+/// ones in the order first seen; its processes' names say their own pid and the host.
+#[derive(Default)]
+struct Ids {
+    given: HashMap<(u16, u32), u32>,
+    next: u32,
 }
 
-/// A merged pid or tid as the viewers show it (they print it beside the process name):
-/// another host's as its index × 10^7 + its own (`10000185` is pid 185 on the second
-/// host; Linux pids stay under 2^22), a softirq track's as it is.
-fn shown(id: u32) -> u64 {
-    if id >= SOFTIRQ_TID {
-        return u64::from(id);
+impl Ids {
+    fn of(&mut self, host: u16, id: u32) -> u32 {
+        if host == 0 {
+            return id;
+        }
+        let next = &mut self.next;
+        *self.given.entry((host, id)).or_insert_with(|| {
+            *next += 1;
+            OTHER_HOSTS_FROM + *next - 1
+        })
     }
-    u64::from(host_of(id)) * 10_000_000 + u64::from(id & ((1 << PID_SHIFT) - 1))
 }
 
 /// A merged capture's host: its name, and its clock against the first capture's.
@@ -139,8 +148,11 @@ pub struct Timeline {
     slices: Vec<Slice>,
     /// By event index: its slice (`NONE`: none).
     slice_of: Vec<u32>,
-    open: HashMap<u32, Vec<usize>>,
-    procs: BTreeMap<u32, String>,
+    /// Per thread (host, tid): its open calls.
+    open: HashMap<(u16, u32), Vec<usize>>,
+    ids: Ids,
+    /// By the id given: the process's name, host and own pid.
+    procs: BTreeMap<u32, (String, u16, u32)>,
     threads: BTreeMap<(u32, u32), String>,
     t0: Option<u64>,
     /// Flow ids given so far.
@@ -159,16 +171,17 @@ impl Timeline {
         let slice = match e.kind {
             EventKind::Entry | EventKind::SyscallEnter => {
                 let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
+                let track = self.track(e);
                 self.slices.push(Slice {
                     name: e.name.clone(),
                     cat,
-                    track: track(e),
+                    track,
                     start_ns: e.ts_ns,
                     end_ns: None,
                     args: Args::of(e),
                     flow: None,
                 });
-                let stack = self.open.entry(e.tid).or_default();
+                let stack = self.open.entry((e.host, e.tid)).or_default();
                 stack.push(self.slices.len() - 1);
                 if stack.len() > MAX_OPEN {
                     stack.remove(0);
@@ -177,7 +190,7 @@ impl Timeline {
                 self.slices.len() - 1
             }
             EventKind::Return | EventKind::SyscallExit => {
-                let Some(stack) = self.open.get_mut(&e.tid) else { return };
+                let Some(stack) = self.open.get_mut(&(e.host, e.tid)) else { return };
                 let slices = &self.slices;
                 let Some(at) = stack.iter().rposition(|&s| slices[s].name == e.name) else { return };
                 let s = stack[at];
@@ -197,16 +210,25 @@ impl Timeline {
         self.slice_of.get(i).filter(|&&s| s != NONE).map(|&s| s as usize)
     }
 
+    /// The track an event is drawn on: its thread's, or its host's softirq track of its CPU.
+    fn track(&mut self, e: &Event) -> (u32, u32) {
+        if e.context == Some(ExecContext::Softirq) {
+            (self.ids.of(e.host, 0), self.ids.of(e.host, SOFTIRQ_TID + e.cpu))
+        } else {
+            (self.ids.of(e.host, e.pid), self.ids.of(e.host, e.tid))
+        }
+    }
+
     /// The names of the tracks: `process_name` and `thread_name` metadata.
     fn name(&mut self, e: &Event) {
-        let (pid, tid) = track(e);
-        if tid >= SOFTIRQ_TID {
-            self.procs.insert(pid, "softirq".into());
+        let (pid, tid) = self.track(e);
+        if e.context == Some(ExecContext::Softirq) {
+            self.procs.insert(pid, ("softirq".into(), e.host, 0));
             self.threads.insert((pid, tid), format!("softirq cpu {}", e.cpu));
             return;
         }
         if e.pid == e.tid || !self.procs.contains_key(&pid) {
-            self.procs.insert(pid, e.comm.clone());
+            self.procs.insert(pid, (e.comm.clone(), e.host, e.pid));
         }
         self.threads.insert((pid, tid), e.comm.clone());
     }
@@ -307,23 +329,24 @@ impl Timeline {
         woken
     }
 
-    /// `process_name` and `thread_name` metadata for every track; with several hosts, each
-    /// process named with its host's name.
+    /// `process_name` and `thread_name` metadata for every track. With several hosts, each
+    /// process's name ends with its host's (`@host-b`), and another host's says its own pid
+    /// (the id the viewers print beside it is the export's).
     fn names(&self, hosts: &[Host]) -> Vec<Value> {
-        let at = |pid: u32| match hosts.get(host_of(pid) as usize).filter(|_| hosts.len() > 1) {
-            Some(h) => format!(" @{}", h.name),
-            None => String::new(),
-        };
-        let mut out: Vec<Value> = self
-            .procs
-            .iter()
-            .map(|(pid, name)| {
-                json!({"ph": "M", "name": "process_name", "pid": shown(*pid), "tid": 0,
-                    "args": {"name": format!("{name}{}", at(*pid))}})
-            })
-            .collect();
+        let several = hosts.len() > 1;
+        let host_name = |h: u16| hosts.get(usize::from(h)).map_or("?", |h| h.name.as_str());
+        let mut out = Vec::new();
+        for (&id, (name, host, own)) in &self.procs {
+            let name = match (several, *host) {
+                (false, _) => name.clone(),
+                (true, 0) => format!("{name} @{}", host_name(0)),
+                (true, h) if name == "softirq" => format!("softirq @{}", host_name(h)),
+                (true, h) => format!("{name} (pid {own}) @{}", host_name(h)),
+            };
+            out.push(json!({"ph": "M", "name": "process_name", "pid": id, "tid": 0, "args": {"name": name}}));
+        }
         out.extend(self.threads.iter().map(|((pid, tid), name)| {
-            json!({"ph": "M", "name": "thread_name", "pid": shown(*pid), "tid": shown(*tid), "args": {"name": name}})
+            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
         }));
         out
     }
@@ -333,7 +356,7 @@ impl Timeline {
 /// to slices, not instants: an unreturned completion gets a short one), else an instant.
 fn write_slice(w: &mut dyn std::io::Write, s: &Slice, t0: u64) -> std::io::Result<()> {
     let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1000.0;
-    let (pid, tid) = (shown(s.track.0), shown(s.track.1));
+    let (pid, tid) = s.track;
     w.write_all(b"{\"name\":")?;
     serde_json::to_writer(&mut *w, s.name.as_str())?;
     write!(w, ",\"cat\":\"{}\",\"pid\":{pid},\"tid\":{tid},\"ts\":", s.cat)?;

@@ -57,6 +57,7 @@ impl Enricher<'_> {
             path: Path::Syscall,
             pid: h.tgid,
             tid: h.tid,
+            host: 0,
             comm: comm(&h.comm),
             cpu: h.cpu,
             fields: Default::default(),

@@ -1,7 +1,7 @@
 //! Several daemons' streams as one (`tui --connect A --connect B`): each source is read on
 //! its own thread and its records handed on tagged with its index; `Merge` places each
-//! onto the first source's clock and pids (`clock::Placement`: another boot's pids moved
-//! apart, its times by the offset its daemon or the first's measured) in the order they
+//! onto the first source's clock (`clock::Placement`: another boot's records marked with
+//! its host, its times by the offset its daemon or the first's measured) in the order they
 //! arrive, and the story's reorder window puts them in time order. A source's records wait
 //! until the first source's header has come (nothing can be placed before it), and the
 //! story is settled only as far as every source has reached (the oldest of their latest

@@ -605,7 +605,7 @@ impl Sink for Broadcaster {
     /// has joined its last events.
     fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> io::Result<()> {
         for &pid in pids {
-            self.story.retire(pid, ts_ns);
+            self.story.retire(crate::event::Task::new(0, pid), ts_ns);
             self.last_pin.remove(&pid);
         }
         Ok(())

@@ -8,7 +8,7 @@ use crate::steps::{Mode, StepName};
 
 pub fn bypass(input: &Input) -> Result<Explanation, String> {
     // The process with the most completions (the companion's, when its steps are known).
-    let companion = input.steps.first().map(|s| s.pid);
+    let companion = input.steps.first().map(|s| s.process());
     let ps = input
         .story
         .processes
@@ -17,7 +17,7 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
         .max_by_key(|p| (Some(p.pid) == companion, p.completions_total, p.calls_total))
         .ok_or("no data phase in this capture (its syscalls were not watched: trace with --pid or -- CMD)")?;
     let count = |names: &[StepName]| {
-        input.steps.iter().filter(|s| s.pid == ps.pid && names.contains(&s.name)).count() as u64
+        input.steps.iter().filter(|s| s.process() == ps.pid && names.contains(&s.name)).count() as u64
     };
     let (sends, recvs) = (count(&[StepName::PostSend, StepName::PostWrite]), count(&[StepName::PostRecv]));
     let (wr, counted_as) = if sends + recvs > 0 {
@@ -84,15 +84,15 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
 
 /// What posting the receives cost in syscalls (the events inside the companion's
 /// post_recv steps).
-fn receives(input: &Input, pid: u32, recvs: u64) -> String {
-    let steps = input.steps.iter().filter(|s| s.pid == pid && s.name == StepName::PostRecv);
+fn receives(input: &Input, pid: crate::event::Task, recvs: u64) -> String {
+    let steps = input.steps.iter().filter(|s| s.process() == pid && s.name == StepName::PostRecv);
     let calls: usize = steps
         .map(|s| {
             input
                 .events
                 .iter()
                 .filter(|e| {
-                    e.tid == s.tid
+                    e.thread() == s.thread()
                         && e.kind == EventKind::SyscallEnter
                         && (s.t_start_ns..=s.t_end_ns).contains(&e.ts_ns)
                 })

@@ -23,7 +23,7 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
             crate::pipeline::render::printable(&ps.comm),
             input.who(ps.pid),
             crate::pipeline::render::printable(&comp.comm),
-            input.who(comp.tid)
+            input.who(comp.thread())
         ),
         ..Default::default()
     };
@@ -43,15 +43,15 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
     wake.seen.push(format!(
         "{} [{}] thread {}: {} after the completion event",
         read.name,
-        input.who(read.pid),
-        crate::event::local_pid(read.tid),
+        input.who(read.process()),
+        read.tid,
         us(lat)
     ));
     x.values.insert("wakeup_ns".into(), lat);
     wake.text = L::CQ_LATER.into();
     x.stages.push(wake);
     if let Some((_, g)) =
-        input.next_on(w, read.tid, |e| e.is(ProbeId::IbvGetCqEvent) && e.kind == EventKind::Return)
+        input.next_on(w, read.thread(), |e| e.is(ProbeId::IbvGetCqEvent) && e.kind == EventKind::Return)
     {
         x.stages.push(Stage {
             title: "Back in the program — ibv_get_cq_event returns".into(),
@@ -121,10 +121,10 @@ fn cq_post(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
         "{function}({}) by {} [{}]",
         fields(post, &[FieldId::QpNum]),
         crate::pipeline::render::printable(&post.comm),
-        input.who(post.pid)
+        input.who(post.process())
     ));
-    let here = input.host(comp.pid);
-    let other = crate::event::host_of(comp.pid) != crate::event::host_of(post.pid);
+    let here = input.host(comp.process());
+    let other = comp.host != post.host;
     let clock = match input.clock_error_ns {
         Some(e) if other => format!(" (on one clock to ± {}: the measured offset's error bar)", us(e)),
         None if other => " (the hosts' clocks not measured: placed on their wall clocks)".into(),
@@ -256,7 +256,7 @@ fn cq_nic_side(input: &Input, comp: &Event) -> Stage {
         RanIn::Unknown => ("where, the capture does not say".to_string(), L::CQ_RAN_UNKNOWN),
     };
     let mut worker = Stage { title: format!("The NIC's side — {where_}"), ..Default::default() };
-    worker.seen.push(format!("{who} [{}] on CPU {}", input.who(comp.tid), comp.cpu));
+    worker.seen.push(format!("{who} [{}] on CPU {}", input.who(comp.thread()), comp.cpu));
     worker.functions =
         named_frames(&comp.stack).into_iter().filter(|f| f.function != "ib_uverbs_comp_handler").collect();
     worker.text = format!("{} {why}", L::CQ_CONTEXT);

@@ -85,7 +85,7 @@ pub struct Input<'a> {
     /// The event the person chose (the TUI's selection): the occurrence explained is the
     /// one on its thread nearest to it, else the run's first.
     pub anchor: Option<usize>,
-    /// The hosts' names, in the order their captures were merged (`event::host_of`);
+    /// The hosts' names, in the order their captures were merged (`event::Task::host`);
     /// empty, or one, for a single host.
     pub hosts: &'a [String],
     /// The other hosts' clocks against the first's: the widest error bar of the offsets
@@ -99,23 +99,20 @@ pub struct Input<'a> {
 impl Input<'_> {
     /// A process as the explanation names it: its pid, with its host's name when the
     /// events are of several hosts (`273@host-b`).
-    pub(super) fn who(&self, pid: u32) -> String {
-        crate::event::pid_at(pid, self.host(pid))
+    pub(super) fn who(&self, t: crate::event::Task) -> String {
+        t.at(self.host(t))
     }
-    /// The name of the host `pid` ran on, where the events are of several hosts.
-    pub(super) fn host(&self, pid: u32) -> Option<&str> {
-        self.hosts
-            .get(crate::event::host_of(pid) as usize)
-            .filter(|_| self.hosts.len() > 1)
-            .map(String::as_str)
+    /// The name of the host `t` ran on, where the events are of several hosts.
+    pub(super) fn host(&self, t: crate::event::Task) -> Option<&str> {
+        self.hosts.get(usize::from(t.host)).filter(|_| self.hosts.len() > 1).map(String::as_str)
     }
     /// Of `candidates` (event indexes, in order), the one the anchor points at: on the
     /// anchor's thread, the last at or before it, else the first after it; without an
     /// anchor (or none on its thread), `None`.
     pub(super) fn anchored(&self, candidates: &[usize]) -> Option<usize> {
         let a = self.anchor?;
-        let tid = self.events.get(a)?.tid;
-        let on = |i: &&usize| self.events[**i].tid == tid;
+        let tid = self.events.get(a)?.thread();
+        let on = |i: &&usize| self.events[**i].thread() == tid;
         candidates
             .iter()
             .filter(|i| **i <= a)
@@ -123,18 +120,28 @@ impl Input<'_> {
             .or(candidates.iter().find(|i| **i > a && on(i)))
             .copied()
     }
-    /// The first event after `i` on `tid` that `ok` accepts.
-    pub(super) fn next_on(&self, i: usize, tid: u32, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
-        self.events.iter().enumerate().skip(i + 1).find(|(_, e)| e.tid == tid && ok(e))
+    /// The first event after `i` on thread `tid` that `ok` accepts.
+    pub(super) fn next_on(
+        &self,
+        i: usize,
+        tid: crate::event::Task,
+        ok: impl Fn(&Event) -> bool,
+    ) -> Option<(usize, &Event)> {
+        self.events.iter().enumerate().skip(i + 1).find(|(_, e)| e.thread() == tid && ok(e))
     }
-    /// The last event before `i` on `tid` that `ok` accepts.
-    pub(super) fn prev_on(&self, i: usize, tid: u32, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
-        self.events[..i].iter().enumerate().rev().find(|(_, e)| e.tid == tid && ok(e))
+    /// The last event before `i` on thread `tid` that `ok` accepts.
+    pub(super) fn prev_on(
+        &self,
+        i: usize,
+        tid: crate::event::Task,
+        ok: impl Fn(&Event) -> bool,
+    ) -> Option<(usize, &Event)> {
+        self.events[..i].iter().enumerate().rev().find(|(_, e)| e.thread() == tid && ok(e))
     }
     /// The return that ends the call entered at `i` (same thread, same probe).
     pub(super) fn return_of(&self, i: usize) -> Option<(usize, &Event)> {
         let e = &self.events[i];
-        self.next_on(i, e.tid, |r| r.name == e.name && r.kind == EventKind::Return)
+        self.next_on(i, e.thread(), |r| r.name == e.name && r.kind == EventKind::Return)
     }
 }
 

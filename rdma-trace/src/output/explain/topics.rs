@@ -26,7 +26,7 @@ fn pin_error(r: &Event) -> Option<i64> {
 
 /// The syscall that carried the work at `i` into the kernel (the last one entered on its
 /// thread before it), as a stage.
-fn syscall_stage(input: &Input, i: usize, tid: u32, what: &str) -> Stage {
+fn syscall_stage(input: &Input, i: usize, tid: crate::event::Task, what: &str) -> Stage {
     let sys = input.prev_on(i, tid, |e| e.kind == EventKind::SyscallEnter);
     let mut s = Stage { title: format!("The system call — {what}"), ..Default::default() };
     match sys {
@@ -47,7 +47,7 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
     let p = &ev[pin];
     let mut x = Explanation { occurrence: one_real("registration", p), ..Default::default() };
     x.stages.push(mr_user_call(input, pin));
-    x.stages.push(syscall_stage(input, pin, p.tid, "the command enters the kernel"));
+    x.stages.push(syscall_stage(input, pin, p.thread(), "the command enters the kernel"));
     // The dispatch: the stack's frames above the provider; the provider's below them.
     let (dispatch, below): (Vec<_>, Vec<_>) = named_frames(&p.stack)
         .into_iter()
@@ -69,7 +69,7 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
 
 /// The libibverbs calls around the pin at `pin` (ibv_reg_mr and its iova2 inner call).
 fn mr_user_call(input: &Input, pin: usize) -> Stage {
-    let tid = input.events[pin].tid;
+    let tid = input.events[pin].thread();
     let outer = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
     let inner = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
     let mut user = Stage { title: "The user call — libibverbs".into(), ..Default::default() };
@@ -98,7 +98,7 @@ fn mr_provider(
     below: Vec<Named>,
     v: &mut std::collections::BTreeMap<String, u64>,
 ) -> Stage {
-    let provider = input.prev_on(pin, input.events[pin].tid, |e| is(e, &REG_MR, EventKind::Entry));
+    let provider = input.prev_on(pin, input.events[pin].thread(), |e| is(e, &REG_MR, EventKind::Entry));
     let mut prov = Stage { title: "The provider".into(), ..Default::default() };
     if let Some((pi, pe)) = provider {
         let name = pe.symbol.as_deref().unwrap_or(pe.name.as_str());
@@ -214,7 +214,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     );
     x.values.insert("length".into(), end.saturating_sub(start));
     x.values.insert("pgoff".into(), pgoff);
-    x.stages.push(syscall_stage(input, i, m.tid, "mmap(2) on the uverbs fd"));
+    x.stages.push(syscall_stage(input, i, m.thread(), "mmap(2) on the uverbs fd"));
     let mut dispatch = Stage { title: "The uverbs dispatch".into(), ..Default::default() };
     dispatch.seen.push(format!(
         "{} bytes at {start:#x}, offset {pgoff:#x} (in pages), {}",
@@ -225,7 +225,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     dispatch.text =
         "ib_uverbs_mmap hands the mapping to the provider of the device the fd was opened on.".into();
     x.stages.push(dispatch);
-    let provider = input.next_on(i, m.tid, |e| {
+    let provider = input.next_on(i, m.thread(), |e| {
         e.path == Path::Mmap && e.kind == EventKind::Entry && !e.is(ProbeId::UverbsMmap)
     });
     let mut prov = Stage { title: "The provider — what the offset selects".into(), ..Default::default() };
@@ -243,14 +243,14 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
         x.stages.push(stage);
     }
     let count = (0..ev.len())
-        .filter(|&j| ev[j].pid == m.pid && is(&ev[j], &[ProbeId::UverbsMmap], EventKind::Entry))
+        .filter(|&j| ev[j].process() == m.process() && is(&ev[j], &[ProbeId::UverbsMmap], EventKind::Entry))
         .count();
     x.values.insert("mappings".into(), count as u64);
     x.notes.push((format!("Why map at all ({count} uverbs mappings in this process)"), L::MMAP_WHY.into()));
     let named: Vec<String> = input
         .story
         .processes
-        .get(&m.pid)
+        .get(&m.process())
         .into_iter()
         .flat_map(|p| &p.mappings)
         .filter_map(|r| Some(format!("{:#x} ({}): {}", r.start, bytes(r.end - r.start), r.queue.as_ref()?)))
@@ -268,7 +268,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
 /// On soft-RoCE, the queue the mapping at event `i` is: the key's making, and the object.
 fn rxe_queue(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
     let m = &input.events[i];
-    let rows = &input.story.processes.get(&m.pid)?.mappings;
+    let rows = &input.story.processes.get(&m.process())?.mappings;
     let q = rows.iter().find(|r| r.event == Some(i))?.queue.as_ref()?;
     x.values.insert("queue_key".into(), q.key);
     x.values.insert("queue_bytes".into(), q.bytes);
@@ -287,7 +287,7 @@ fn rxe_queue(input: &Input, i: usize, x: &mut Explanation) -> Option<Stage> {
     let made = input.events[..i].iter().rev().find(|e| {
         e.is(ProbeId::RxeMmapInfo)
             && e.kind == EventKind::Return
-            && e.tid == m.tid
+            && e.thread() == m.thread()
             && e.field(FieldId::Key) == Some(q.key)
     });
     if let Some(r) = made {

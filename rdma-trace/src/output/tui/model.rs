@@ -32,7 +32,7 @@ pub struct MrRow {
 /// One uverbs mapping (the story's), with its process.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MapRow {
-    pub pid: u32,
+    pub pid: crate::event::Task,
     pub comm: String,
     pub map: MapStory,
 }
@@ -83,7 +83,7 @@ impl std::ops::Deref for CqRow {
 /// values both sides know — judged with the events seen by then.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepRow {
-    pub pid: u32,
+    pub pid: crate::event::Task,
     pub tid: u32,
     pub run: u32,
     pub step: u32,
@@ -102,7 +102,7 @@ pub struct StepRow {
 /// Per process: pins now against the limit.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProcRow {
-    pub pid: u32,
+    pub pid: crate::event::Task,
     pub comm: String,
     pub pinned: u64,
     pub memlock_limit: Option<u64>,
@@ -147,7 +147,7 @@ pub struct Model {
     pub finished: Option<String>,
     // The rows are shared: a snapshot (`Model::clone`, up to 30 a second) copies pointers,
     // and the feeder makes new rows from the story rather than changing these.
-    pub procs: Arc<BTreeMap<u32, ProcRow>>,
+    pub procs: Arc<BTreeMap<crate::event::Task, ProcRow>>,
     pub mrs: Arc<VecDeque<MrRow>>,
     pub maps: Arc<VecDeque<MapRow>>,
     pub cqs: Arc<BTreeMap<u64, CqRow>>,
@@ -165,7 +165,7 @@ pub struct Model {
     /// The latest explanation the story gave: the ask it answers, and its text.
     pub answer: Option<(u64, String)>,
     /// Several sources (`tui --connect A --connect B`): one line each, in source order
-    /// (a merged pid's host part is its index). Empty for one source.
+    /// (`event::Task::host` is the index). Empty for one source.
     pub hosts: Vec<HostLine>,
     /// `source` in few cells, for a narrow status line (`2 hosts -249.4±1.5ms`).
     pub source_compact: Option<String>,
@@ -354,15 +354,15 @@ impl Model {
     }
 
     /// A process as the screens name it: its pid, and with several hosts the host's name
-    /// (merged pids carry their source, `event::host_of`).
-    pub fn who(&self, pid: u32) -> String {
-        let host = self.hosts.get(crate::event::host_of(pid) as usize).filter(|_| self.hosts.len() > 1);
-        crate::event::pid_at(pid, host.map(|h| h.name.as_str()))
+    /// (`event::Task::host`).
+    pub fn who(&self, t: crate::event::Task) -> String {
+        let host = self.hosts.get(usize::from(t.host)).filter(|_| self.hosts.len() > 1);
+        t.at(host.map(|h| h.name.as_str()))
     }
 
     /// What the filter matches a process by besides its pid and name: `pid@host`, and its
     /// cgroup's path and `container:<id>` where it ran in one.
-    pub fn tags(&self, pid: u32) -> String {
+    pub fn tags(&self, pid: crate::event::Task) -> String {
         let mut t = self.who(pid);
         if let Some(p) = self.procs.get(&pid) {
             if let Some(c) = p.container() {
@@ -466,7 +466,7 @@ impl Model {
     /// its fields contain it.
     pub fn matches(&self, filter: &str, e: &Event) -> bool {
         filter.is_empty()
-            || self.tags(e.pid).contains(filter)
+            || self.tags(e.process()).contains(filter)
             || e.comm.contains(filter)
             || crate::output::text::fields_text(e).contains(filter)
     }
@@ -580,7 +580,7 @@ fn step_row(j: &Joined, live: &Live) -> StepRow {
         (None, e) => e.clone(),
     };
     StepRow {
-        pid: s.pid,
+        pid: s.process(),
         tid: s.tid,
         run: s.run,
         step: s.step,

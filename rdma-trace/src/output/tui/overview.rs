@@ -213,7 +213,7 @@ fn overview_completions(f: &mut Frame, comp: Rect, m: &Model) {
             format!("p99 {}", ns(c.wakeup_ns.quantile(0.99))),
             format!("· bars /s, peak {peak}"),
         ];
-        let who = format!("{} [{}]", render::printable(&c.comm), m.who(c.pid.unwrap_or(0)));
+        let who = format!("{} [{}]", render::printable(&c.comm), m.who(c.pid.unwrap_or_default()));
         wrap(&[(0, vec![format!("CQ {:#x}", c.handle), who]), (1, ran), (1, wake)], inner.width)
     });
     let n = labels.len();

@@ -463,25 +463,15 @@ fn events(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     f.render_widget(Paragraph::new(lines).block(block), detail);
 }
 
-/// An event's line; with several hosts, the host's name first and its own pid and tid
-/// (not the merged ones).
+/// An event's line; with several hosts, the host's name first.
 fn event_line(m: &Model, e: &crate::event::Event) -> String {
     let line = crate::output::text::line(e);
     if m.hosts.len() > 1 {
-        let host = m.hosts.get(crate::event::host_of(e.pid) as usize).map_or("?", |h| h.name.as_str());
-        format!("@{host} {}", own_ids(&line, e))
+        let host = m.hosts.get(usize::from(e.host)).map_or("?", |h| h.name.as_str());
+        format!("@{host} {line}")
     } else {
         line
     }
-}
-
-/// `[pid/tid]` in an event's text as its host numbers them.
-fn own_ids(text: &str, e: &crate::event::Event) -> String {
-    let own = |id: u32| id & ((1 << crate::event::PID_SHIFT) - 1);
-    if own(e.pid) == e.pid && own(e.tid) == e.tid {
-        return text.to_string();
-    }
-    text.replacen(&format!("[{}/{}]", e.pid, e.tid), &format!("[{}/{}]", own(e.pid), own(e.tid)), 1)
 }
 
 /// `all` in a box `w` cells wide and `rows` high: a line each, cut with `…`; when they do
@@ -508,7 +498,8 @@ pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
         EventKind::SyscallEnter => "called",
         EventKind::SyscallExit => "returned from",
     };
-    let mut lines = vec![format!("{} {what} in {} [{}]", e.name, render::printable(&e.comm), m.who(e.pid))];
+    let mut lines =
+        vec![format!("{} {what} in {} [{}]", e.name, render::printable(&e.comm), m.who(e.process()))];
     lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, v))));
     for frame in &e.stack {
         let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();

@@ -112,7 +112,9 @@ pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
 pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
     m.cqs
         .values()
-        .filter(|c| ui.admits(&[format!("{:#x}", c.handle), c.comm.clone(), m.tags(c.pid.unwrap_or(0))]))
+        .filter(|c| {
+            ui.admits(&[format!("{:#x}", c.handle), c.comm.clone(), m.tags(c.pid.unwrap_or_default())])
+        })
         .collect()
 }
 

@@ -3,6 +3,7 @@
 //! that woke the program, and that read → `ibv_get_cq_event` returning.
 
 use crate::event::FieldId;
+use crate::event::Task;
 use crate::event::{Event, EventKind, ExecContext, ProbeId};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -45,7 +46,7 @@ pub fn cq_handle(e: &Event) -> Option<u64> {
 /// `qps`, because a CQ names the QPs its completions were joined through).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct QpKey {
-    pub host: u32,
+    pub host: u16,
     pub qpn: u32,
 }
 
@@ -57,7 +58,7 @@ pub type CqRows = BTreeMap<u64, CqStory>;
 pub struct CqStory {
     pub handle: u64,
     /// Its owner, when known (the process that created it).
-    pub pid: Option<u32>,
+    pub pid: Option<Task>,
     pub completions: u64,
     /// Its latest completion handler's entry (an event index of the story).
     pub latest: Option<usize>,
@@ -70,10 +71,10 @@ pub struct CqStory {
     pub handler_ns: Samples,
     pub wakeup_ns: Samples,
     pub library_ns: Samples,
-    /// The kernel's `struct ib_cq *` and the host it is on (`event::host_of`): what a QP's
-    /// send and receive CQs are known by (`qps`).
+    /// The kernel's `struct ib_cq *` and the host it is on (`event::Task::host`): what a
+    /// QP's send and receive CQs are known by (`qps`).
     pub kernel: u64,
-    pub host: u32,
+    pub host: u16,
     /// The QP its newest completion joined to a post on its peer went through, and the QP
     /// whose own post its newest other one followed. Kept by key: the kernel gives a freed
     /// CQ's address to the next CQ made, so the pointer cannot say whose QP it was.
@@ -90,9 +91,9 @@ pub struct CqStory {
 pub(super) fn seed(rows: &mut CqRows, c: &crate::capture::CqState) {
     let handle = if c.handle != 0 { c.handle } else { c.kernel };
     let row = rows.entry(handle).or_insert_with(|| CqStory { handle, ..Default::default() });
-    row.pid = c.pid.or(row.pid);
+    row.pid = c.pid.map(|p| Task::new(c.host, p)).or(row.pid);
     row.kernel = c.kernel;
-    row.host = c.pid.map(crate::event::host_of).unwrap_or(row.host);
+    row.host = c.host;
     row.completions += c.completions;
     let key = |qpn: Option<u32>| qpn.map(|qpn| QpKey { host: row.host, qpn });
     row.via_peer = key(c.via_peer_qpn).or(row.via_peer);
@@ -112,11 +113,11 @@ pub(super) fn joined(rows: &mut CqRows, handle: u64, key: QpKey, across: bool) {
 #[derive(Default)]
 pub(super) struct Cqs {
     /// The CQ each thread's completion handler is running for.
-    handling: HashMap<u32, u64>,
+    handling: HashMap<Task, u64>,
     /// Per thread, the channel read that woke it: (its time, the CQ).
-    last_read: HashMap<u32, (u64, u64)>,
+    last_read: HashMap<Task, (u64, u64)>,
     /// Per thread, the channel fd the `ibv_get_cq_event` it is in reads.
-    reading: HashMap<u32, i32>,
+    reading: HashMap<Task, i32>,
 }
 
 impl Cqs {
@@ -128,7 +129,7 @@ impl Cqs {
         cq.pid = made.pid.or(cq.pid);
         cq.channel_fd = made.channel_fd.or(cq.channel_fd);
         cq.kernel = e.field(FieldId::Cq).unwrap_or(cq.kernel);
-        cq.host = crate::event::host_of(e.pid);
+        cq.host = e.host;
         cq.completions += 1;
         cq.latest = Some(i);
         *cq.by_context.entry(RanIn(e.context)).or_default() += 1;
@@ -147,7 +148,7 @@ impl Cqs {
         if let Some(last) = cq.per_second.back_mut() {
             *last += 1;
         }
-        self.handling.insert(e.tid, handle);
+        self.handling.insert(e.thread(), handle);
         handle
     }
 
@@ -156,15 +157,15 @@ impl Cqs {
     pub(super) fn hops(&mut self, rows: &mut CqRows, e: &Event) {
         if e.kind != EventKind::Return {
             if let Some(fd) = e.field(FieldId::Fd).filter(|_| e.is(ProbeId::IbvGetCqEvent)) {
-                self.reading.insert(e.tid, fd as i32);
+                self.reading.insert(e.thread(), fd as i32);
             }
             return;
         }
         let (latency, handle) = match e.probe() {
-            Some(ProbeId::CompHandler) => (e.latency_ns, self.handling.remove(&e.tid)),
-            Some(ProbeId::IbvGetCqEvent) => match self.last_read.remove(&e.tid) {
+            Some(ProbeId::CompHandler) => (e.latency_ns, self.handling.remove(&e.thread())),
+            Some(ProbeId::IbvGetCqEvent) => match self.last_read.remove(&e.thread()) {
                 Some((t, h)) => {
-                    self.read_from(rows, e.tid, h);
+                    self.read_from(rows, e.thread(), h);
                     (Some(e.ts_ns.saturating_sub(t)), Some(h))
                 }
                 // Left for `woke`, when ibv_get_cq_event's return is itself the wakeup.
@@ -187,16 +188,16 @@ impl Cqs {
             cq.wakeup_ns.push(latency);
         }
         if e.is(ProbeId::CompEventRead) {
-            self.last_read.insert(e.tid, (e.ts_ns, handle));
+            self.last_read.insert(e.thread(), (e.ts_ns, handle));
         }
         if e.is(ProbeId::IbvGetCqEvent) {
-            self.read_from(rows, e.tid, handle);
+            self.read_from(rows, e.thread(), handle);
         }
     }
 
     /// Thread `tid`'s ibv_get_cq_event returned an event of `handle`: the CQ's channel is the
     /// fd it read.
-    fn read_from(&mut self, rows: &mut CqRows, tid: u32, handle: u64) {
+    fn read_from(&mut self, rows: &mut CqRows, tid: Task, handle: u64) {
         if let (Some(fd), Some(cq)) = (self.reading.remove(&tid), rows.get_mut(&handle)) {
             cq.channel_fd = Some(fd);
         }
@@ -207,7 +208,7 @@ impl Cqs {
 /// the channel it was made with.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Made {
-    pub pid: Option<u32>,
+    pub pid: Option<Task>,
     pub channel_fd: Option<i32>,
 }
 

@@ -10,6 +10,7 @@
 pub use super::kept::{Events, Limits};
 use super::story::{Builder, Story};
 use crate::event::Event;
+use crate::event::Task;
 use crate::steps::StepRecord;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -155,7 +156,7 @@ pub struct Live {
     steps: Vec<StepRecord>,
     /// (pid, run, step) of every step kept: a step announced live and read again from
     /// the companion's file at the end is joined once.
-    step_keys: std::collections::HashSet<(u32, u32, u32)>,
+    step_keys: std::collections::HashSet<(Task, u32, u32)>,
     evicted_steps: u64,
     /// The end of the newest step let go: a step ending by then was known (its key is
     /// gone with it), so it is not taken again.
@@ -170,10 +171,10 @@ pub struct Live {
     /// Every event before this time has been joined (or will count as late).
     joined_through_ns: u64,
     /// Steps waiting for the story to pass their end, by (end, key).
-    to_join: BTreeMap<(u64, (u32, u32, u32)), StepRecord>,
+    to_join: BTreeMap<(u64, (Task, u32, u32)), StepRecord>,
     /// Processes found gone, by when: each is forgotten once the story has joined every
     /// event up to then (`retire`).
-    gone: std::collections::VecDeque<(u64, u32)>,
+    gone: std::collections::VecDeque<(u64, Task)>,
     /// The rows of processes forgotten as gone, by when, kept `ENDED_KEPT_NS` (at most
     /// `ENDED_KEPT`): a scrape after a process ended still has its final counts.
     ended: std::collections::VecDeque<(u64, super::story::ProcessStory)>,
@@ -290,7 +291,7 @@ impl Live {
     /// Process `pid` was found gone at `at_ns` (the events' clock): it leaves the story
     /// (its rows, MRs, mappings, QPs and CQs) once every event before then is joined, so
     /// its last events do not bring it back. A daemon's state holds what still exists.
-    pub fn retire(&mut self, pid: u32, at_ns: u64) {
+    pub fn retire(&mut self, pid: Task, at_ns: u64) {
         self.gone.push_back((at_ns, pid));
         self.through(self.joined_through_ns);
     }
@@ -371,7 +372,7 @@ impl Live {
     }
 
     /// The processes as joined so far (no copy: for metrics).
-    pub fn processes(&self) -> &BTreeMap<u32, super::story::ProcessStory> {
+    pub fn processes(&self) -> &BTreeMap<Task, super::story::ProcessStory> {
         self.builder.processes()
     }
 
@@ -420,8 +421,8 @@ impl Live {
     }
 }
 
-fn step_key(s: &StepRecord) -> (u32, u32, u32) {
-    (s.pid, s.run, s.step)
+fn step_key(s: &StepRecord) -> (Task, u32, u32) {
+    (s.process(), s.run, s.step)
 }
 
 /// A story of the whole capture at once: every event kept, all sorted by time before joining.

@@ -8,6 +8,7 @@
 //! later, when the verbs call returns), for whoever keeps mapping rows.
 
 use crate::event::FieldId;
+use crate::event::Task;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use crate::util::push_capped;
@@ -160,7 +161,7 @@ impl std::fmt::Display for Queue {
 /// the queue's object is learned).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Named {
-    pub pid: u32,
+    pub pid: Task,
     pub start: u64,
     pub queue: Queue,
 }
@@ -178,15 +179,15 @@ struct Making {
 pub struct Namer {
     /// Per thread: the key being made, the last QP queue's call-site offset (the SQ's
     /// call comes first in rxe_qp_from_init), and the kernel CQ being created.
-    making: HashMap<u32, Making>,
-    qp_site: HashMap<u32, u64>,
-    creating_cq: HashMap<u32, u64>,
+    making: HashMap<Task, Making>,
+    qp_site: HashMap<Task, u64>,
+    creating_cq: HashMap<Task, u64>,
     /// Keys made, by (user context, key), oldest first.
-    keys: VecDeque<((u64, u64), Queue, u32)>,
+    keys: VecDeque<((u64, u64), Queue, Task)>,
     /// Mapped queues whose object is not known yet: (pid, tid, start, queue, made at).
-    waiting: VecDeque<(u32, u32, u64, Queue, u64)>,
+    waiting: VecDeque<(Task, Task, u64, Queue, u64)>,
     /// The companion's create steps: (tid, from, to, what it made).
-    made_by_steps: VecDeque<(u32, u64, u64, Object)>,
+    made_by_steps: VecDeque<(Task, u64, u64, Object)>,
 }
 
 impl Namer {
@@ -194,7 +195,7 @@ impl Namer {
         match (e.probe(), e.kind) {
             (Some(ProbeId::RxeCreateCq), EventKind::Entry) => {
                 if let Some(cq) = e.field(FieldId::Cq) {
-                    self.creating_cq.insert(e.tid, cq);
+                    self.creating_cq.insert(e.thread(), cq);
                 }
                 Vec::new()
             }
@@ -219,12 +220,12 @@ impl Namer {
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
                 let cq = e.field(FieldId::Cq).filter(|h| *h != 0).map(Object::Cq);
-                self.learn(e.tid, 0, u64::MAX, |k| cq.filter(|o| o.fits(k)))
+                self.learn(e.thread(), 0, u64::MAX, |k| cq.filter(|o| o.fits(k)))
             }
             (Some(ProbeId::IbvCreateQp), EventKind::Return) => {
                 let n = e.field(FieldId::QpNum).filter(|_| e.field(FieldId::Qp).is_some_and(|q| q != 0));
                 let qp = n.and_then(|n| u32::try_from(n).ok()).map(Object::Qp);
-                self.learn(e.tid, 0, u64::MAX, |k| qp.filter(|o| o.fits(k)))
+                self.learn(e.thread(), 0, u64::MAX, |k| qp.filter(|o| o.fits(k)))
             }
             _ => Vec::new(),
         }
@@ -238,8 +239,8 @@ impl Namer {
             (StepName::CreateQp, _, Some(qp)) => Object::Qp(qp.qpn),
             _ => return Vec::new(),
         };
-        push_capped(&mut self.made_by_steps, KEEP, (s.tid, s.t_start_ns, s.t_end_ns, made));
-        self.learn(s.tid, s.t_start_ns, s.t_end_ns, |k| made.fits(k).then_some(made))
+        push_capped(&mut self.made_by_steps, KEEP, (s.thread(), s.t_start_ns, s.t_end_ns, made));
+        self.learn(s.thread(), s.t_start_ns, s.t_end_ns, |k| made.fits(k).then_some(made))
     }
 
     fn entry(&mut self, e: &Event) {
@@ -247,27 +248,27 @@ impl Namer {
         if kind == QueueKind::Sq {
             // rxe_qp_from_init makes the SQ's key, then (without an SRQ) the RQ's, from a
             // later call site: a site past the thread's last QP key is that QP's RQ.
-            let last = self.qp_site.insert(e.tid, site);
+            let last = self.qp_site.insert(e.thread(), site);
             if last.is_some_and(|l| site > l) {
                 kind = QueueKind::Rq;
-                self.qp_site.remove(&e.tid);
+                self.qp_site.remove(&e.thread());
             }
         }
         let size = e.field(FieldId::Size).unwrap_or(0);
         let slots = e.field(FieldId::IndexMask).map(|m| m + 1);
         let entry_bytes = e.field(FieldId::Log2ElemSize).filter(|l| *l < 32).map(|l| 1u64 << l);
         let entries = slots.map(|s| s - 1);
-        self.making.insert(e.tid, Making { kind, size, entries, entry_bytes });
+        self.making.insert(e.thread(), Making { kind, size, entries, entry_bytes });
     }
 
     fn made(&mut self, e: &Event) {
-        let Some(m) = self.making.remove(&e.tid) else { return };
+        let Some(m) = self.making.remove(&e.thread()) else { return };
         let (Some(context), Some(key)) = (e.field(FieldId::Context), e.field(FieldId::Key)) else { return };
         if e.field(FieldId::Info).and_then(crate::pipeline::render::err_ptr).is_some() {
             return;
         }
         let object = match m.kind {
-            QueueKind::Cq => self.creating_cq.remove(&e.tid).map(Object::KernelCq),
+            QueueKind::Cq => self.creating_cq.remove(&e.thread()).map(Object::KernelCq),
             _ => None,
         };
         let queue = Queue {
@@ -279,7 +280,7 @@ impl Namer {
             entry_bytes: m.entry_bytes,
             object,
         };
-        push_capped(&mut self.keys, KEEP, ((context, key), queue, e.tid));
+        push_capped(&mut self.keys, KEEP, ((context, key), queue, e.thread()));
     }
 
     fn mapped(&mut self, e: &Event) -> Option<Named> {
@@ -295,16 +296,16 @@ impl Namer {
             queue.object = Some(*o);
         }
         if !matches!(queue.object, Some(Object::Cq(_) | Object::Qp(_))) {
-            push_capped(&mut self.waiting, KEEP, (e.pid, made_by, start, queue.clone(), e.ts_ns));
+            push_capped(&mut self.waiting, KEEP, (e.process(), made_by, start, queue.clone(), e.ts_ns));
         }
-        Some(Named { pid: e.pid, start, queue })
+        Some(Named { pid: e.process(), start, queue })
     }
 
     /// The object `of` gives a waiting queue's kind, for queues mapped on `tid` in
     /// `[from, to]`: each is named again, now with its object.
     fn learn(
         &mut self,
-        tid: u32,
+        tid: Task,
         from: u64,
         to: u64,
         of: impl Fn(QueueKind) -> Option<Object>,
@@ -314,7 +315,7 @@ impl Namer {
 
     /// Waiting queues `to` gives an object (from the thread that made them, when they
     /// were mapped, and the queue): named again with it, and no longer waiting.
-    fn settle(&mut self, to: impl Fn(u32, u64, &Queue) -> Option<Object>) -> Vec<Named> {
+    fn settle(&mut self, to: impl Fn(Task, u64, &Queue) -> Option<Object>) -> Vec<Named> {
         let mut out = Vec::new();
         self.waiting.retain_mut(|(pid, t, start, q, at)| {
             let Some(o) = to(*t, *at, q) else { return true };

@@ -3,6 +3,7 @@
 //! measures (pages pinned by a umem).
 
 use crate::event::FieldId;
+use crate::event::Task;
 pub mod aggregate;
 pub mod checks;
 pub mod cqs;
@@ -27,7 +28,7 @@ struct OpenCall {
 #[derive(Default)]
 pub struct Correlator {
     /// (tid, probe) → open calls (a stack: calls may nest).
-    open: HashMap<(u32, crate::event::Name), Vec<OpenCall>>,
+    open: HashMap<(Task, crate::event::Name), Vec<OpenCall>>,
 }
 
 impl Correlator {
@@ -44,12 +45,12 @@ impl Correlator {
                     ev.fields.insert(FieldId::Pages, Value::U(pages_spanned(a, s)));
                 }
                 self.open
-                    .entry((ev.tid, ev.name.clone()))
+                    .entry((ev.thread(), ev.name.clone()))
                     .or_default()
                     .push(OpenCall { ts_ns: ev.ts_ns, range });
             }
             EventKind::Return => {
-                if let Some(stack) = self.open.get_mut(&(ev.tid, ev.name.clone()))
+                if let Some(stack) = self.open.get_mut(&(ev.thread(), ev.name.clone()))
                     && let Some(call) = stack.pop()
                 {
                     ev.latency_ns = Some(ev.ts_ns.saturating_sub(call.ts_ns));

@@ -10,6 +10,7 @@ use super::rows::ProcessStory;
 pub use super::rows::{MrKind, MrStory};
 use crate::capture::{PinnedRange, ProcessState};
 use crate::event::FieldId;
+use crate::event::Task;
 use crate::event::{Event, EventKind, ProbeId};
 use crate::units::PAGE;
 use crate::util::push_capped;
@@ -19,28 +20,28 @@ use std::collections::HashMap;
 #[derive(Default)]
 pub(super) struct Pins {
     /// The pin entry open on each thread (its range, access and limit).
-    open: HashMap<u32, MrStory>,
+    open: HashMap<Task, MrStory>,
     /// Pinned umems (kernel pointer → range and bytes charged), per process.
-    pub(super) live: HashMap<u32, HashMap<u64, PinnedRange>>,
+    pub(super) live: HashMap<Task, HashMap<u64, PinnedRange>>,
     /// MRs from the kernel's tables still registered: restrack id → (pid, range).
-    tables: HashMap<u32, (u32, PinnedRange)>,
+    tables: HashMap<(u16, u32), (Task, PinnedRange)>,
     /// Live umems that pin nothing here (ODP, dma-buf): umem → pid.
-    unpinned: HashMap<u64, u32>,
+    unpinned: HashMap<u64, Task>,
     /// The ODP mapping open on each thread: (the MR's process, its umem).
-    faulting: HashMap<u32, (u32, u64)>,
+    faulting: HashMap<Task, (Task, u64)>,
     /// The rereg open on each thread: its MR.
-    rereg: HashMap<u32, Option<u64>>,
+    rereg: HashMap<Task, Option<u64>>,
 }
 
 impl Pins {
     /// The process an ODP mapping event belongs to: its MR's (the device's fault work may
     /// run in any thread).
-    pub(super) fn owner_of(&self, e: &Event) -> Option<u32> {
+    pub(super) fn owner_of(&self, e: &Event) -> Option<Task> {
         match (e.probe(), e.kind) {
             (Some(ProbeId::OdpFault), EventKind::Entry) => {
                 e.field(FieldId::UmemOdp).and_then(|u| self.unpinned.get(&u)).copied()
             }
-            (Some(ProbeId::OdpFault), EventKind::Return) => self.faulting.get(&e.tid).map(|f| f.0),
+            (Some(ProbeId::OdpFault), EventKind::Return) => self.faulting.get(&e.thread()).map(|f| f.0),
             _ => None,
         }
     }
@@ -66,7 +67,7 @@ impl Pins {
                 let row = MrStory {
                     kind,
                     pid: ps.pid,
-                    tid: e.tid,
+                    tid: e.thread(),
                     addr: e.field(FieldId::Addr).or(e.field(FieldId::Offset)).unwrap_or(0),
                     length: e.field(FieldId::Size).unwrap_or(0),
                     pages: e.field(FieldId::Pages).filter(|_| kind == MrKind::Pinned),
@@ -74,7 +75,7 @@ impl Pins {
                     memlock_limit: e.field(FieldId::MemlockLimit),
                     ..Default::default()
                 };
-                self.open.insert(e.tid, row);
+                self.open.insert(e.thread(), row);
                 None
             }
             EventKind::Return => self.returned(ps, i, e, per_list, kind),
@@ -88,7 +89,9 @@ impl Pins {
             (Some(ProbeId::RxeRegMr | ProbeId::Mlx5RegMr), EventKind::Return) => {
                 // The provider's reg_mr returns right after the umem, on the same thread.
                 let pid = ps.pid;
-                if let Some(row) = newest(ps, |r| r.tid == e.tid && r.event.is_some() && r.lkey.is_none()) {
+                if let Some(row) =
+                    newest(ps, |r| r.tid == e.thread() && r.event.is_some() && r.lkey.is_none())
+                {
                     row.lkey = e.field(FieldId::Lkey);
                     row.rkey = e.field(FieldId::Rkey);
                     row.mr = e.field(FieldId::Mr).filter(|m| crate::pipeline::render::err_ptr(*m).is_none());
@@ -104,10 +107,10 @@ impl Pins {
                 if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
                     row.rereg += 1;
                 }
-                self.rereg.insert(e.tid, mr);
+                self.rereg.insert(e.thread(), mr);
             }
             (Some(ProbeId::RxeRereg | ProbeId::Mlx5Rereg), EventKind::Return) => {
-                let mr = self.rereg.remove(&e.tid).flatten();
+                let mr = self.rereg.remove(&e.thread()).flatten();
                 if e.field(FieldId::Mr).and_then(crate::pipeline::render::err_ptr).is_some() {
                     ps.rereg_refused += 1;
                     if let Some(row) = newest(ps, |r| mr.is_some() && r.mr == mr) {
@@ -121,11 +124,11 @@ impl Pins {
                 if let Some(row) = newest(ps, |r| r.umem == Some(umem)) {
                     row.faults += 1;
                 }
-                self.faulting.insert(e.tid, (ps.pid, umem));
+                self.faulting.insert(e.thread(), (ps.pid, umem));
             }
             (Some(ProbeId::OdpFault), EventKind::Return) => {
                 let mapped = e.field(FieldId::Ret).map(|r| r as i64).filter(|r| *r > 0);
-                if let (Some((_, umem)), Some(n)) = (self.faulting.remove(&e.tid), mapped)
+                if let (Some((_, umem)), Some(n)) = (self.faulting.remove(&e.thread()), mapped)
                     && let Some(row) = newest(ps, |r| r.umem == Some(umem))
                 {
                     row.faulted_pages += n as u64;
@@ -156,10 +159,10 @@ impl Pins {
         kind: MrKind,
     ) -> Option<u64> {
         // An entry not seen (the story began during the call): what the return says.
-        let mut row = self.open.remove(&e.tid).unwrap_or_else(|| MrStory {
+        let mut row = self.open.remove(&e.thread()).unwrap_or_else(|| MrStory {
             kind,
             pid: ps.pid,
-            tid: e.tid,
+            tid: e.thread(),
             addr: e.field(FieldId::UmemAddress).unwrap_or(0),
             length: e.field(FieldId::UmemLength).unwrap_or(0),
             ..Default::default()
@@ -215,12 +218,12 @@ impl Pins {
 
     /// An `mr_dereg` (in any process: restrack ids are the kernel's): the MR from the
     /// tables with that id ends, in its own process's story.
-    pub(super) fn dereg(&mut self, e: &Event, story: &mut std::collections::BTreeMap<u32, ProcessStory>) {
+    pub(super) fn dereg(&mut self, e: &Event, story: &mut std::collections::BTreeMap<Task, ProcessStory>) {
         if !(e.is(ProbeId::MrDereg) && e.kind == EventKind::Entry) {
             return;
         }
         let Some(id) = e.field(FieldId::MrId).and_then(|i| u32::try_from(i).ok()) else { return };
-        let Some((pid, range)) = self.tables.remove(&id) else { return };
+        let Some((pid, range)) = self.tables.remove(&(e.host, id)) else { return };
         if let Some(ps) = story.get_mut(&pid) {
             ps.pinned_bytes = ps.pinned_bytes.saturating_sub(range.charged);
             ended(ps, |m| m.mr_id == Some(id));
@@ -232,7 +235,7 @@ impl Pins {
         ps.memlock_limit = st.memlock_limit.or(ps.memlock_limit);
         for m in &st.mrs {
             let row = MrStory {
-                pid: st.pid,
+                pid: Task::new(st.host, st.pid),
                 addr: m.addr,
                 length: m.length,
                 pages: Some(m.charged / PAGE),
@@ -244,8 +247,12 @@ impl Pins {
                 ..Default::default()
             };
             match (m.umem, m.mr_id) {
-                (Some(u), _) => _ = self.live.entry(st.pid).or_default().insert(u, m.clone()),
-                (None, Some(id)) => _ = self.tables.insert(id, (st.pid, m.clone())),
+                (Some(u), _) => {
+                    _ = self.live.entry(Task::new(st.host, st.pid)).or_default().insert(u, m.clone())
+                }
+                (None, Some(id)) => {
+                    _ = self.tables.insert((st.host, id), (Task::new(st.host, st.pid), m.clone()))
+                }
                 (None, None) => continue,
             }
             ps.pinned_bytes += m.charged;
@@ -257,7 +264,7 @@ impl Pins {
     }
 
     /// What process `pid` has pinned now, by address.
-    pub(super) fn live_of(&self, pid: u32) -> Vec<PinnedRange> {
+    pub(super) fn live_of(&self, pid: Task) -> Vec<PinnedRange> {
         let seen = self.live.get(&pid).into_iter().flat_map(|m| m.values());
         let tables = self.tables.values().filter(|(p, _)| *p == pid).map(|(_, r)| r);
         let mut out: Vec<PinnedRange> = seen.chain(tables).cloned().collect();
@@ -266,7 +273,7 @@ impl Pins {
     }
 
     /// Forgets a retired process.
-    pub(super) fn retire(&mut self, pid: u32) {
+    pub(super) fn retire(&mut self, pid: Task) {
         self.live.remove(&pid);
         self.unpinned.retain(|_, p| *p != pid);
         self.faulting.retain(|_, f| f.0 != pid);
@@ -311,7 +318,8 @@ mod tests {
     /// return charges its pages and gives its latency.
     #[test]
     fn a_return_without_its_entry_keeps_its_kind() {
-        let (mut pins, mut ps) = (Pins::default(), ProcessStory { pid: 7, ..Default::default() });
+        let (mut pins, mut ps) =
+            (Pins::default(), ProcessStory { pid: Task::new(0, 7), ..Default::default() });
         let odp = ret("umem_odp_get", r#""umem_odp":4096,"umem_address":8192,"umem_length":65536"#);
         assert_eq!(pins.event(&mut ps, 0, &odp, 10), None);
         assert_eq!((ps.odp_total, ps.dmabuf_total, ps.pins_total, ps.pinned_bytes), (1, 0, 0, 0));

@@ -2,7 +2,7 @@
 //! (`modify_qp`, `rxe_post_send`: the kernel's `struct ib_qp`, with its send and receive
 //! CQs). At RTR the application tells its kernel the peer's QP number and GID; two QPs
 //! that name each other are the two ends of one connection, on one host or two (captures
-//! merged by `report` keep each host's apart, `event::host_of`).
+//! merged by `report` keep each host's apart: `QpKey::host`).
 //!
 //! A completion on a CQ is joined to the post that can have caused it: on a QP's receive
 //! CQ, the newest post on its peer (the message that arrived); on its send CQ, the newest
@@ -22,7 +22,8 @@
 use super::cqs::Samples;
 use crate::capture::{QpCounts, QpState};
 use crate::event::FieldId;
-use crate::event::{Event, EventKind, ProbeId, host_of};
+use crate::event::Task;
+use crate::event::{Event, EventKind, ProbeId};
 use crate::util::push_capped;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -43,8 +44,8 @@ pub use super::cqs::QpKey;
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct QpRow {
     pub key: QpKey,
-    /// The process that modified or posted on it (a merged pid).
-    pub pid: u32,
+    /// The process that modified or posted on it, on its host.
+    pub pid: Task,
     pub comm: String,
     /// Kernel `struct ib_cq *`s (0: not seen yet).
     pub send_cq: u64,
@@ -88,7 +89,7 @@ pub struct PostJoin {
     pub post: usize,
     pub completion: usize,
     pub latency_ns: u64,
-    /// The post was on the peer QP (on another host when `host_of` differs).
+    /// The post was on the peer QP (on another host when the keys' hosts differ).
     pub across: bool,
 }
 
@@ -104,7 +105,7 @@ pub struct QpStory {
 #[derive(Default)]
 pub struct Qps {
     /// (host, kernel CQ) → the QPs using it (send or receive).
-    by_cq: HashMap<(u32, u64), Vec<QpKey>>,
+    by_cq: HashMap<(u16, u64), Vec<QpKey>>,
 }
 
 impl Qps {
@@ -117,7 +118,7 @@ impl Qps {
         if e.is(ProbeId::RxeCreateCq) || e.is(ProbeId::Mlx5CreateCq) {
             // A new CQ at an address ends whatever CQ was freed there before.
             let cq = e.field(FieldId::Cq)?;
-            let host = host_of(e.pid);
+            let host = e.host;
             for key in self.by_cq.remove(&(host, cq)).unwrap_or_default() {
                 if let Some(row) = story.rows.get_mut(&key) {
                     for c in [&mut row.send_cq, &mut row.recv_cq] {
@@ -129,9 +130,9 @@ impl Qps {
             }
         } else if e.is(ProbeId::ModifyQp) || e.is(ProbeId::RxePostSend) {
             let qpn = e.field(FieldId::QpNum).filter(|n| *n >= FIRST_APP_QPN)?;
-            let key = QpKey { host: host_of(e.pid), qpn: qpn as u32 };
+            let key = QpKey { host: e.host, qpn: qpn as u32 };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
-            (row.pid, row.comm) = (e.pid, e.comm.clone());
+            (row.pid, row.comm) = (e.process(), e.comm.clone());
             for (cq, now) in
                 [(&mut row.send_cq, e.field(FieldId::SendCq)), (&mut row.recv_cq, e.field(FieldId::RecvCq))]
             {
@@ -156,7 +157,7 @@ impl Qps {
     }
 
     /// Forgets the QPs process `pid` drove (a retired process), and which CQs served them.
-    pub fn retire(&mut self, story: &mut QpStory, pid: u32) {
+    pub fn retire(&mut self, story: &mut QpStory, pid: Task) {
         let gone: Vec<QpKey> = story.rows.values().filter(|r| r.pid == pid).map(|r| r.key).collect();
         if gone.is_empty() {
             return;
@@ -210,13 +211,13 @@ impl Qps {
     /// before any post.
     fn completion(
         story: &mut QpStory,
-        by_cq: &HashMap<(u32, u64), Vec<QpKey>>,
+        by_cq: &HashMap<(u16, u64), Vec<QpKey>>,
         cap: usize,
         i: usize,
         e: &Event,
     ) -> Option<(QpKey, bool)> {
         let cq = e.field(FieldId::Cq)?;
-        let qps = by_cq.get(&(host_of(e.pid), cq))?;
+        let qps = by_cq.get(&(e.host, cq))?;
         let candidates = qps.iter().filter_map(|key| {
             let row = story.rows.get(key)?;
             let own = (row.send_cq == cq).then_some(row.last_post).flatten().map(|p| (p, false));
@@ -265,7 +266,8 @@ impl Qps {
             .values()
             .map(|r| QpState {
                 qpn: r.key.qpn,
-                pid: r.pid,
+                pid: r.pid.pid,
+                host: r.pid.host,
                 comm: r.comm.clone(),
                 send_cq: r.send_cq,
                 recv_cq: r.recv_cq,
@@ -282,11 +284,11 @@ impl Qps {
     /// peers paired (with QPs seeded or seen before, on any host).
     pub fn seed(&mut self, story: &mut QpStory, qps: &[QpState]) {
         for q in qps {
-            let key = QpKey { host: host_of(q.pid), qpn: q.qpn };
+            let key = QpKey { host: q.host, qpn: q.qpn };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
             *row = QpRow {
                 key,
-                pid: q.pid,
+                pid: Task::new(q.host, q.pid),
                 comm: q.comm.clone(),
                 send_cq: q.send_cq,
                 recv_cq: q.recv_cq,
@@ -308,7 +310,7 @@ impl Qps {
         }
         for q in qps {
             if let Some(dest) = q.dest_qpn {
-                Self::pair(story, QpKey { host: host_of(q.pid), qpn: q.qpn }, dest);
+                Self::pair(story, QpKey { host: q.host, qpn: q.qpn }, dest);
             }
         }
     }

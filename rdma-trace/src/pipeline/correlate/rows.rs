@@ -3,6 +3,7 @@
 //! in `story` (attribution), `pins` (MRs), `cqs` and `mmaps`.
 
 use super::mmaps::Queue;
+use crate::event::Task;
 use crate::units::PAGE;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -10,12 +11,12 @@ use std::collections::{BTreeMap, VecDeque};
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Call {
     pub name: crate::event::Name,
-    pub tid: u32,
+    pub tid: Task,
     pub entry: usize,
     pub ret: Option<usize>,
     pub nested: Vec<usize>,
     #[serde(skip)]
-    pub(super) pid: u32,
+    pub(super) pid: Task,
     #[serde(skip)]
     pub(super) entry_ts_ns: u64,
 }
@@ -32,7 +33,7 @@ pub struct Completion {
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ProcessStory {
-    pub pid: u32,
+    pub pid: Task,
     pub comm: String,
     /// The cgroup its own events ran in, latest (a container's names the container).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,9 +214,9 @@ impl MrKind {
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct MrStory {
     pub kind: MrKind,
-    pub pid: u32,
+    pub pid: Task,
     /// The thread that registered it.
-    pub tid: u32,
+    pub tid: Task,
     /// The pin's return event (none for an MR known only from the kernel's tables).
     pub event: Option<usize>,
     pub addr: u64,

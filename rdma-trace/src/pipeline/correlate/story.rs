@@ -16,6 +16,7 @@ use super::qps::{PostJoin, QpStory, Qps};
 pub use super::rows::{BUCKETS_NS, Call, Completion, Histogram, MapStory, ProcessStory};
 use crate::capture::{CqState, Mapping, PinnedRange, ProcessState, State};
 use crate::event::FieldId;
+use crate::event::Task;
 use crate::event::{Event, EventKind, Path, ProbeId};
 use crate::steps::{StepName, StepRecord};
 use crate::util::push_capped;
@@ -40,7 +41,7 @@ pub struct StepJoin {
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Story {
-    pub processes: BTreeMap<u32, ProcessStory>,
+    pub processes: BTreeMap<Task, ProcessStory>,
     /// Every CQ a completion was seen on, owner known or not.
     pub cqs: CqRows,
     /// Every QP seen modified or posted on, paired with its peer, its completions joined
@@ -68,7 +69,7 @@ pub struct Story {
 
 impl Story {
     /// The name of process `pid` as the story knows it (empty if it does not).
-    pub fn comm(&self, pid: u32) -> String {
+    pub fn comm(&self, pid: Task) -> String {
         self.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default()
     }
 
@@ -123,14 +124,14 @@ fn is_completion(e: &Event) -> bool {
 /// and the fd of the completion channel each handle was made with.
 #[derive(Default)]
 struct CqOwners {
-    by_handle: HashMap<u64, u32>,
-    by_kernel_cq: HashMap<u64, u32>,
+    by_handle: HashMap<u64, Task>,
+    by_kernel_cq: HashMap<u64, Task>,
     /// Per user handle in `by_handle` made with a channel: the channel's fd.
     channel_fds: HashMap<u64, i32>,
     /// Per (process, `struct ibv_comp_channel *`): its fd (ibv_create_comp_channel).
-    channels: HashMap<(u32, u64), i32>,
+    channels: HashMap<(Task, u64), i32>,
     /// Per thread in ibv_create_cq: the channel it was given.
-    making: HashMap<u32, u64>,
+    making: HashMap<Task, u64>,
 }
 
 impl CqOwners {
@@ -138,7 +139,7 @@ impl CqOwners {
         let mut o = CqOwners::default();
         for s in steps.iter().filter(|s| s.name == StepName::CreateCq) {
             if let Some(cq) = &s.cq {
-                o.by_handle.insert(cq.handle, s.pid);
+                o.by_handle.insert(cq.handle, s.process());
                 if let Some(fd) = cq.channel_fd {
                     o.channel_fds.insert(cq.handle, fd);
                 }
@@ -153,7 +154,7 @@ impl CqOwners {
     }
 
     /// A process is gone: what it made goes with it.
-    fn retire(&mut self, pid: u32) {
+    fn retire(&mut self, pid: Task) {
         self.by_handle.retain(|_, owner| *owner != pid);
         self.by_kernel_cq.retain(|_, owner| *owner != pid);
         self.channel_fds.retain(|h, _| self.by_handle.contains_key(h));
@@ -165,25 +166,25 @@ impl CqOwners {
             // The user handle is only set after the driver returns: join by the kernel CQ.
             (Some(ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq), EventKind::Entry) => {
                 if let Some(c) = e.field(FieldId::Cq) {
-                    self.by_kernel_cq.insert(c, e.pid);
+                    self.by_kernel_cq.insert(c, e.process());
                 }
             }
             (Some(ProbeId::IbvCreateCompChannel), EventKind::Return) => {
                 if let (Some(ch), Some(fd)) =
                     (e.field(FieldId::Channel).filter(|c| *c != 0), e.field(FieldId::Fd))
                 {
-                    self.channels.insert((e.pid, ch), fd as i32);
+                    self.channels.insert((e.process(), ch), fd as i32);
                 }
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Entry) => {
-                self.making.insert(e.tid, e.field(FieldId::Channel).unwrap_or(0));
+                self.making.insert(e.thread(), e.field(FieldId::Channel).unwrap_or(0));
             }
             (Some(ProbeId::IbvCreateCq), EventKind::Return) => {
-                let channel = self.making.remove(&e.tid).filter(|c| *c != 0);
+                let channel = self.making.remove(&e.thread()).filter(|c| *c != 0);
                 if let Some(h) = e.field(FieldId::Cq).filter(|h| *h != 0) {
-                    self.by_handle.insert(h, e.pid);
+                    self.by_handle.insert(h, e.process());
                     // A handle the allocator gave again: the new CQ's channel, or none.
-                    match channel.and_then(|c| self.channels.get(&(e.pid, c))) {
+                    match channel.and_then(|c| self.channels.get(&(e.process(), c))) {
                         Some(&fd) => self.channel_fds.insert(h, fd),
                         None => self.channel_fds.remove(&h),
                     };
@@ -198,30 +199,39 @@ impl CqOwners {
     fn state(&self, rows: &super::cqs::CqRows) -> Vec<CqState> {
         let mut out: Vec<CqState> = rows
             .values()
-            .map(|r| CqState {
+            .map(|r| (r, r.pid.or_else(|| self.by_kernel_cq.get(&r.kernel).copied())))
+            .map(|(r, owner)| CqState {
                 kernel: r.kernel,
                 handle: r.handle,
-                pid: r.pid.or_else(|| self.by_kernel_cq.get(&r.kernel).copied()),
+                pid: owner.map(|t| t.pid),
+                host: owner.map_or(r.host, |t| t.host),
                 completions: r.completions,
                 channel_fd: r.channel_fd.or_else(|| self.channel_fds.get(&r.handle).copied()),
                 via_peer_qpn: r.via_peer.map(|k| k.qpn),
                 via_own_qpn: r.via_own.map(|k| k.qpn),
             })
             .collect();
-        let mut kernels: Vec<(&u64, &u32)> = self.by_kernel_cq.iter().collect();
+        let mut kernels: Vec<(&u64, &Task)> = self.by_kernel_cq.iter().collect();
         kernels.sort_unstable();
-        for (&kernel, &pid) in kernels {
+        for (&kernel, &t) in kernels {
             if !out.iter().any(|c| c.kernel == kernel) {
-                out.push(CqState { kernel, pid: Some(pid), ..Default::default() });
+                out.push(CqState { kernel, pid: Some(t.pid), host: t.host, ..Default::default() });
             }
         }
-        let mut handles: Vec<(&u64, &u32)> = self.by_handle.iter().collect();
+        let mut handles: Vec<(&u64, &Task)> = self.by_handle.iter().collect();
         handles.sort_unstable();
-        for (&handle, &pid) in handles {
+        for (&handle, &t) in handles {
             let channel_fd = self.channel_fds.get(&handle).copied();
             match out.iter_mut().find(|c| c.handle == handle) {
-                Some(c) => _ = c.pid.get_or_insert(pid),
-                None => out.push(CqState { handle, pid: Some(pid), channel_fd, ..Default::default() }),
+                Some(c) if c.pid.is_none() => (c.pid, c.host) = (Some(t.pid), t.host),
+                Some(_) => {}
+                None => out.push(CqState {
+                    handle,
+                    pid: Some(t.pid),
+                    host: t.host,
+                    channel_fd,
+                    ..Default::default()
+                }),
             }
         }
         out
@@ -230,7 +240,7 @@ impl CqOwners {
     /// What a daemon said: each CQ's maker, by whichever pointer it was known.
     fn seed(&mut self, cqs: &[CqState]) {
         for c in cqs {
-            let Some(pid) = c.pid else { continue };
+            let Some(pid) = c.pid.map(|p| Task::new(c.host, p)) else { continue };
             if c.kernel != 0 {
                 self.by_kernel_cq.insert(c.kernel, pid);
             }
@@ -243,7 +253,7 @@ impl CqOwners {
         }
     }
 
-    fn owner(&self, e: &Event) -> Option<u32> {
+    fn owner(&self, e: &Event) -> Option<Task> {
         let by_handle = e.field(FieldId::CqUserHandle).and_then(|h| self.by_handle.get(&h));
         by_handle.or_else(|| e.field(FieldId::Cq).and_then(|c| self.by_kernel_cq.get(&c))).copied()
     }
@@ -287,17 +297,17 @@ pub(super) struct Builder {
     owners: CqOwners,
     story: Story,
     /// libibverbs calls open per thread.
-    open_calls: HashMap<u32, Vec<Call>>,
+    open_calls: HashMap<Task, Vec<Call>>,
     /// Completions awaiting a wakeup, per process: (completion number, its time, its CQ).
-    pending: HashMap<u32, VecDeque<(u64, u64, u64)>>,
+    pending: HashMap<Task, VecDeque<(u64, u64, u64)>>,
     pins: Pins,
     cqs: Cqs,
     qps: Qps,
     /// uverbs mappings by start address, per process (a munmap of the start ends one).
-    mappings: HashMap<u32, BTreeMap<u64, Mapping>>,
+    mappings: HashMap<Task, BTreeMap<u64, Mapping>>,
     /// What each mapping maps.
     namer: Namer,
-    phases: HashMap<u32, Phase>,
+    phases: HashMap<Task, Phase>,
     /// Steps joined, in the order they were (the newest `per_list`), and how many ever.
     joins: VecDeque<Joined>,
     joins_total: u64,
@@ -352,8 +362,8 @@ impl Builder {
     }
 
     /// The process an event belongs to: a completion's is its CQ's owner.
-    fn owner(&self, e: &Event) -> Option<u32> {
-        if is_completion(e) { self.owners.owner(e) } else { self.pins.owner_of(e).or(Some(e.pid)) }
+    fn owner(&self, e: &Event) -> Option<Task> {
+        if is_completion(e) { self.owners.owner(e) } else { self.pins.owner_of(e).or(Some(e.process())) }
     }
 
     /// Joins event `i` (the next in time order).
@@ -384,11 +394,11 @@ impl Builder {
         let ps =
             self.story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
         ps.last_ts_ns = e.ts_ns;
-        if e.pid == pid && !is_user_call(e) {
+        if e.process() == pid && !is_user_call(e) {
             // The latest name: a forked shell becomes the program it execs.
             ps.comm.clone_from(&e.comm);
         }
-        if e.pid == pid
+        if e.process() == pid
             && let Some(c) = &e.cgroup
             && ps.cgroup.as_ref() != Some(c)
         {
@@ -426,7 +436,7 @@ impl Builder {
         self.nest(pid, i, e);
     }
 
-    pub(super) fn processes(&self) -> &BTreeMap<u32, ProcessStory> {
+    pub(super) fn processes(&self) -> &BTreeMap<Task, ProcessStory> {
         &self.story.processes
     }
 
@@ -448,7 +458,7 @@ impl Builder {
 
     /// Forgets process `pid` and everything kept for it (retired at the cap, or gone);
     /// returns its row.
-    pub(super) fn forget(&mut self, pid: u32) -> Option<ProcessStory> {
+    pub(super) fn forget(&mut self, pid: Task) -> Option<ProcessStory> {
         let row = self.story.processes.remove(&pid);
         self.pending.remove(&pid);
         self.pins.retire(pid);
@@ -465,13 +475,13 @@ impl Builder {
         row
     }
 
-    fn process(&mut self, pid: u32) -> &mut ProcessStory {
+    fn process(&mut self, pid: Task) -> &mut ProcessStory {
         self.story.processes.get_mut(&pid).expect("placed by event()")
     }
 
     /// The wakeup: the channel read returning with an event, or ibv_get_cq_event returning,
     /// consumes the oldest completion waiting in its process.
-    fn wakeup(&mut self, pid: u32, i: usize, e: &Event) {
+    fn wakeup(&mut self, pid: Task, i: usize, e: &Event) {
         let wakeup = e.kind == EventKind::Return
             && ((e.is(ProbeId::CompEventRead) && e.field(FieldId::Ret).is_some_and(|r| (r as i64) > 0))
                 || (e.is(ProbeId::IbvGetCqEvent) && !self.kernel_reads));
@@ -508,17 +518,15 @@ impl Builder {
         }
         self.qps.seed(&mut self.story.qps, &st.qps);
         for p in &st.processes {
-            let ps = self
-                .story
-                .processes
-                .entry(p.pid)
-                .or_insert_with(|| ProcessStory { pid: p.pid, ..Default::default() });
+            let pid = Task::new(p.host, p.pid);
+            let ps =
+                self.story.processes.entry(pid).or_insert_with(|| ProcessStory { pid, ..Default::default() });
             if ps.comm.is_empty() {
                 ps.comm.clone_from(&p.comm);
             }
             self.pins.seed(ps, p, self.per_list);
             for m in &p.mappings {
-                self.mappings.entry(p.pid).or_default().insert(m.start, m.clone());
+                self.mappings.entry(pid).or_default().insert(m.start, m.clone());
                 let kind = m
                     .what
                     .clone()
@@ -541,7 +549,7 @@ impl Builder {
     }
 
     /// The mapping inventory: uverbs mmaps in, munmaps of their start out.
-    fn maps(&mut self, pid: u32, i: usize, e: &Event) {
+    fn maps(&mut self, pid: Task, i: usize, e: &Event) {
         if e.is(ProbeId::UverbsMmap) && e.kind == EventKind::Entry {
             if let (Some(start), Some(end)) = (e.field(FieldId::VmStart), e.field(FieldId::VmEnd)) {
                 let pgoff = e.field(FieldId::VmPgoff).unwrap_or(0);
@@ -549,7 +557,7 @@ impl Builder {
                     .entry(pid)
                     .or_default()
                     .insert(start, Mapping { start, end, pgoff, what: None });
-                let call = self.open_calls.get(&e.tid).and_then(|c| c.last()).map(|c| c.name.clone());
+                let call = self.open_calls.get(&e.thread()).and_then(|c| c.last()).map(|c| c.name.clone());
                 let row = MapStory {
                     event: Some(i),
                     start,
@@ -590,7 +598,8 @@ impl Builder {
                 let mut mrs: Vec<PinnedRange> = self.pins.live_of(p.pid);
                 mrs.sort_by_key(|r| r.addr);
                 ProcessState {
-                    pid: p.pid,
+                    pid: p.pid.pid,
+                    host: p.pid.host,
                     comm: p.comm.clone(),
                     pinned_bytes: p.pinned_bytes,
                     memlock_limit: p.memlock_limit,
@@ -618,7 +627,7 @@ impl Builder {
     }
 
     /// The data-phase syscalls (see `Phase`).
-    fn phase(&mut self, pid: u32, e: &Event) {
+    fn phase(&mut self, pid: Task, e: &Event) {
         let ph = self.phases.entry(pid).or_default();
         if e.is_any(&SETUP) {
             ph.setup_done_at = Some(e.ts_ns);
@@ -650,7 +659,7 @@ impl Builder {
 
     /// A post, a completion or its wakeup of `pid`'s: the syscalls since the last are the
     /// work's (at the first, only the one it came in).
-    fn work_went_on(&mut self, pid: u32) {
+    fn work_went_on(&mut self, pid: Task) {
         let Some(ph) = self.phases.get_mut(&pid) else { return };
         if ph.setup_done_at.is_none() || ph.teardown_at.is_some() {
             return;
@@ -667,22 +676,22 @@ impl Builder {
     }
 
     /// Kernel work nests inside the libibverbs call open on the same thread.
-    fn nest(&mut self, pid: u32, i: usize, e: &Event) {
+    fn nest(&mut self, pid: Task, i: usize, e: &Event) {
         if !is_user_call(e) {
-            if let Some(c) = self.open_calls.get_mut(&e.tid).and_then(|s| s.last_mut()) {
+            if let Some(c) = self.open_calls.get_mut(&e.thread()).and_then(|s| s.last_mut()) {
                 c.nested.push(i);
             }
             return;
         }
-        let stack = self.open_calls.entry(e.tid).or_default();
+        let stack = self.open_calls.entry(e.thread()).or_default();
         match e.kind {
             EventKind::Entry => stack.push(Call {
                 name: e.name.clone(),
-                tid: e.tid,
+                tid: e.thread(),
                 entry: i,
                 ret: None,
                 nested: vec![],
-                pid: e.pid,
+                pid: e.process(),
                 entry_ts_ns: e.ts_ns,
             }),
             EventKind::Return => {
@@ -725,14 +734,14 @@ impl Builder {
             return;
         }
         let mut mine = Vec::new();
-        if let Some(ps) = self.story.processes.get(&s.pid) {
+        if let Some(ps) = self.story.processes.get(&s.process()) {
             let from = ps.events.partition_point(|&i| events.ev(i).is_none_or(|e| e.ts_ns < s.t_start_ns));
             for &i in ps.events.range(from..) {
                 let Some(e) = events.ev(i) else { continue };
                 if e.ts_ns > s.t_end_ns {
                     break;
                 }
-                if e.tid == s.tid && !is_completion(e) {
+                if e.thread() == s.thread() && !is_completion(e) {
                     mine.push(i);
                 }
             }
@@ -760,11 +769,11 @@ impl Builder {
     /// The joins of the steps kept, in their order; each judged again with the events
     /// seen since (a CQ's completions come after its step), where all of its are kept.
     fn steps_in_order(&self, events: &dyn Events, steps: &[StepRecord]) -> Vec<StepJoin> {
-        let by_key: HashMap<(u32, u32, u32), &Joined> =
-            self.joins.iter().map(|j| ((j.step.pid, j.step.run, j.step.step), j)).collect();
+        let by_key: HashMap<(Task, u32, u32), &Joined> =
+            self.joins.iter().map(|j| ((j.step.process(), j.step.run, j.step.step), j)).collect();
         let mut out = Vec::new();
         for (si, s) in steps.iter().enumerate() {
-            let Some(j) = by_key.get(&(s.pid, s.run, s.step)) else { continue };
+            let Some(j) = by_key.get(&(s.process(), s.run, s.step)) else { continue };
             let kept = j.events.iter().all(|&i| events.ev(i).is_some());
             let checks = if kept { checks_for(s, &j.events, events) } else { j.checks.clone() };
             out.push(StepJoin { step: si, events: j.events.clone(), checks });
