@@ -146,8 +146,10 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
     let mut seen = std::collections::HashSet::new();
     steps.retain(|s| seen.insert((s.process(), s.run, s.step)));
     let story = crate::pipeline::correlate::live::build(&run.events, &steps);
+    let calls = crate::pipeline::correlate::calls::Pairs::of(&run.events);
     let input = Input {
         events: &run.events,
+        calls: &calls,
         story: &story,
         steps: &steps,
         header: run.header.as_ref(),
@@ -184,8 +186,10 @@ pub fn all(
     header: Option<&Header>,
 ) -> Vec<(Topic, Result<Explanation, String>)> {
     let story = crate::pipeline::correlate::live::build(events, steps);
+    let calls = crate::pipeline::correlate::calls::Pairs::of(events);
     let input = Input {
         events,
+        calls: &calls,
         story: &story,
         steps,
         header,

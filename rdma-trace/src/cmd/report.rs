@@ -161,10 +161,10 @@ pub fn export(
                 other_boot: h.as_ref().is_some_and(|h| Some(&h.boot_id) != first.as_ref()),
             })
             .collect();
-        if timeline.let_go > 0 {
+        if timeline.let_go() > 0 {
             eprintln!(
                 "rdma-trace: {} calls were still open {} deep on their thread and were let go: drawn without their end (in otherData.open_calls_let_go)",
-                timeline.let_go,
+                timeline.let_go(),
                 crate::output::perfetto::MAX_OPEN
             );
         }

@@ -133,23 +133,20 @@ impl Args {
     }
 }
 
-/// Deeper than this, a thread's oldest open call is let go as an unreturned one: calls
-/// nest a few deep, so only a probe whose returns are never seen gets here.
-pub const MAX_OPEN: usize = 256;
+pub use crate::pipeline::correlate::calls::MAX_OPEN;
+use crate::pipeline::correlate::calls::{self, OpenCalls};
 
-/// The export as the capture is read: slices, with entries paired to returns on each
-/// thread's stack of open calls (a return closes the innermost open call of its name, and
-/// any call opened inside it that is still open lost its return — the kernel skips program
-/// runs: `program … skipped by the kernel` — and stays an open slice; a return with no
-/// open call of its name lost its entry and makes none, so the slices of a thread nest
-/// whatever was lost); the slice each event is part of; and the names of the tracks.
+/// The export as the capture is read: slices, with entries paired to returns by the one
+/// pairing (`correlate::calls`: a call that lost its return stays an open slice, a return
+/// that lost its entry makes none, so the slices of a thread nest whatever was lost); the
+/// slice each event is part of; and the names of the tracks.
 #[derive(Default)]
 pub struct Timeline {
     slices: Vec<Slice>,
     /// By event index: its slice (`NONE`: none).
     slice_of: Vec<u32>,
-    /// Per thread (host, tid): its open calls.
-    open: HashMap<(u16, u32), Vec<usize>>,
+    /// Per thread: its open calls' slices.
+    open: OpenCalls<usize>,
     ids: Ids,
     /// By the id given: the process's name, host and own pid.
     procs: BTreeMap<u32, (String, u16, u32)>,
@@ -157,8 +154,6 @@ pub struct Timeline {
     t0: Option<u64>,
     /// Flow ids given so far.
     flows: u64,
-    /// Open calls let go past `MAX_OPEN` (their returns, if any come, pair with nothing).
-    pub let_go: u64,
 }
 
 const NONE: u32 = u32::MAX;
@@ -168,8 +163,8 @@ impl Timeline {
     pub fn event(&mut self, i: usize, e: &Event) {
         self.t0.get_or_insert(e.ts_ns);
         self.name(e);
-        let slice = match e.kind {
-            EventKind::Entry | EventKind::SyscallEnter => {
+        let slice = match calls::opens(e) {
+            true => {
                 let cat = if e.kind == EventKind::SyscallEnter { "syscall" } else { e.path.as_str() };
                 let track = self.track(e);
                 self.slices.push(Slice {
@@ -181,20 +176,11 @@ impl Timeline {
                     args: Args::of(e),
                     flow: None,
                 });
-                let stack = self.open.entry((e.host, e.tid)).or_default();
-                stack.push(self.slices.len() - 1);
-                if stack.len() > MAX_OPEN {
-                    stack.remove(0);
-                    self.let_go += 1;
-                }
+                self.open.enter(e.thread(), &e.name, self.slices.len() - 1);
                 self.slices.len() - 1
             }
-            EventKind::Return | EventKind::SyscallExit => {
-                let Some(stack) = self.open.get_mut(&(e.host, e.tid)) else { return };
-                let slices = &self.slices;
-                let Some(at) = stack.iter().rposition(|&s| slices[s].name == e.name) else { return };
-                let s = stack[at];
-                stack.truncate(at);
+            false => {
+                let Some(calls::Closed { call: s, .. }) = self.open.ret(e.thread(), &e.name) else { return };
                 self.slices[s].end_ns = Some(e.ts_ns);
                 self.slices[s].args.extend(Args::of(e));
                 s
@@ -204,6 +190,11 @@ impl Timeline {
             self.slice_of.resize(i + 1, NONE);
         }
         self.slice_of[i] = slice as u32;
+    }
+
+    /// Open calls let go past `MAX_OPEN` (their returns, if any come, pair with nothing).
+    pub fn let_go(&self) -> u64 {
+        self.open.let_go
     }
 
     fn slice_of(&self, i: usize) -> Option<usize> {
@@ -278,8 +269,8 @@ impl Timeline {
         if !clocks.is_empty() {
             other["clocks"] = json!(clocks);
         }
-        if self.let_go > 0 {
-            other["open_calls_let_go"] = json!(self.let_go);
+        if self.let_go() > 0 {
+            other["open_calls_let_go"] = json!(self.let_go());
         }
         w.write_all(b"],\"otherData\":")?;
         serde_json::to_writer(&mut *w, &other)?;

@@ -50,9 +50,8 @@ pub fn cq(input: &Input) -> Result<Explanation, String> {
     x.values.insert("wakeup_ns".into(), lat);
     wake.text = L::CQ_LATER.into();
     x.stages.push(wake);
-    if let Some((_, g)) =
-        input.next_on(w, read.thread(), |e| e.is(ProbeId::IbvGetCqEvent) && e.kind == EventKind::Return)
-    {
+    let library = input.enclosing(w, |e| e.is(ProbeId::IbvGetCqEvent) && e.kind == EventKind::Entry);
+    if let Some((_, g)) = library.and_then(|(i, _)| input.return_of(i)) {
         x.stages.push(Stage {
             title: "Back in the program — ibv_get_cq_event returns".into(),
             seen: vec![format!("{} after the read", us(g.ts_ns.saturating_sub(read.ts_ns)))],

@@ -79,6 +79,9 @@ impl RunCounts {
 /// What an explanation is made from.
 pub struct Input<'a> {
     pub events: &'a [Event],
+    /// The events' calls, paired (`correlate::calls`): what each return closed, and the
+    /// calls each event happened in.
+    pub calls: &'a crate::pipeline::correlate::calls::Pairs,
     pub story: &'a Story,
     pub steps: &'a [StepRecord],
     pub header: Option<&'a Header>,
@@ -120,28 +123,17 @@ impl Input<'_> {
             .or(candidates.iter().find(|i| **i > a && on(i)))
             .copied()
     }
-    /// The first event after `i` on thread `tid` that `ok` accepts.
-    pub(super) fn next_on(
-        &self,
-        i: usize,
-        tid: crate::event::Task,
-        ok: impl Fn(&Event) -> bool,
-    ) -> Option<(usize, &Event)> {
-        self.events.iter().enumerate().skip(i + 1).find(|(_, e)| e.thread() == tid && ok(e))
+    /// The innermost call event `i` happened in that `ok` accepts (its entry).
+    pub(super) fn enclosing(&self, i: usize, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
+        self.calls.enclosing(i).map(|j| (j, &self.events[j])).find(|(_, e)| ok(e))
     }
-    /// The last event before `i` on thread `tid` that `ok` accepts.
-    pub(super) fn prev_on(
-        &self,
-        i: usize,
-        tid: crate::event::Task,
-        ok: impl Fn(&Event) -> bool,
-    ) -> Option<(usize, &Event)> {
-        self.events[..i].iter().enumerate().rev().find(|(_, e)| e.thread() == tid && ok(e))
+    /// The first event inside the call entered at `i` that `ok` accepts.
+    pub(super) fn inside(&self, i: usize, ok: impl Fn(&Event) -> bool) -> Option<(usize, &Event)> {
+        self.calls.inside(i).map(|j| (j, &self.events[j])).find(|(_, e)| ok(e))
     }
-    /// The return that ends the call entered at `i` (same thread, same probe).
+    /// The return that ends the call entered at `i`.
     pub(super) fn return_of(&self, i: usize) -> Option<(usize, &Event)> {
-        let e = &self.events[i];
-        self.next_on(i, e.thread(), |r| r.name == e.name && r.kind == EventKind::Return)
+        self.calls.return_of(i).map(|r| (r, &self.events[r]))
     }
 }
 

@@ -24,10 +24,10 @@ fn pin_error(r: &Event) -> Option<i64> {
     r.field(FieldId::Umem).and_then(crate::pipeline::render::err_ptr)
 }
 
-/// The syscall that carried the work at `i` into the kernel (the last one entered on its
-/// thread before it), as a stage.
-fn syscall_stage(input: &Input, i: usize, tid: crate::event::Task, what: &str) -> Stage {
-    let sys = input.prev_on(i, tid, |e| e.kind == EventKind::SyscallEnter);
+/// The syscall that carried the work at `i` into the kernel (the one it happened in), as a
+/// stage.
+fn syscall_stage(input: &Input, i: usize, what: &str) -> Stage {
+    let sys = input.enclosing(i, |e| e.kind == EventKind::SyscallEnter);
     let mut s = Stage { title: format!("The system call — {what}"), ..Default::default() };
     match sys {
         Some((_, e)) => s.seen.push(syscall_line(e)),
@@ -47,7 +47,7 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
     let p = &ev[pin];
     let mut x = Explanation { occurrence: one_real("registration", p), ..Default::default() };
     x.stages.push(mr_user_call(input, pin));
-    x.stages.push(syscall_stage(input, pin, p.thread(), "the command enters the kernel"));
+    x.stages.push(syscall_stage(input, pin, "the command enters the kernel"));
     // The dispatch: the stack's frames above the provider; the provider's below them.
     let (dispatch, below): (Vec<_>, Vec<_>) = named_frames(&p.stack)
         .into_iter()
@@ -69,9 +69,8 @@ pub fn mr(input: &Input) -> Result<Explanation, String> {
 
 /// The libibverbs calls around the pin at `pin` (ibv_reg_mr and its iova2 inner call).
 fn mr_user_call(input: &Input, pin: usize) -> Stage {
-    let tid = input.events[pin].thread();
-    let outer = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
-    let inner = input.prev_on(pin, tid, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
+    let outer = input.enclosing(pin, |e| is(e, &[ProbeId::IbvRegMr], EventKind::Entry));
+    let inner = input.enclosing(pin, |e| is(e, &[ProbeId::IbvRegMrIova2], EventKind::Entry));
     let mut user = Stage { title: "The user call — libibverbs".into(), ..Default::default() };
     for (_, c) in outer.into_iter().chain(inner) {
         user.seen.push(format!(
@@ -98,7 +97,7 @@ fn mr_provider(
     below: Vec<Named>,
     v: &mut std::collections::BTreeMap<String, u64>,
 ) -> Stage {
-    let provider = input.prev_on(pin, input.events[pin].thread(), |e| is(e, &REG_MR, EventKind::Entry));
+    let provider = input.enclosing(pin, |e| is(e, &REG_MR, EventKind::Entry));
     let mut prov = Stage { title: "The provider".into(), ..Default::default() };
     if let Some((pi, pe)) = provider {
         let name = pe.symbol.as_deref().unwrap_or(pe.name.as_str());
@@ -214,7 +213,7 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     );
     x.values.insert("length".into(), end.saturating_sub(start));
     x.values.insert("pgoff".into(), pgoff);
-    x.stages.push(syscall_stage(input, i, m.thread(), "mmap(2) on the uverbs fd"));
+    x.stages.push(syscall_stage(input, i, "mmap(2) on the uverbs fd"));
     let mut dispatch = Stage { title: "The uverbs dispatch".into(), ..Default::default() };
     dispatch.seen.push(format!(
         "{} bytes at {start:#x}, offset {pgoff:#x} (in pages), {}",
@@ -225,9 +224,8 @@ pub fn mmap(input: &Input) -> Result<Explanation, String> {
     dispatch.text =
         "ib_uverbs_mmap hands the mapping to the provider of the device the fd was opened on.".into();
     x.stages.push(dispatch);
-    let provider = input.next_on(i, m.thread(), |e| {
-        e.path == Path::Mmap && e.kind == EventKind::Entry && !e.is(ProbeId::UverbsMmap)
-    });
+    let provider =
+        input.inside(i, |e| e.path == Path::Mmap && e.kind == EventKind::Entry && !e.is(ProbeId::UverbsMmap));
     let mut prov = Stage { title: "The provider — what the offset selects".into(), ..Default::default() };
     if let Some((_, p)) = provider {
         prov.functions.push(named(p.symbol.as_deref().unwrap_or(p.name.as_str())));

@@ -86,8 +86,10 @@ pub fn answer(live: &mut Live, ask: &Ask, m: &Model) -> String {
         );
     };
     let header = crate::capture::Header { kernel_release: m.kernel.clone(), ..Default::default() };
+    let calls = crate::pipeline::correlate::calls::Pairs::of(&events);
     let input = Input {
         events: &events,
+        calls: &calls,
         story: &story,
         steps: &steps,
         header: Some(&header),

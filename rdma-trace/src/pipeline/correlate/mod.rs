@@ -1,10 +1,10 @@
-//! Correlation (pure: events in, events out, no I/O). Today: pairs each return with its
-//! entry on the same thread and probe to give the call's latency, and adds derived
-//! measures (pages pinned by a umem).
+//! Correlation (pure: events in, story out, no I/O). `Correlator`, on the live path before
+//! anything is written: each return's latency from its entry (`calls`, the one pairing),
+//! and the pages a umem spans. The rest builds the story (`live`, `story` and its rows).
 
 use crate::event::FieldId;
-use crate::event::Task;
 pub mod aggregate;
+pub mod calls;
 pub mod checks;
 pub mod cqs;
 pub mod kept;
@@ -17,7 +17,6 @@ pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};
 use crate::steps::pages_spanned;
-use std::collections::HashMap;
 
 /// An entry waiting for its return: when it happened, and the user range it was given.
 struct OpenCall {
@@ -27,8 +26,9 @@ struct OpenCall {
 
 #[derive(Default)]
 pub struct Correlator {
-    /// (tid, probe) → open calls (a stack: calls may nest).
-    open: HashMap<(Task, crate::event::Name), Vec<OpenCall>>,
+    /// The functions open on each thread (syscalls are not calls here: their exits carry
+    /// no latency).
+    open: calls::OpenCalls<OpenCall>,
 }
 
 impl Correlator {
@@ -44,15 +44,10 @@ impl Correlator {
                 {
                     ev.fields.insert(FieldId::Pages, Value::U(pages_spanned(a, s)));
                 }
-                self.open
-                    .entry((ev.thread(), ev.name.clone()))
-                    .or_default()
-                    .push(OpenCall { ts_ns: ev.ts_ns, range });
+                self.open.enter(ev.thread(), &ev.name, OpenCall { ts_ns: ev.ts_ns, range });
             }
             EventKind::Return => {
-                if let Some(stack) = self.open.get_mut(&(ev.thread(), ev.name.clone()))
-                    && let Some(call) = stack.pop()
-                {
+                if let Some(calls::Closed { call, .. }) = self.open.ret(ev.thread(), &ev.name) {
                     ev.latency_ns = Some(ev.ts_ns.saturating_sub(call.ts_ns));
                     // The pages the kernel pinned, from the umem it returned (its iova and
                     // length: what ib_umem_num_pages counts), else from the call's range.

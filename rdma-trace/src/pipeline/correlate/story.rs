@@ -297,7 +297,7 @@ pub(super) struct Builder {
     owners: CqOwners,
     story: Story,
     /// libibverbs calls open per thread.
-    open_calls: HashMap<Task, Vec<Call>>,
+    open_calls: super::calls::OpenCalls<Call>,
     /// Completions awaiting a wakeup, per process: (completion number, its time, its CQ).
     pending: HashMap<Task, VecDeque<(u64, u64, u64)>>,
     pins: Pins,
@@ -325,7 +325,7 @@ impl Builder {
             kernel_reads: false,
             owners: CqOwners::from_steps(steps),
             story: Story::default(),
-            open_calls: HashMap::new(),
+            open_calls: Default::default(),
             pending: HashMap::new(),
             pins: Pins::default(),
             cqs: Cqs::default(),
@@ -464,10 +464,7 @@ impl Builder {
         self.pins.retire(pid);
         self.mappings.remove(&pid);
         self.phases.remove(&pid);
-        self.open_calls.retain(|_, calls| {
-            calls.retain(|c| c.pid != pid);
-            !calls.is_empty()
-        });
+        self.open_calls.retain(|c| c.pid != pid);
         self.owners.retire(pid);
         // Its QPs and CQs go with it: a daemon that runs for days sees QPs come and go.
         self.qps.retire(&mut self.story.qps, pid);
@@ -557,7 +554,7 @@ impl Builder {
                     .entry(pid)
                     .or_default()
                     .insert(start, Mapping { start, end, pgoff, what: None });
-                let call = self.open_calls.get(&e.thread()).and_then(|c| c.last()).map(|c| c.name.clone());
+                let call = self.open_calls.innermost(e.thread()).map(|c| c.name.clone());
                 let row = MapStory {
                     event: Some(i),
                     start,
@@ -678,30 +675,36 @@ impl Builder {
     /// Kernel work nests inside the libibverbs call open on the same thread.
     fn nest(&mut self, pid: Task, i: usize, e: &Event) {
         if !is_user_call(e) {
-            if let Some(c) = self.open_calls.get_mut(&e.thread()).and_then(|s| s.last_mut()) {
+            if let Some(c) = self.open_calls.innermost_mut(e.thread()) {
                 c.nested.push(i);
             }
             return;
         }
-        let stack = self.open_calls.entry(e.thread()).or_default();
         match e.kind {
-            EventKind::Entry => stack.push(Call {
-                name: e.name.clone(),
-                tid: e.thread(),
-                entry: i,
-                ret: None,
-                nested: vec![],
-                pid: e.process(),
-                entry_ts_ns: e.ts_ns,
-            }),
+            EventKind::Entry => self.open_calls.enter(
+                e.thread(),
+                &e.name,
+                Call {
+                    name: e.name.clone(),
+                    tid: e.thread(),
+                    entry: i,
+                    ret: None,
+                    nested: vec![],
+                    pid: e.process(),
+                    entry_ts_ns: e.ts_ns,
+                },
+            ),
             EventKind::Return => {
-                if let Some(pos) = stack.iter().rposition(|c| c.name == e.name) {
-                    let mut c = stack.remove(pos);
+                // The calls opened inside this one that are still open lost their returns.
+                if let Some(closed) = self.open_calls.ret(e.thread(), &e.name) {
+                    let mut c = closed.call;
                     c.ret = Some(i);
                     let per_list = self.per_list;
                     let ps = self.process(pid);
-                    push_capped(&mut ps.calls, per_list, c);
-                    ps.calls_total += 1;
+                    for c in std::iter::once(c).chain(closed.unreturned) {
+                        push_capped(&mut ps.calls, per_list, c);
+                        ps.calls_total += 1;
+                    }
                 }
             }
             _ => {}
@@ -712,7 +715,7 @@ impl Builder {
     /// the companion's steps joined to the events kept.
     pub(super) fn snapshot(&self, events: &dyn Events, steps: &[StepRecord]) -> Story {
         let mut story = self.story.clone();
-        for c in self.open_calls.values().flatten() {
+        for c in self.open_calls.open() {
             let ps = story
                 .processes
                 .entry(c.pid)
