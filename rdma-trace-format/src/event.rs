@@ -108,9 +108,7 @@ impl serde::Serialize for ProbeId {
     }
 }
 
-/// One frame of a symbolized kernel stack, `function+0xoff [module]`: shared, since the
-/// same return addresses recur in every stack of a path.
-pub type Frame = std::sync::Arc<str>;
+pub use crate::stack::{Frame, Stack, Stacks};
 
 /// The version of capture format the events (and `capture`'s other records) are written
 /// with: docs/event-format.md.
@@ -294,8 +292,8 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_followed: Vec<String>,
     /// Symbolized kernel stack, innermost first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stack: Vec<Frame>,
+    #[serde(default, skip_serializing_if = "Stack::is_empty")]
+    pub stack: Stack,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ExecContext>,
     /// What the syscall's fd is (`uverbs`, `comp_channel`, or its /proc path).
@@ -377,7 +375,7 @@ impl<'a> Numbered<'a> {
             fields: &ev.fields,
             unreadable: &ev.unreadable,
             not_followed: &ev.not_followed,
-            stack: &ev.stack,
+            stack: &ev.stack[..],
             context: ev.context,
             fd_kind: &ev.fd_kind,
             latency_ns: ev.latency_ns,

@@ -10,6 +10,7 @@ pub mod fd;
 pub mod fields;
 pub mod loss;
 pub mod reader;
+pub mod stack;
 pub mod steps;
 
 /// The page size of the architecture the programs are built for (x86-64): what a pin

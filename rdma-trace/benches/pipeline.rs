@@ -156,13 +156,14 @@ fn run(base: &Base, upto: Stage, n: u64) -> (Duration, u64) {
             out += 1;
             continue;
         }
-        let Some(ev) = enricher.event(&raw) else { continue };
+        let Some(mut ev) = enricher.event(&raw) else { continue };
         if upto == Stage::Enrich {
             out += u64::from(ev.ts_ns != 0);
             continue;
         }
         // As the tracer hands it to its outputs: shared, not copied.
-        let ev = std::sync::Arc::new(correlator.feed(ev));
+        correlator.feed(&mut ev);
+        let ev = std::sync::Arc::new(ev);
         out += 1;
         if upto >= Stage::Story {
             story.event(&ev).expect("the story takes every event");

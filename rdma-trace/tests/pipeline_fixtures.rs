@@ -75,8 +75,8 @@ fn replay_through_the_pipeline(
         let Some(p) = plan.probes.iter().find(|p| ev.probe() == Some(p.spec.id)) else { continue };
         let bytes = probe_record(ev, p, &frames);
         let raw = decode::decode(&bytes).unwrap_or_else(|e| panic!("{kernel}: {e}: {ev:?}"));
-        let got = enricher.event(&raw).unwrap_or_else(|| panic!("{kernel}: enricher dropped {ev:?}"));
-        let mut got = correlator.feed(got);
+        let mut got = enricher.event(&raw).unwrap_or_else(|| panic!("{kernel}: enricher dropped {ev:?}"));
+        correlator.feed(&mut got);
         // Fields the capture predates (a probe that reads more today) were not read then:
         // left out of the comparison, and named to the caller.
         let fields = if ev.kind == EventKind::Return { p.spec.ret } else { p.spec.entry };

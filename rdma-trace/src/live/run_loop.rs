@@ -212,7 +212,7 @@ impl<'a> RunLoop<'a> {
 
     /// One ring record through decode → enrich → correlate, to the sink.
     fn record(&mut self, b: &[u8]) {
-        let ev = match to_item(b, &mut self.tally, &mut self.enricher) {
+        let mut ev = match to_item(b, &mut self.tally, &mut self.enricher) {
             Some(Item::Event(ev)) => ev,
             Some(Item::Step(s)) => {
                 if self.failed.is_none() {
@@ -223,7 +223,7 @@ impl<'a> RunLoop<'a> {
             }
             None => return,
         };
-        let ev = self.correlator.feed(ev);
+        self.correlator.feed(&mut ev);
         if self.watch_verbs_users {
             if uses_verbs(&ev) {
                 self.users_seen.insert(ev.pid);

@@ -50,6 +50,10 @@ pub enum Raw<'a> {
 pub struct Stack<'a>(&'a [u8]);
 
 impl<'a> Stack<'a> {
+    /// The return addresses as the ring holds them (8 bytes each).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.0
+    }
     pub fn iter(&self) -> impl Iterator<Item = u64> + 'a {
         self.0.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()))
     }

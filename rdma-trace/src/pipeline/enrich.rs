@@ -17,7 +17,7 @@ pub struct Enricher<'a> {
     pub ksyms: &'a Ksyms,
     pub fds: FdCache,
     pub memlock: crate::pipeline::limits::MemlockCache,
-    pub frames: crate::pipeline::ksyms::FrameCache,
+    pub frames: crate::pipeline::ksyms::StackCache,
     pub cgroups: crate::pipeline::cgroups::CgroupCache,
 }
 
@@ -63,7 +63,7 @@ impl Enricher<'_> {
             fields: Default::default(),
             unreadable: Vec::new(),
             not_followed: Vec::new(),
-            stack: Vec::new(),
+            stack: Default::default(),
             context: None,
             fd_kind: None,
             latency_ns: None,
@@ -126,7 +126,7 @@ impl Enricher<'_> {
         {
             self.fds.bind(hdr.tgid, fd, crate::event::FdKind::CompChannel);
         }
-        ev.stack = stack.iter().map(|a| self.frames.frame(self.ksyms, a)).collect();
+        ev.stack = self.frames.stack(self.ksyms, stack.bytes());
         // What the pin is charged against: the probe reads it from the task at the pin;
         // /proc (while the process lives) only where that read did not happen.
         if p.spec.id == ProbeId::UmemGet

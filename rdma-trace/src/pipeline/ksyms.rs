@@ -1,7 +1,5 @@
 //! Kernel address → `function+0xoff [module]`, from /proc/kallsyms (loaded once).
 
-use crate::event::Frame;
-
 pub struct Ksyms {
     /// (address, name, module) sorted by address.
     syms: Vec<(u64, String, Option<String>)>,
@@ -32,26 +30,24 @@ impl Ksyms {
     }
 }
 
-/// Frames already symbolized, by address: a stack's return addresses recur, so each is
-/// named once and shared. Bounded: past `FRAMES_KEPT` addresses it starts over.
+/// Stacks already symbolized, by their return addresses as the ring gave them: a path's
+/// stacks recur, so each distinct one is named once and every event that has it shares it
+/// (`event::Stack`). Bounded (`stack::STACKS_KEPT`).
 #[derive(Default)]
-pub struct FrameCache {
-    by_address: std::collections::HashMap<u64, Frame>,
+pub struct StackCache {
+    stacks: crate::event::Stacks<Box<[u8]>>,
 }
 
-const FRAMES_KEPT: usize = 1 << 16;
-
-impl FrameCache {
-    pub fn frame(&mut self, ksyms: &Ksyms, addr: u64) -> Frame {
-        if let Some(f) = self.by_address.get(&addr) {
-            return Frame::clone(f);
+impl StackCache {
+    /// The stack whose return addresses are `raw` (8 bytes each, as the ring holds them).
+    pub fn stack(&mut self, ksyms: &Ksyms, raw: &[u8]) -> crate::event::Stack {
+        if raw.is_empty() {
+            return crate::event::Stack::default();
         }
-        if self.by_address.len() >= FRAMES_KEPT {
-            self.by_address.clear();
-        }
-        let f: Frame = ksyms.symbolize(addr).into();
-        self.by_address.insert(addr, Frame::clone(&f));
-        f
+        self.stacks.get_or_make(raw, |k, _, raw| **k == *raw, |raw| {
+            let addrs = raw.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+            (raw.into(), addrs.map(|a| ksyms.symbolize(a).into_boxed_str()).collect())
+        })
     }
 }
 

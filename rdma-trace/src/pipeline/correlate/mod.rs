@@ -32,7 +32,8 @@ pub struct Correlator {
 }
 
 impl Correlator {
-    pub fn feed(&mut self, mut ev: Event) -> Event {
+    /// Adds what pairing `ev` with its entry gives (latency, a pin's pages), in place.
+    pub fn feed(&mut self, ev: &mut Event) {
         match ev.kind {
             EventKind::Entry => {
                 let range = match (ev.field(FieldId::Addr), ev.field(FieldId::Size)) {
@@ -61,7 +62,6 @@ impl Correlator {
             }
             _ => {}
         }
-        ev
     }
 }
 
