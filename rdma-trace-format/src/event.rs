@@ -222,6 +222,107 @@ impl<'de> Deserialize<'de> for Name {
     }
 }
 
+/// A task's name (`comm`), shared: the same few names recur on every event, so each is
+/// made once (by the tracer from the kernel's bytes, by a reader from the text) and the
+/// events hold a pointer to it. Reads and writes as the string.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Comm(Option<std::sync::Arc<str>>);
+
+/// Names kept for sharing, at most (past this the table starts again).
+const COMMS_KEPT: usize = 4096;
+
+impl Comm {
+    /// `s`, shared with every other `Comm` made from the same text (while kept).
+    pub fn new(s: &str) -> Comm {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex};
+        static KEPT: Mutex<Option<HashMap<Box<str>, Arc<str>>>> = Mutex::new(None);
+        if s.is_empty() {
+            return Comm(None);
+        }
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = kept.get_or_insert_with(HashMap::new);
+        if let Some(a) = kept.get(s) {
+            return Comm(Some(Arc::clone(a)));
+        }
+        if kept.len() >= COMMS_KEPT {
+            kept.clear();
+        }
+        let a: Arc<str> = Arc::from(s);
+        kept.insert(s.into(), Arc::clone(&a));
+        Comm(Some(a))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+impl std::ops::Deref for Comm {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<&str> for Comm {
+    fn from(s: &str) -> Self {
+        Comm::new(s)
+    }
+}
+
+impl From<String> for Comm {
+    fn from(s: String) -> Self {
+        Comm::new(&s)
+    }
+}
+
+impl PartialEq<str> for Comm {
+    fn eq(&self, o: &str) -> bool {
+        self.as_str() == o
+    }
+}
+
+impl PartialEq<&str> for Comm {
+    fn eq(&self, o: &&str) -> bool {
+        self.as_str() == *o
+    }
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Comm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Comm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Comm;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a task name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Comm, E> {
+                Ok(Comm::new(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A process (or thread) wherever it ran: the host it ran on, by its place among merged
 /// captures or sources (0 for the first, or the only one), and its own number there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -281,7 +382,7 @@ pub struct Event {
     pub path: Path,
     pub pid: u32,
     pub tid: u32,
-    pub comm: String,
+    pub comm: Comm,
     pub cpu: u32,
     #[serde(default)]
     pub fields: Fields,

@@ -219,9 +219,9 @@ impl Timeline {
             return;
         }
         if e.pid == e.tid || !self.procs.contains_key(&pid) {
-            self.procs.insert(pid, (e.comm.clone(), e.host, e.pid));
+            self.procs.insert(pid, (e.comm.to_string(), e.host, e.pid));
         }
-        self.threads.insert((pid, tid), e.comm.clone());
+        self.threads.insert((pid, tid), e.comm.to_string());
     }
 }
 

@@ -21,9 +21,9 @@ pub struct Enricher<'a> {
     pub cgroups: crate::pipeline::cgroups::CgroupCache,
 }
 
-fn comm(c: &[u8; 16]) -> String {
+fn comm(c: &[u8; 16]) -> crate::event::Comm {
     let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..n]).into_owned()
+    crate::event::Comm::new(&String::from_utf8_lossy(&c[..n]))
 }
 
 /// Frames that show softirq processing (a prefix each).

@@ -44,10 +44,14 @@ impl StackCache {
         if raw.is_empty() {
             return crate::event::Stack::default();
         }
-        self.stacks.get_or_make(raw, |k, _, raw| **k == *raw, |raw| {
-            let addrs = raw.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
-            (raw.into(), addrs.map(|a| ksyms.symbolize(a).into_boxed_str()).collect())
-        })
+        self.stacks.get_or_make(
+            raw,
+            |k, _, raw| **k == *raw,
+            |raw| {
+                let addrs = raw.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+                (raw.into(), addrs.map(|a| ksyms.symbolize(a).into_boxed_str()).collect())
+            },
+        )
     }
 }
 

@@ -132,7 +132,7 @@ impl Qps {
             let qpn = e.field(FieldId::QpNum).filter(|n| *n >= FIRST_APP_QPN)?;
             let key = QpKey { host: e.host, qpn: qpn as u32 };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });
-            (row.pid, row.comm) = (e.process(), e.comm.clone());
+            (row.pid, row.comm) = (e.process(), e.comm.to_string());
             for (cq, now) in
                 [(&mut row.send_cq, e.field(FieldId::SendCq)), (&mut row.recv_cq, e.field(FieldId::RecvCq))]
             {

@@ -396,7 +396,9 @@ impl Builder {
         ps.last_ts_ns = e.ts_ns;
         if e.process() == pid && !is_user_call(e) {
             // The latest name: a forked shell becomes the program it execs.
-            ps.comm.clone_from(&e.comm);
+            if ps.comm != *e.comm {
+                ps.comm = e.comm.to_string();
+            }
         }
         if e.process() == pid
             && let Some(c) = &e.cgroup
