@@ -223,7 +223,7 @@ impl<R: BufRead> Reader<R> {
                 }
                 return Ok(!self.buf.is_empty());
             }
-            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+            let (take, end) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (i + 1, true),
                 None => (chunk.len(), false),
             };

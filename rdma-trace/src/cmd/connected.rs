@@ -86,7 +86,7 @@ fn deadline(a: &TraceArgs) -> Option<std::time::Instant> {
 #[derive(Default)]
 struct StateNote {
     /// Per process: comm, MRs, bytes pinned, mappings.
-    processes: std::collections::BTreeMap<u32, (String, usize, u64, usize)>,
+    processes: std::collections::BTreeMap<crate::event::Task, (String, usize, u64, usize)>,
     qps: usize,
     paired: usize,
     cqs: usize,
@@ -98,7 +98,8 @@ struct StateNote {
 impl StateNote {
     fn add(&mut self, st: &crate::capture::State) {
         for p in &st.processes {
-            let e = self.processes.entry(p.pid).or_insert_with(|| (p.comm.clone(), 0, 0, 0));
+            let who = crate::event::Task::new(p.host, p.pid);
+            let e = self.processes.entry(who).or_insert_with(|| (p.comm.clone(), 0, 0, 0));
             e.1 += p.mrs.len();
             e.2 += p.pinned_bytes;
             e.3 += p.mappings.len();
