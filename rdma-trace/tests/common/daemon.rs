@@ -22,16 +22,35 @@ pub fn subscriber(dir: &Path, name: &str, socket: &Path) -> Child {
 
 /// As `subscriber`, its stream kept in `out`.
 pub fn subscriber_to(dir: &Path, name: &str, socket: &Path, out: &Path) -> Child {
+    subscriber_at(dir, name, socket, out, 0)
+}
+
+/// As `subscriber_to`, at scheduling priority `nice` (negative: ahead of the others; the
+/// guest runs as root). The lab guest has one vCPU under TCG: a reader that is always
+/// ready can still be left off the CPU long enough to fall behind, which is not what a
+/// test of the daemon's fairness measures.
+pub fn subscriber_at(dir: &Path, name: &str, socket: &Path, out: &Path, nice: i32) -> Child {
+    use std::os::unix::process::CommandExt;
     let err = dir.join(format!("{name}.stderr"));
-    let mut c = Command::new(tracer_bin())
-        .args(["trace", "-q", "--connect"])
+    let mut cmd = Command::new(tracer_bin());
+    cmd.args(["trace", "-q", "--connect"])
         .arg(socket)
         .arg("-o")
         .arg(out)
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("start a subscriber");
+        .stderr(std::fs::File::create(&err).unwrap());
+    if nice != 0 {
+        // SAFETY: setpriority(2) only, between fork and exec; its threads inherit it.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut c = cmd.spawn().expect("start a subscriber");
     wait_for(&err, "connected to", &mut c, 60).expect("the subscriber connects");
     c
 }
