@@ -43,62 +43,40 @@ impl std::fmt::Display for Path {
     }
 }
 
-/// Generates `ProbeId`: one variant per catalog probe, with its string id.
-macro_rules! probe_ids {
-    ($($v:ident = $s:literal,)*) => {
-        /// A catalog probe. The string form (`as_str`) is what files, the command line and
-        /// the summary show; code compares the enum, so a misspelt id does not compile.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum ProbeId { $($v,)* }
-
-        impl ProbeId {
-            pub const ALL: &[ProbeId] = &[$(ProbeId::$v,)*];
-            pub const fn as_str(self) -> &'static str {
-                match self { $(ProbeId::$v => $s,)* }
-            }
-            pub fn parse(s: &str) -> Option<Self> {
-                match s { $($s => Some(ProbeId::$v),)* _ => None }
-            }
-        }
-    };
-}
-
-probe_ids! {
-    UmemGet = "umem_get",
-    RxeRegMr = "rxe_reg_mr",
-    Mlx5RegMr = "mlx5_reg_mr",
-    UmemOdpGet = "umem_odp_get",
-    OdpFault = "odp_fault",
-    UmemDmabufGet = "umem_dmabuf_get",
-    UmemDmabufPinned = "umem_dmabuf_pinned",
-    RxeRereg = "rxe_rereg_mr",
-    Mlx5Rereg = "mlx5_rereg_mr",
-    UverbsMmap = "uverbs_mmap",
-    RxeMmapInfo = "rxe_mmap_info",
-    RxeMmap = "rxe_mmap",
-    Mlx5Mmap = "mlx5_mmap",
-    MmapIo = "mmap_io",
-    CompHandler = "comp_handler",
-    RxeCreateCq = "rxe_create_cq",
-    Mlx5CreateCq = "mlx5_create_cq",
-    CompEventRead = "comp_event_read",
-    ModifyQp = "modify_qp",
-    RxePostSend = "rxe_post_send",
-    UmemRelease = "umem_release",
-    MrDereg = "mr_dereg",
-    IbvOpenDevice = "ibv_open_device",
-    IbvRegMr = "ibv_reg_mr",
-    IbvRegMrIova2 = "ibv_reg_mr_iova2",
-    IbvDeregMr = "ibv_dereg_mr",
-    IbvCreateCompChannel = "ibv_create_comp_channel",
-    IbvCreateCq = "ibv_create_cq",
-    IbvCreateQp = "ibv_create_qp",
-    IbvGetCqEvent = "ibv_get_cq_event",
-}
-
-impl std::fmt::Display for ProbeId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
+named_ids! {
+    /// A catalog probe. The string form (`as_str`) is what files, the command line and
+    /// the summary show.
+    ProbeId {
+        UmemGet = "umem_get",
+        RxeRegMr = "rxe_reg_mr",
+        Mlx5RegMr = "mlx5_reg_mr",
+        UmemOdpGet = "umem_odp_get",
+        OdpFault = "odp_fault",
+        UmemDmabufGet = "umem_dmabuf_get",
+        UmemDmabufPinned = "umem_dmabuf_pinned",
+        RxeRereg = "rxe_rereg_mr",
+        Mlx5Rereg = "mlx5_rereg_mr",
+        UverbsMmap = "uverbs_mmap",
+        RxeMmapInfo = "rxe_mmap_info",
+        RxeMmap = "rxe_mmap",
+        Mlx5Mmap = "mlx5_mmap",
+        MmapIo = "mmap_io",
+        CompHandler = "comp_handler",
+        RxeCreateCq = "rxe_create_cq",
+        Mlx5CreateCq = "mlx5_create_cq",
+        CompEventRead = "comp_event_read",
+        ModifyQp = "modify_qp",
+        RxePostSend = "rxe_post_send",
+        UmemRelease = "umem_release",
+        MrDereg = "mr_dereg",
+        IbvOpenDevice = "ibv_open_device",
+        IbvRegMr = "ibv_reg_mr",
+        IbvRegMrIova2 = "ibv_reg_mr_iova2",
+        IbvDeregMr = "ibv_dereg_mr",
+        IbvCreateCompChannel = "ibv_create_comp_channel",
+        IbvCreateCq = "ibv_create_cq",
+        IbvCreateQp = "ibv_create_qp",
+        IbvGetCqEvent = "ibv_get_cq_event",
     }
 }
 

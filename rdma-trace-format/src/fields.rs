@@ -29,111 +29,95 @@ impl Value {
     }
 }
 
-/// Generates `FieldId`: one variant per field name, listed in the names' order, so the
-/// derived order of the variants is the order the names are written in (tested).
-macro_rules! field_ids {
-    ($($v:ident = $s:literal,)*) => {
-        /// A field the catalog, the syscall table or the engine names. Its string form is
-        /// what files and screens show.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum FieldId { $($v,)* }
-
-        impl FieldId {
-            pub const ALL: &[FieldId] = &[$(FieldId::$v,)*];
-            pub const fn as_str(self) -> &'static str {
-                match self { $(FieldId::$v => $s,)* }
-            }
-            pub fn parse(s: &str) -> Option<Self> {
-                match s { $($s => Some(FieldId::$v),)* _ => None }
-            }
-        }
-    };
-}
-
-field_ids! {
-    Access = "access",
-    Addr = "addr",
-    Advice = "advice",
-    Arg = "arg",
-    AttrMask = "attr_mask",
-    Bcnt = "bcnt",
-    Buf = "buf",
-    Channel = "channel",
-    Cmd = "cmd",
-    CompVector = "comp_vector",
-    Context = "context",
-    Count = "count",
-    Cq = "cq",
-    CqCqe = "cq_cqe",
-    CqUserHandle = "cq_user_handle",
-    Cqe = "cqe",
-    DestQpNum = "dest_qp_num",
-    DgidIid = "dgid_iid",
-    DgidPrefix = "dgid_prefix",
-    Dirfd = "dirfd",
-    Epfd = "epfd",
-    Events = "events",
-    Exceptfds = "exceptfds",
-    Fault = "fault",
-    Fd = "fd",
-    Fds = "fds",
-    Flags = "flags",
-    IndexMask = "index_mask",
-    Info = "info",
-    InfoSize = "info_size",
-    Iova = "iova",
-    Key = "key",
-    Len = "len",
-    Length = "length",
-    Lkey = "lkey",
-    Log2ElemSize = "log2_elem_size",
-    Maxevents = "maxevents",
-    MemlockLimit = "memlock_limit",
-    MemlockMax = "memlock_max",
-    Mode = "mode",
-    Mr = "mr",
-    MrId = "mr_id",
-    Newfd = "newfd",
-    Nfds = "nfds",
-    Off = "off",
-    Offset = "offset",
-    Pages = "pages",
-    Pathname = "pathname",
-    Pfn = "pfn",
-    PinnedVmPages = "pinned_vm_pages",
-    Prot = "prot",
-    Qp = "qp",
-    QpNum = "qp_num",
-    QpState = "qp_state",
-    Readfds = "readfds",
-    RecvCq = "recv_cq",
-    Ret = "ret",
-    Rkey = "rkey",
-    SendCq = "send_cq",
-    Sig = "sig",
-    Sigmask = "sigmask",
-    Sigsetsize = "sigsetsize",
-    Size = "size",
-    Start = "start",
-    Timeout = "timeout",
-    TimeoutMs = "timeout_ms",
-    Tsp = "tsp",
-    Udata = "udata",
-    UdataInlen = "udata_inlen",
-    UdataOutlen = "udata_outlen",
-    Umem = "umem",
-    UmemAddress = "umem_address",
-    UmemDmabuf = "umem_dmabuf",
-    UmemIova = "umem_iova",
-    UmemLength = "umem_length",
-    UmemOdp = "umem_odp",
-    UserVirt = "user_virt",
-    VmEnd = "vm_end",
-    VmFlags = "vm_flags",
-    VmPageProt = "vm_page_prot",
-    VmPgoff = "vm_pgoff",
-    VmStart = "vm_start",
-    Writefds = "writefds",
+named_ids! {
+    /// A field the catalog, the syscall table or the engine names, listed in the names'
+    /// order, so the derived order of the variants is the order the names are written in
+    /// (tested). Its string form is what files and screens show.
+    FieldId {
+        Access = "access",
+        Addr = "addr",
+        Advice = "advice",
+        Arg = "arg",
+        AttrMask = "attr_mask",
+        Bcnt = "bcnt",
+        Buf = "buf",
+        Channel = "channel",
+        Cmd = "cmd",
+        CompVector = "comp_vector",
+        Context = "context",
+        Count = "count",
+        Cq = "cq",
+        CqCqe = "cq_cqe",
+        CqUserHandle = "cq_user_handle",
+        Cqe = "cqe",
+        DestQpNum = "dest_qp_num",
+        DgidIid = "dgid_iid",
+        DgidPrefix = "dgid_prefix",
+        Dirfd = "dirfd",
+        Epfd = "epfd",
+        Events = "events",
+        Exceptfds = "exceptfds",
+        Fault = "fault",
+        Fd = "fd",
+        Fds = "fds",
+        Flags = "flags",
+        IndexMask = "index_mask",
+        Info = "info",
+        InfoSize = "info_size",
+        Iova = "iova",
+        Key = "key",
+        Len = "len",
+        Length = "length",
+        Lkey = "lkey",
+        Log2ElemSize = "log2_elem_size",
+        Maxevents = "maxevents",
+        MemlockLimit = "memlock_limit",
+        MemlockMax = "memlock_max",
+        Mode = "mode",
+        Mr = "mr",
+        MrId = "mr_id",
+        Newfd = "newfd",
+        Nfds = "nfds",
+        Off = "off",
+        Offset = "offset",
+        Pages = "pages",
+        Pathname = "pathname",
+        Pfn = "pfn",
+        PinnedVmPages = "pinned_vm_pages",
+        Prot = "prot",
+        Qp = "qp",
+        QpNum = "qp_num",
+        QpState = "qp_state",
+        Readfds = "readfds",
+        RecvCq = "recv_cq",
+        Ret = "ret",
+        Rkey = "rkey",
+        SendCq = "send_cq",
+        Sig = "sig",
+        Sigmask = "sigmask",
+        Sigsetsize = "sigsetsize",
+        Size = "size",
+        Start = "start",
+        Timeout = "timeout",
+        TimeoutMs = "timeout_ms",
+        Tsp = "tsp",
+        Udata = "udata",
+        UdataInlen = "udata_inlen",
+        UdataOutlen = "udata_outlen",
+        Umem = "umem",
+        UmemAddress = "umem_address",
+        UmemDmabuf = "umem_dmabuf",
+        UmemIova = "umem_iova",
+        UmemLength = "umem_length",
+        UmemOdp = "umem_odp",
+        UserVirt = "user_virt",
+        VmEnd = "vm_end",
+        VmFlags = "vm_flags",
+        VmPageProt = "vm_page_prot",
+        VmPgoff = "vm_pgoff",
+        VmStart = "vm_start",
+        Writefds = "writefds",
+    }
 }
 
 impl FieldId {
@@ -163,12 +147,6 @@ const fn const_eq(a: &str, b: &str) -> bool {
         i += 1;
     }
     true
-}
-
-impl std::fmt::Display for FieldId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
 }
 
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -4,6 +4,33 @@
 //! `steps` (the companion workload's step record). It knows no kernel and no probe spec;
 //! the tracer's catalog says how each probe's fields are shown.
 
+/// An enum of names written as strings (`ProbeId`, `FieldId`): its variants, `ALL`,
+/// `as_str`, `parse`, and `Display` as the string. Code compares the variants, so a
+/// misspelt name does not compile.
+macro_rules! named_ids {
+    ($(#[$doc:meta])* $name:ident { $($v:ident = $s:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($v,)* }
+
+        impl $name {
+            pub const ALL: &[$name] = &[$($name::$v,)*];
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($s => Some($name::$v),)* _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod capture;
 pub mod event;
 pub mod fd;

@@ -139,20 +139,8 @@ fn build_revision(rev: &str) -> Result<Build> {
         )?;
     }
     step(&format!("bench --host: building {short} (release, its own target directory)"));
-    util::run(util::cargo().current_dir(&tree).env("CARGO_TARGET_DIR", &target).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "rdma-trace",
-        "--bin",
-        "rdma-trace",
-    ]))?;
-    Ok(Build {
-        label: short.to_string(),
-        release: target.join("release"),
-        bench: build_pipeline_bench(&tree, Some(&target))?,
-    })
+    let release = util::build_release_in(&tree, Some(&target), &[])?;
+    Ok(Build { label: short.to_string(), release, bench: build_pipeline_bench(&tree, Some(&target))? })
 }
 
 /// Builds `benches/pipeline.rs` of the tree at `dir` and returns its executable.

@@ -83,16 +83,20 @@ unsafe extern "C" {
 /// Builds the release `rdma-trace` and the `synth_capture` example (story-memory,
 /// tui-load); returns `target/release`.
 pub fn build_release_with_synth_capture() -> Result<PathBuf> {
-    run(cargo().args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "rdma-trace",
-        "--bin",
-        "rdma-trace",
-        "--example",
-        "synth_capture",
-    ]))?;
-    Ok(workspace_root().join("target/release"))
+    build_release_in(&workspace_root(), None, &["synth_capture"])
+}
+
+/// Builds the release `rdma-trace` (and `examples`) of the tree at `dir`, into `target`
+/// (else its own target/); returns the release directory.
+pub fn build_release_in(dir: &Path, target: Option<&Path>, examples: &[&str]) -> Result<PathBuf> {
+    let mut c = cargo();
+    c.current_dir(dir).args(["build", "--release", "-q", "-p", "rdma-trace", "--bin", "rdma-trace"]);
+    for e in examples {
+        c.args(["--example", e]);
+    }
+    if let Some(t) = target {
+        c.env("CARGO_TARGET_DIR", t);
+    }
+    run(&mut c)?;
+    Ok(target.map_or_else(|| dir.join("target"), Path::to_path_buf).join("release"))
 }

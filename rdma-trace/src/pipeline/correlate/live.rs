@@ -120,20 +120,20 @@ impl Window {
         }
     }
 
-    fn peek(&self) -> Option<&Waiting> {
+    /// Whether the next out is the heap's (older than the queue's front, or the only one).
+    fn late_first(&self) -> bool {
         match (self.in_order.front(), self.late.peek()) {
-            (Some(a), Some(Reverse(b))) => Some(if b < a { b } else { a }),
-            (a, b) => a.or(b.map(|Reverse(w)| w)),
+            (Some(a), Some(Reverse(b))) => b < a,
+            (a, b) => a.is_none() && b.is_some(),
         }
     }
 
+    fn peek(&self) -> Option<&Waiting> {
+        if self.late_first() { self.late.peek().map(|Reverse(w)| w) } else { self.in_order.front() }
+    }
+
     fn pop(&mut self) -> Option<Waiting> {
-        let from_late = match (self.in_order.front(), self.late.peek()) {
-            (Some(a), Some(Reverse(b))) => b < a,
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        if from_late { self.late.pop().map(|Reverse(w)| w) } else { self.in_order.pop_front() }
+        if self.late_first() { self.late.pop().map(|Reverse(w)| w) } else { self.in_order.pop_front() }
     }
 
     fn len(&self) -> usize {
