@@ -16,7 +16,7 @@ use rdma_trace::output::{numbers, perfetto};
 use rdma_trace::pipeline::correlate::live::{Limits, Live};
 use rdma_trace::pipeline::correlate::qps::QpRow;
 use rdma_trace::pipeline::correlate::story::Story;
-use rdma_trace::serve::merge::Merge;
+use rdma_trace::pipeline::merge::Merge;
 use rdma_trace::source::capture::{Reader, open};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -183,13 +183,14 @@ fn show(
 }
 
 /// Several sources as one stream: each read on its own thread and placed on the first's
-/// clock and pids (`serve::merge`, as `tui` does); each event's line is led by its host's
+/// clock and pids (`pipeline::merge::Merge`, as `tui` does); each event's line is led by its host's
 /// name and shows that host's own pid. Lines come in time order: a record waits until
 /// every source has reached its time (`Merge::settled`: each source's latest stats tick,
 /// a second apart on a daemon) by the story's reorder window, or has ended: the stream
 /// runs about two seconds behind the hosts.
 fn several(a: &TraceArgs, sources: &[PathBuf]) -> Result<i32> {
-    use crate::serve::merge::{Merge, Tagged, spawn};
+    use crate::pipeline::merge::Merge;
+    use crate::serve::merge::{Tagged, spawn};
     if a.output.is_some() || a.story {
         bail!(
             "-o and --story take one source: keep each host's stream (`trace --connect SOURCE -o FILE`, \
@@ -316,7 +317,7 @@ impl Waiting {
 
 /// One placed record of source `j`, its lines led by its host.
 fn shown_from(
-    merge: &crate::serve::merge::Merge,
+    merge: &crate::pipeline::merge::Merge,
     j: usize,
     r: Record,
     out: &mut impl Write,

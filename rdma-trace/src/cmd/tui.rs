@@ -88,9 +88,10 @@ fn connect(
 }
 
 /// Several daemons on one screen: each connected and read on its own thread, their
-/// records placed onto the first's clock and marked with their host (`serve::merge`) and fed to one story.
+/// records placed onto the first's clock and marked with their host (`pipeline::merge::Merge`) and fed to one story.
 fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
-    use crate::serve::merge::{self, Merge, Tagged};
+    use crate::pipeline::merge::Merge;
+    use crate::serve::merge::{self, Tagged};
     let (mut feeder, rx) = tui::channel(format!("{} daemons", sockets.len()), false);
     let control = feeder.control.clone();
     std::thread::spawn(move || {
@@ -144,7 +145,7 @@ fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
 }
 
 /// One placed record of source `i` into the model.
-fn feed_one(feeder: &mut Feeder, merge: &crate::serve::merge::Merge, i: usize, r: Record) {
+fn feed_one(feeder: &mut Feeder, merge: &crate::pipeline::merge::Merge, i: usize, r: Record) {
     match r {
         Record::Header(h) => {
             let placement = merge.placements[i].as_ref();
@@ -301,6 +302,7 @@ fn live(a: TuiArgs) -> Result<i32> {
         duration: None,
         ring_bytes: 4 << 20,
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
+        stack_ids: false,
         watch_verbs_users: false,
         command_log: (!a.command.is_empty()).then(|| log.clone()),
         run_as: crate::live::spawn::RunAs::choose(None)?,

@@ -1,8 +1,16 @@
-//! Several captures as one placed stream: each read as a stream, records taken in wall-clock
-//! order across them, every record moved onto the first capture's clock and pids
-//! (`clock::Placement`), through one story and an aggregate per capture. `report`,
-//! `export`, `explain` and the tests read captures through it; `tui` and the daemon's
-//! viewers place live streams with the same `Placement` as they arrive (`serve::merge`).
+//! Several sources as one placed stream. `Merge` places each source's records onto the
+//! first source's clock (`clock::Placement`: another boot's records marked with its host,
+//! its times moved by the offset its daemon or the first's measured). Files and live streams
+//! differ only in order:
+//!
+//! - files (`merge`): each read as a stream, records taken in wall-clock order across them,
+//!   through one story and an aggregate per capture. `report`, `export`, `explain` and the
+//!   tests read captures so.
+//! - live streams (`Merge::take`, from `tui --connect` and `trace --connect`): placed in the
+//!   order they arrive (`serve::merge` reads each on a thread), and the story's reorder
+//!   window puts them in time order. A source's records wait until its header and the
+//!   first's have come, and the story is settled only as far as every source has reached
+//!   (`Merge::settled`), so a slower source's events are not joined late.
 
 use crate::capture::{Header, Record};
 use crate::clock::Placement;
@@ -40,12 +48,110 @@ pub struct Read {
     pub events: Vec<Event>,
 }
 
+/// The sources' headers and placements, and what waits for the first header.
+pub struct Merge {
+    pub headers: Vec<Option<Header>>,
+    pub placements: Vec<Option<Placement>>,
+    held: Vec<(usize, Record)>,
+    /// Each source's latest stats time, placed on the first's clock.
+    reached: Vec<Option<u64>>,
+}
+
+impl Merge {
+    pub fn new(sources: usize) -> Self {
+        Merge {
+            headers: vec![None; sources],
+            placements: vec![None; sources],
+            held: Vec::new(),
+            reached: vec![None; sources],
+        }
+    }
+
+    /// A live source's record, in the order it came: returns what can be fed now, placed,
+    /// each with its source.
+    pub fn take(&mut self, i: usize, rec: Record) -> Vec<(usize, Record)> {
+        let header = matches!(rec, Record::Header(_));
+        if let Record::Header(h) = &rec {
+            self.header(i, (**h).clone());
+        }
+        // Nothing of a source is placed before its header and the first's: it waits. Only
+        // a header can release what waits, so only then is the waiting list looked at (a
+        // source without one costs each of its records once, not the list each time).
+        if self.placements[i].is_none() {
+            self.held.push((i, rec));
+            return Vec::new();
+        }
+        let waiting = if header { std::mem::take(&mut self.held) } else { Vec::new() };
+        let mut out = Vec::new();
+        for (j, r) in waiting.into_iter().chain([(i, rec)]) {
+            if self.placements[j].is_none() {
+                self.held.push((j, r));
+                continue;
+            }
+            out.push((j, self.place(j, r)));
+        }
+        out
+    }
+
+    /// Source `i`'s header: each source whose header and the first's are known gets its
+    /// placement.
+    pub fn header(&mut self, i: usize, h: Header) {
+        self.headers[i] = Some(h);
+        let Some(first) = &self.headers[0] else { return };
+        for (j, h) in self.headers.iter().enumerate() {
+            if let (Some(h), None) = (h, &self.placements[j]) {
+                self.placements[j] = Some(Placement::of(j, first, h));
+            }
+        }
+    }
+
+    /// Source `i`'s time `t` on the first's clock (as it is, while `i` has no placement).
+    pub fn time(&self, i: usize, t: u64) -> u64 {
+        self.placements[i].as_ref().map_or(t, |p| p.time(t))
+    }
+
+    /// Moves a record of source `i` onto the first's clock and host (as it is, while `i`
+    /// has no placement).
+    pub fn place(&mut self, i: usize, rec: Record) -> Record {
+        let Some(p) = &self.placements[i] else { return rec };
+        match rec {
+            Record::Event(mut e) => {
+                p.event(std::sync::Arc::make_mut(&mut e));
+                Record::Event(e)
+            }
+            Record::Step(mut s) => {
+                p.step(&mut s.step);
+                Record::Step(s)
+            }
+            Record::State(mut st) => {
+                p.state(&mut st);
+                Record::State(st)
+            }
+            Record::Stats(mut s) => {
+                s.ts_ns = p.time(s.ts_ns);
+                self.reached[i] = Some(s.ts_ns);
+                Record::Stats(s)
+            }
+            r => r,
+        }
+    }
+
+    /// How far every source has reached (placed): the story may join what is older. None
+    /// until each has sent its stats.
+    pub fn settled(&self) -> Option<u64> {
+        self.reached.iter().copied().collect::<Option<Vec<u64>>>()?.into_iter().min()
+    }
+
+    /// A source that ended no longer holds the others back.
+    pub fn ended(&mut self, i: usize) {
+        self.reached[i] = Some(u64::MAX);
+    }
+}
+
 /// One capture being read: its next timed record (an event, or a step at its end).
 struct Source {
     input: Input,
     next: Option<Record>,
-    /// Its times and pids onto the first capture's.
-    placement: Placement,
 }
 
 fn at(r: &Record) -> Option<u64> {
@@ -76,32 +182,22 @@ pub fn merge(
         steps: Vec::new(),
         events: Vec::new(),
     };
-    let mut sources: Vec<Source> = inputs
-        .into_iter()
-        .map(|input| Source { input, next: None, placement: Placement::default() })
-        .collect();
+    let mut sources: Vec<Source> = inputs.into_iter().map(|input| Source { input, next: None }).collect();
+    let mut m = Merge::new(n);
     let mut placed_events = 0;
     loop {
         for (i, s) in sources.iter_mut().enumerate() {
-            fill(i, s, &mut out).with_context(|| s.input.name.clone())?;
-        }
-        let first = &out.headers[0];
-        for (i, s) in sources.iter_mut().enumerate().skip(1) {
-            if let (Some(h0), Some(h)) = (first, &out.headers[i]) {
-                s.placement = Placement::of(i, h0, h);
-                out.placed[i].clone_from(&s.placement.placed);
-            }
+            fill(i, s, &mut m, &mut out).with_context(|| s.input.name.clone())?;
         }
         let next = sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (s.placement.time(t), i)))
+            .filter_map(|(i, s)| s.next.as_ref().and_then(at).map(|t| (m.time(i, t), i)))
             .min();
         let Some((_, i)) = next else { break };
-        let s = &mut sources[i];
-        match s.next.take() {
-            Some(Record::Event(mut e)) => {
-                s.placement.event(std::sync::Arc::make_mut(&mut e));
+        let Some(rec) = sources[i].next.take() else { break };
+        match m.place(i, rec) {
+            Record::Event(e) => {
                 out.aggs[i].event(&e);
                 let index = if story { out.live.push(std::sync::Arc::clone(&e)) } else { placed_events };
                 placed_events += 1;
@@ -109,16 +205,10 @@ pub fn merge(
             }
             // A late joiner's capture (`trace --connect -o`) begins with what existed when
             // it joined: the story starts from it, placed like the capture's events.
-            Some(Record::State(mut st)) => {
-                s.placement.state(&mut st);
-                if story {
-                    out.live.seed(&st);
-                }
-            }
-            Some(Record::Step(st)) => {
-                let mut step = st.step;
+            Record::State(st) if story => out.live.seed(&st),
+            Record::Step(st) => {
+                let step = st.step;
                 out.aggs[i].steps += 1;
-                s.placement.step(&mut step);
                 if story {
                     out.live.add_steps(vec![step.clone()]);
                 }
@@ -127,6 +217,10 @@ pub fn merge(
             _ => {}
         }
     }
+    for (i, p) in m.placements.iter().enumerate().skip(1) {
+        out.placed[i] = p.as_ref().and_then(|p| p.placed.clone());
+    }
+    out.headers = m.headers;
     for s in &sources {
         for note in s.input.reader.report.notes() {
             eprintln!("rdma-trace: {}: {note}", s.input.name);
@@ -136,11 +230,11 @@ pub fn merge(
 }
 
 /// Reads `s` until its next timed record (the untimed ones are taken in on the way).
-fn fill(i: usize, s: &mut Source, out: &mut Read) -> Result<()> {
+fn fill(i: usize, s: &mut Source, m: &mut Merge, out: &mut Read) -> Result<()> {
     while s.next.is_none() {
         let Some(r) = s.input.reader.next() else { return Ok(()) };
         match r.with_context(|| format!("reading {}", s.input.name))? {
-            Record::Header(h) => out.headers[i] = Some(*h),
+            Record::Header(h) => m.header(i, *h),
             Record::Stats(st) => out.aggs[i].stats(&st),
             Record::Loss(l) => out.aggs[i].loss(&l),
             Record::Trailer(t) => out.aggs[i].trailer(&t),

@@ -163,7 +163,7 @@ pub struct Live {
     evicted_through_ns: Option<u64>,
     next_index: usize,
     newest_ns: u64,
-    /// Several sources (`serve::merge`): the newest event pushed does not move the window
+    /// Several sources (`pipeline::merge::Merge`): the newest event pushed does not move the window
     /// (a source ahead of the others would let theirs be joined late); only `settle`, with
     /// the time every source has reached, does (and `reorder_max`).
     settle_only: bool,
