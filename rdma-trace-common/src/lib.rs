@@ -119,7 +119,8 @@ pub struct ProbeEvent {
     pub vals: [u64; MAX_FETCH],
     /// Bytes of `stack` filled (a multiple of 8), 0 when no stack was taken.
     pub stack_len: u32,
-    pub _pad: u32,
+    /// `SlotPlan::stack == STACK_ID`: the stack's id in `STACKS`, plus one (0: none).
+    pub stack_id: u32,
     pub stack: [u64; MAX_STACK],
 }
 const _: () = assert!(core::mem::size_of::<ProbeEvent>() == HEADER_LEN + 64 + 8 + 256);
@@ -135,7 +136,7 @@ pub struct ProbeHead {
     pub hdr: EventHeader,
     pub vals: [u64; MAX_FETCH],
     pub stack_len: u32,
-    pub _pad: u32,
+    pub stack_id: u32,
 }
 const _: () = assert!(core::mem::size_of::<ProbeHead>() == PROBE_FIXED_LEN);
 const _: () = assert!(core::mem::offset_of!(ProbeEvent, stack) == PROBE_FIXED_LEN);
@@ -196,7 +197,7 @@ pub struct SlotPlan {
     pub fetches: [Fetch; MAX_FETCH],
     /// Number of fetches used.
     pub n: u8,
-    /// Capture the kernel stack (entry only).
+    /// How to take the kernel stack (entry only): `STACK_NONE`, `STACK_COPY` or `STACK_ID`.
     pub stack: u8,
     /// 1 when this slot is attached (unattached slots emit nothing).
     pub active: u8,
@@ -209,6 +210,16 @@ pub struct SlotPlan {
     pub _pad: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<SlotPlan>() == 16 * MAX_FETCH + 8);
+
+/// `SlotPlan::stack`: no stack.
+pub const STACK_NONE: u8 = 0;
+/// The stack's return addresses are copied into the record (`stack_len` bytes).
+pub const STACK_COPY: u8 = 1;
+/// The kernel keeps the stack in the `STACKS` map (`bpf_get_stackid`) and the record
+/// carries its id (`stack_id`); userspace looks each new id up once.
+pub const STACK_ID: u8 = 2;
+/// Entries of `STACKS` when stacks go by id (it is created with one entry otherwise).
+pub const STACK_IDS: u32 = 4096;
 
 /// Byte offsets inside the `raw_syscalls` tracepoint records, read from tracefs
 /// `format` files at load time.

@@ -30,14 +30,15 @@
 
 use aya_ebpf::{
     EbpfContext,
+    btf_maps::StackTrace,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
         generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_func_ip, bpf_get_stack},
     },
-    macros::{kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
+    macros::{btf_map, kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext, TracePointContext},
+    programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use core::ptr::read_volatile;
 use rdma_trace_common::*;
@@ -45,6 +46,14 @@ use rdma_trace_common::*;
 /// Default 4 MiB; userspace may resize it at load time.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+
+/// Kernel stacks by id, for slots whose plan says `STACK_ID`. One entry unless userspace
+/// asks for stacks by id (then `STACK_IDS`). Entries are never removed: an id stays the
+/// same stack for the run, and a new stack whose bucket is taken is counted as not taken.
+/// `MAX_STACK` frames deep, as a copied stack (a BTF map: the legacy one is 127 deep, and
+/// the kernel refuses it where `kernel.perf_event_max_stack` is lower).
+#[btf_map]
+static STACKS: StackTrace<1, 0, MAX_STACK> = StackTrace::new();
 
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_ENTRIES as u32, 0);
@@ -281,7 +290,7 @@ unsafe fn fill<const USER: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         (*h).vals = [0; MAX_FETCH];
-        (*h)._pad = 0;
+        (*h).stack_id = 0;
         (*h).stack_len = 0;
         let n = plan.n as usize;
         for i in 0..MAX_FETCH {
@@ -320,7 +329,7 @@ fn kernel_probe_hit(
     slot: usize,
     kind: u8,
     plan: &SlotPlan,
-    ctx: &impl EbpfContext,
+    ctx: &impl StackIdContext,
     src: impl Fn(u8) -> Result<u64, i32>,
 ) {
     let Some(ev) = KSCRATCH.get_ptr_mut(0) else {
@@ -335,12 +344,17 @@ fn kernel_probe_hit(
         if fill::<false>(ev.cast::<ProbeHead>(), plan, src) {
             count(site, CNT_READ_FAILED);
         }
-        if plan.stack != 0 {
+        if plan.stack == STACK_COPY {
             let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
                 (*ev).stack_len = r as u32;
             } else {
                 count(site, CNT_STACK_FAILED);
+            }
+        } else if plan.stack == STACK_ID {
+            match ctx.get_stackid(&STACKS, 0) {
+                Ok(id) => (*ev).stack_id = id as u32 + 1,
+                Err(_) => count(site, CNT_STACK_FAILED),
             }
         }
         count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
@@ -421,7 +435,7 @@ fn user_probe_hit(site: usize, slot: usize, kind: u8, plan: &SlotPlan, src: impl
 fn probe_hit<const USER: bool>(
     slot: usize,
     kind: u8,
-    ctx: &impl EbpfContext,
+    ctx: &impl StackIdContext,
     src: impl Fn(u8) -> Result<u64, i32>,
 ) {
     let site = if kind == KIND_PROBE_RETURN { return_site(slot) } else { slot };

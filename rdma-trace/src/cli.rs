@@ -373,6 +373,12 @@ pub struct TraceArgs {
     /// counted as "missed by the kernel". At most 4096.
     #[arg(long, default_value_t = crate::live::kprobe_events::DEFAULT_INSTANCES, value_name = "N")]
     pub kretprobe_instances: u32,
+    /// Kernel stacks by id: the kernel keeps each distinct stack in a map
+    /// (`bpf_get_stackid`, up to 4096 of them) and a record carries its id, not its
+    /// frames. Smaller records; a stack whose map bucket is taken is counted as not taken.
+    /// See docs/performance.md for what it costs and saves.
+    #[arg(long)]
+    pub stack_ids: bool,
     /// Show a daemon's stream instead of tracing here (`rdma-trace daemon`): no root or
     /// RDMA needed. With -o the stream is also written to a capture file. SOCKET may be
     /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (a daemon on another host, over your own ssh), a

@@ -306,3 +306,51 @@ fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
         .count();
     assert_eq!(returns as u64, ret.2, "return events in the file = delivered:\n{stderr}");
 }
+
+/// The `ring: N records, B bytes` line of a run's summary: (records, bytes).
+fn ring_line(stderr: &str) -> (u64, u64) {
+    let l = stderr.lines().find_map(|l| l.trim().strip_prefix("ring: ")).expect("a ring line");
+    let n: Vec<u64> = l.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
+    (n[0], n[1])
+}
+
+/// Each pin's stack, as text, per entry (names with offsets: the same kernel either way).
+fn pin_stacks(capture: &str) -> Vec<Vec<String>> {
+    let events = parse_jsonl(capture).expect("capture parses");
+    events
+        .iter()
+        .filter(|e| e.name == "umem_get" && e.kind == rdma_trace::event::EventKind::Entry)
+        .map(|e| e.stack.iter().map(|f| f.to_string()).collect())
+        .collect()
+}
+
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_ring_stacks_by_id_are_the_copied_stacks_in_fewer_bytes() {
+    // The same MR loop traced twice: stacks copied into each record, then by id.
+    let loop_ = |dir: &std::path::Path| {
+        let out = std::process::Command::new(workload_bin())
+            .args(["--announce", "/dev/null", "--mr-sizes", "4K", "--reg-loop", "40"])
+            .output()
+            .expect("run the companion");
+        std::fs::write(dir.join("workload.log"), [&out.stdout[..], &out.stderr[..]].concat()).unwrap();
+        assert!(out.status.success(), "companion: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (a_dir, b_dir) = (out_dir("stacks-copied"), out_dir("stacks-by-id"));
+    let (a_err, a_cap) = traced_with(&a_dir, &[], |_| loop_(&a_dir));
+    let (b_err, b_cap) = traced_with(&b_dir, &["--stack-ids"], |_| loop_(&b_dir));
+    let (a, b) = (pin_stacks(&a_cap), pin_stacks(&b_cap));
+    assert!(a.len() >= 40 && b.len() >= 40, "pins: {} copied, {} by id", a.len(), b.len());
+    assert!(b.iter().all(|s| !s.is_empty()), "a pin without its stack by id:\n{b_err}");
+    let set = |v: &[Vec<String>]| v.iter().cloned().collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(set(&a), set(&b), "the loop's pin stacks, copied and by id");
+    let line = b_err.lines().find(|l| l.contains("stacks by id:")).expect("the by-id line");
+    assert!(line.contains("; 0 events named an id"), "{line}");
+    let ((ar, ab), (br, bb)) = (ring_line(&a_err), ring_line(&b_err));
+    std::fs::write(
+        b_dir.join("ring-bytes.txt"),
+        format!("copied {ar} records {ab} bytes\nby id {br} records {bb} bytes\n"),
+    )
+    .unwrap();
+    assert!(bb / br < ab / ar, "bytes a record: by id {} against copied {}", bb / br, ab / ar);
+}

@@ -147,6 +147,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         duration: a.duration.map(std::time::Duration::from_secs_f64),
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
+        stack_ids: false,
         watch_verbs_users: true,
         command_log: None,
         run_as: None,

@@ -109,6 +109,7 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
         duration: None,
         ring_bytes: 4 << 20,
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
+        stack_ids: false,
         watch_verbs_users: false,
         command_log: None,
         run_as: crate::live::spawn::RunAs::choose(None)?,

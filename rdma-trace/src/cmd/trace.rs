@@ -53,6 +53,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         duration: a.duration.map(Duration::from_secs_f64),
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
+        stack_ids: a.stack_ids,
         watch_verbs_users: false,
         command_log: None,
         run_as: crate::live::spawn::RunAs::choose(a.user.as_deref())

@@ -116,7 +116,16 @@ impl Loaded {
     /// Loads the object (maps are created; programs are loaded lazily). `ring_bytes`
     /// must be a power-of-two multiple of the page size.
     pub fn new(ring_bytes: u32) -> Result<Self, AttachError> {
-        let ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(EBPF_OBJECT)?;
+        Self::with_stack_map(ring_bytes, 1)
+    }
+
+    /// As `new`, with room for `stacks` kernel stacks by id (`STACK_ID` plans; the map
+    /// has one entry otherwise).
+    pub fn with_stack_map(ring_bytes: u32, stacks: u32) -> Result<Self, AttachError> {
+        let ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries("STACKS", stacks)
+            .load(EBPF_OBJECT)?;
         Ok(Self {
             entry_links: Vec::new(),
             missed_reported: crate::plan::kernel::release_at_least(6, 7),
@@ -290,12 +299,15 @@ impl Loaded {
     }
 
     /// Loads the object and attaches every planned probe.
+    /// Plans that take stacks by id (`STACK_ID`) get room for `STACK_IDS` of them.
     pub fn attach_new(
         plan: &Plan,
         ring_bytes: u32,
         return_instances: u32,
     ) -> Result<(Self, Vec<Outcome>), AttachError> {
-        let mut loaded = Self::new(ring_bytes)?;
+        let by_id = plan.probes.iter().any(|p| p.entry.stack == rdma_trace_common::STACK_ID);
+        let mut loaded =
+            Self::with_stack_map(ring_bytes, if by_id { rdma_trace_common::STACK_IDS } else { 1 })?;
         loaded.return_instances = return_instances;
         let outcomes = loaded.attach_plan(plan);
         Ok((loaded, outcomes))
@@ -429,6 +441,13 @@ impl Loaded {
             self.ebpf.take_map("STATS").ok_or_else(|| AttachError::Map("STATS", "already taken".into()))?;
         drop(self.ebpf);
         Ok(Counters { map: PerCpuArray::try_from(m).map_err(map_err("STATS"))? })
+    }
+
+    /// Takes the map of kernel stacks by id (once).
+    pub fn take_stacks(&mut self) -> Result<super::stack_ids::StackIds, AttachError> {
+        let m =
+            self.ebpf.take_map("STACKS").ok_or_else(|| AttachError::Map("STACKS", "already taken".into()))?;
+        Ok(super::stack_ids::StackIds::new(aya::maps::StackTraceMap::try_from(m).map_err(map_err("STACKS"))?))
     }
 
     /// Takes the event ring buffer (once).

@@ -7,4 +7,5 @@ pub mod privilege;
 mod run_loop;
 pub mod seed;
 pub mod spawn;
+pub mod stack_ids;
 pub mod trace;

@@ -136,6 +136,8 @@ pub(super) struct RunLoop<'a> {
     /// last one added (most events follow one of the same process).
     pids_seen: std::collections::HashSet<u32>,
     last_pid: Option<u32>,
+    /// Kernel stacks by id (`--stack-ids`), looked up as records name them.
+    pub(super) stacks: Option<super::stack_ids::StackIds>,
 }
 
 impl<'a> RunLoop<'a> {
@@ -166,6 +168,7 @@ impl<'a> RunLoop<'a> {
             gone_last: Default::default(),
             pids_seen: Default::default(),
             last_pid: None,
+            stacks: None,
         }
     }
 
@@ -212,6 +215,11 @@ impl<'a> RunLoop<'a> {
 
     /// One ring record through decode → enrich → correlate, to the sink.
     fn record(&mut self, b: &[u8]) {
+        self.tally.ring_bytes += b.len() as u64;
+        let b = match self.stacks.as_mut() {
+            Some(s) => s.resolve(b),
+            None => b,
+        };
         let mut ev = match to_item(b, &mut self.tally, &mut self.enricher) {
             Some(Item::Event(ev)) => ev,
             Some(Item::Step(s)) => {
@@ -392,6 +400,9 @@ impl End {
         RunAccount {
             sites: summary::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
             headerless: tally.headerless,
+            ring_records: tally.read.iter().sum::<u64>() + tally.headerless,
+            ring_bytes: tally.ring_bytes,
+            stacks_by_id: None,
             reader_waits: self.waits.records,
             reader_longest_wait_ns: self.waits.longest.as_nanos() as u64,
             uncommitted_at_exit: self.left.uncommitted,

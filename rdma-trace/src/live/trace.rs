@@ -32,6 +32,9 @@ pub struct TraceOptions {
     /// Watch the syscalls of every process seen using verbs (opening a device, mapping
     /// uverbs pages, pinning), from then on: the daemon's view, with no `--pid` or command.
     pub watch_verbs_users: bool,
+    /// Kernel stacks go by id (`bpf_get_stackid`): a record carries an id, and each
+    /// distinct stack is read from the kernel's map once.
+    pub stack_ids: bool,
     /// Where the command's stdout and stderr go (the TUI owns the terminal), if not ours.
     pub command_log: Option<std::path::PathBuf>,
     /// Whom the command runs as (`spawn::RunAs::choose`); none: as this process.
@@ -92,6 +95,8 @@ pub struct Tracer {
     planning: Planning,
     loaded: Loaded,
     ring: Ring,
+    /// Kernel stacks by id, when asked for.
+    stacks: Option<super::stack_ids::StackIds>,
     child: Option<(std::process::Child, std::fs::File)>,
     /// Every catalog probe's fate in this run, for the capture header.
     probes: Vec<ProbeStatus>,
@@ -147,6 +152,13 @@ impl Tracer {
                 p.entry.watch = 1;
             }
         }
+        if opts.stack_ids {
+            for p in
+                planning.plan.probes.iter_mut().filter(|p| p.entry.stack == rdma_trace_common::STACK_COPY)
+            {
+                p.entry.stack = rdma_trace_common::STACK_ID;
+            }
+        }
         let (mut loaded, outcomes) =
             Loaded::attach_new(&planning.plan, opts.ring_bytes, opts.return_instances)?;
         let attached = outcomes.iter().filter(|o| o.attached.is_ok()).count();
@@ -177,10 +189,11 @@ impl Tracer {
             child = Some((c, release));
         }
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
+        let stacks = if opts.stack_ids { Some(loaded.take_stacks()?) } else { None };
         let copy_on_fork = copy_on_fork.join().unwrap_or(None);
         let ksyms = ksyms.join().map_err(|_| anyhow::anyhow!("parsing /proc/kallsyms failed"))?;
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
-        Ok(Self { opts, planning, loaded, ring, child, probes, copy_on_fork, ksyms })
+        Ok(Self { opts, planning, loaded, ring, stacks, child, probes, copy_on_fork, ksyms })
     }
 
     /// The capture header of this run (its version and sequence are the writer's).
@@ -206,8 +219,9 @@ impl Tracer {
     /// Runs until told to stop, giving every event, the accounting every second and a
     /// tick every 50 ms to `sink`, then shuts down. A sink error stops the run at once.
     pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
-        let Self { opts, planning, mut loaded, ring, child, ksyms, .. } = self;
+        let Self { opts, planning, mut loaded, ring, stacks, child, ksyms, .. } = self;
         let mut run = RunLoop::new(&planning, &ksyms, sink, opts.watch_verbs_users);
+        run.stacks = stacks;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (stopped, end) = rt.block_on(async {
             let mut ring = ring.into_async()?;
@@ -222,7 +236,8 @@ impl Tracer {
             let end = shutdown(loaded, &mut ring, &mut run).await?;
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
-        let account = end.account(&planning, &run.tally);
+        let mut account = end.account(&planning, &run.tally);
+        account.stacks_by_id = run.stacks.as_ref().map(|s| (s.distinct(), s.failed));
         run.last_losses(&account);
         Ok(Finished {
             stopped,

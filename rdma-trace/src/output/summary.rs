@@ -23,6 +23,8 @@ pub struct Tally {
     pub undecodable: Vec<u64>,
     /// Records too short to carry a header: no site to charge them to.
     pub headerless: u64,
+    /// Bytes of every record read, as the programs wrote them (the ring's traffic).
+    pub ring_bytes: u64,
 }
 
 impl Default for Tally {
@@ -33,6 +35,7 @@ impl Default for Tally {
             enrich_dropped: vec![0; COUNTER_SITES],
             undecodable: vec![0; COUNTER_SITES],
             headerless: 0,
+            ring_bytes: 0,
         }
     }
 }
@@ -272,6 +275,11 @@ pub fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount
 pub struct RunAccount {
     pub sites: Vec<SiteStats>,
     pub headerless: u64,
+    /// Records read from the ring, and their bytes.
+    pub ring_records: u64,
+    pub ring_bytes: u64,
+    /// Kernel stacks by id (`--stack-ids`): distinct stacks, and ids the map did not have.
+    pub stacks_by_id: Option<(usize, u64)>,
     /// Records the reader found still being written, and its longest wait (ns).
     pub reader_waits: u64,
     pub reader_longest_wait_ns: u64,
@@ -433,6 +441,19 @@ impl RunAccount {
             s.push_str(&format!(
                 "  at exit {} records were never committed ({} committed records behind them could not be read)\n",
                 self.uncommitted_at_exit, self.blocked_at_exit
+            ));
+        }
+        if self.ring_records > 0 {
+            s.push_str(&format!(
+                "  ring: {} records, {} bytes ({} bytes a record)\n",
+                self.ring_records,
+                self.ring_bytes,
+                self.ring_bytes / self.ring_records
+            ));
+        }
+        if let Some((distinct, failed)) = self.stacks_by_id {
+            s.push_str(&format!(
+                "  stacks by id: {distinct} distinct; {failed} events named an id the map did not have (they have no stack)\n"
             ));
         }
         for p in &self.programs {

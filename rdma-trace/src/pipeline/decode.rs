@@ -171,8 +171,13 @@ mod tests {
 
     #[test]
     fn probe_entry_round_trip() {
-        let mut e =
-            ProbeEvent { hdr: hdr(KIND_PROBE_ENTRY), vals: [0; 8], stack_len: 16, _pad: 0, stack: [0; 32] };
+        let mut e = ProbeEvent {
+            hdr: hdr(KIND_PROBE_ENTRY),
+            vals: [0; 8],
+            stack_len: 16,
+            stack_id: 0,
+            stack: [0; 32],
+        };
         e.vals[0] = 0x7f00_0000_1000;
         e.stack[0] = 0xffff_ffff_c000_0010;
         e.stack[1] = 0xffff_ffff_c000_0020;
@@ -187,8 +192,13 @@ mod tests {
 
     #[test]
     fn probe_records_carry_only_the_stack_used() {
-        let mut e =
-            ProbeEvent { hdr: hdr(KIND_PROBE_RETURN), vals: [7; 8], stack_len: 8, _pad: 0, stack: [0; 32] };
+        let mut e = ProbeEvent {
+            hdr: hdr(KIND_PROBE_RETURN),
+            vals: [7; 8],
+            stack_len: 8,
+            stack_id: 0,
+            stack: [0; 32],
+        };
         e.stack[0] = 0xffff_ffff_c000_0010;
         let b = bytes(&e);
         let r = decode(&b[..PROBE_FIXED_LEN + 8]).unwrap();

@@ -155,7 +155,7 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
         Ok(fetch(SRC_RET, &r.offsets, r.size))
     })?;
     let mut entry = entry;
-    entry.stack = spec.stack as u8;
+    entry.stack = if spec.stack { rdma_trace_common::STACK_COPY } else { rdma_trace_common::STACK_NONE };
     let address = k.symbols.address_of(sym.name);
     Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: Some(ret), target: None, address })
 }
@@ -226,7 +226,7 @@ fn plan_tracepoint(
         }
         Ok(fetch(SRC_CTX, &[tf.offset], tf.size as u8))
     })?;
-    entry.stack = spec.stack as u8;
+    entry.stack = if spec.stack { rdma_trace_common::STACK_COPY } else { rdma_trace_common::STACK_NONE };
     let module = k.symbols.module_of(sym.name).unwrap_or(sym.module).to_string();
     Ok(Planned { spec, symbol: sym.name, module, slot, entry, ret: None, target: None, address: None })
 }

@@ -104,7 +104,7 @@ pub fn probe_record(ev: &Event, p: &Planned, frames: &Frames) -> Vec<u8> {
         hdr: header(ev, kind, p.slot as u8),
         vals: [0; MAX_FETCH],
         stack_len: (ev.stack.len() * 8) as u32,
-        _pad: 0,
+        stack_id: 0,
     };
     for (i, f) in fields.iter().enumerate() {
         if ev.unreadable.iter().any(|u| u == f.name()) {

@@ -15,12 +15,16 @@ use std::time::Duration;
 const BENCH_SH: &str = include_str!("guest/bench.sh");
 
 /// The configurations in the order the tables show them (guest/bench.sh says what each is).
-pub const CONFIGS: [&str; 7] =
-    ["none", "bt-agg", "bt-stream", "bt-stream-u", "rt-kernel", "rt-default", "rt-cmd"];
+pub const CONFIGS: [&str; 8] =
+    ["none", "bt-agg", "bt-stream", "bt-stream-u", "rt-kernel", "rt-stack-ids", "rt-default", "rt-cmd"];
 
 /// rdma-trace's configurations, each with the bpftrace configurations doing the same work.
-const AGAINST: [(&str, &str); 3] =
-    [("rt-kernel", "bt-stream"), ("rt-kernel", "bt-agg"), ("rt-default", "bt-stream-u")];
+const AGAINST: [(&str, &str); 4] = [
+    ("rt-kernel", "bt-stream"),
+    ("rt-stack-ids", "bt-stream"),
+    ("rt-kernel", "bt-agg"),
+    ("rt-default", "bt-stream-u"),
+];
 
 #[derive(clap::Args, Default)]
 pub struct BenchArgs {
@@ -44,6 +48,12 @@ pub struct BenchArgs {
     /// tree's, every figure in the same rounds (built once in target/bench/against).
     #[arg(long, value_name = "REV", requires = "host")]
     pub against: Option<String>,
+    /// Only these configurations (guest/bench.sh names them) [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "CONFIG", conflicts_with = "host")]
+    pub configs: Vec<String>,
+    /// Rounds of the `dd bs=1` flood [default: --rounds].
+    #[arg(long, value_name = "N", conflicts_with = "host")]
+    pub flood_rounds: Option<u32>,
     /// Event counts for `--host`.
     #[arg(long, value_delimiter = ',', default_values_t = [100_000u64, 1_000_000, 10_000_000])]
     pub sizes: Vec<u64>,
@@ -66,6 +76,9 @@ struct Own {
     lost: u64,
     bpf_runs: u64,
     bpf_ns: u64,
+    /// Bytes the programs wrote to the ring, and the events, over the rounds that said.
+    ring_bytes: u64,
+    ring_events: u64,
 }
 
 /// What one kernel's run measured.
@@ -120,6 +133,10 @@ impl Results {
             o.lost += v["lost"].as_u64().unwrap_or(0);
             o.bpf_runs += v["bpf_runs"].as_u64().unwrap_or(0);
             o.bpf_ns += v["bpf_ns"].as_u64().unwrap_or(0);
+            if let Some(b) = v["ring_bytes"].as_u64().filter(|b| *b > 0) {
+                o.ring_bytes += b;
+                o.ring_events += v["events"].as_u64().unwrap_or(0);
+            }
         }
         if r.cells.is_empty() {
             bail!("the bench wrote no figures");
@@ -184,9 +201,10 @@ impl Results {
         s.push_str("\nEach configuration's own cost: time to attach (start to ready), `SIGINT` to exit ");
         s.push_str("(median and worst), the tracer's CPU time over all the workloads, the events it saw in ");
         s.push_str("each round, what it lost, and its BPF programs' mean cost per run by the kernel's own ");
-        s.push_str("stats (`run_time_ns / run_cnt`, all its programs together).\n\n");
-        s.push_str("| configuration | attach | stop (median, worst) | tracer CPU | events each round | lost | BPF ns per run |\n");
-        s.push_str("|---|---|---|---|---|---|---|\n");
+        s.push_str("stats (`run_time_ns / run_cnt`, all its programs together), and the bytes its programs ");
+        s.push_str("wrote to the ring per event (rdma-trace's own count).\n\n");
+        s.push_str("| configuration | attach | stop (median, worst) | tracer CPU | events each round | lost | BPF ns per run | ring bytes per event |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|\n");
         for cfg in CONFIGS.iter().filter(|c| **c != "none") {
             let Some(o) = self.own.get(*cfg) else { continue };
             let events: Vec<String> = o.events.iter().map(u64::to_string).collect();
@@ -195,14 +213,16 @@ impl Results {
             // `rt-cmd` runs the workloads itself: its start and stop are not timed apart.
             let own = *cfg != "rt-cmd";
             let stop = format!("{}, {:.0} ms", ms(&o.stop_ms), spread(&o.stop_ms).1);
+            let ring = (o.ring_events > 0).then(|| o.ring_bytes / o.ring_events);
             s.push_str(&format!(
-                "| {cfg} | {} | {} | {} | {} | {} | {} |\n",
+                "| {cfg} | {} | {} | {} | {} | {} | {} | {} |\n",
                 if own { ms(&o.attach_ms) } else { "–".into() },
                 if own { stop } else { "–".into() },
                 if own { ms(&o.cpu_ms) } else { "–".into() },
                 events.join(", "),
                 o.lost,
                 per_run.map(|p| format!("{p:.0} ({} runs)", o.bpf_runs)).unwrap_or("–".into()),
+                ring.map(|b| b.to_string()).unwrap_or("–".into()),
             ));
         }
         if let Some(f) = self.own.get("flood") {
@@ -234,6 +254,7 @@ impl Results {
                 json!({
                     "config": cfg, "attach_ms": o.attach_ms, "stop_ms": o.stop_ms, "cpu_ms": o.cpu_ms,
                     "events": o.events, "lost": o.lost, "bpf_runs": o.bpf_runs, "bpf_ns": o.bpf_ns,
+                    "ring_bytes": o.ring_bytes,
                 })
             })
             .collect();
@@ -288,7 +309,13 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     super::share_binary(&bin.with_file_name("rdma-trace-workload"), "rdma-trace-workload")?;
     let guests = super::prepare(&series)?;
     for g in &guests {
-        let env = format!("BENCH_ROUNDS={}\n", a.rounds);
+        let mut env = format!("BENCH_ROUNDS={}\n", a.rounds);
+        if !a.configs.is_empty() {
+            env.push_str(&format!("BENCH_CONFIGS='{}'\n", a.configs.join(" ")));
+        }
+        if let Some(n) = a.flood_rounds {
+            env.push_str(&format!("BENCH_FLOOD_ROUNDS={n}\n"));
+        }
         let files = [("bench.env", env)];
         let mode = Mode::Script {
             script: BENCH_SH,
@@ -336,7 +363,7 @@ mod tests {
 {"round":2,"config":"none","workload":"mr-4K","value":120,"unit":"ns"}
 {"round":2,"config":"bt-stream","workload":"mr-4K","value":320,"unit":"ns"}
 {"round":2,"config":"rt-kernel","workload":"mr-4K","value":0,"unit":"ns"}
-{"round":1,"config":"rt-kernel","attach_ms":900,"stop_ms":300,"cpu_ms":50,"events":12,"lost":0,"bpf_runs":10,"bpf_ns":5000}
+{"round":1,"config":"rt-kernel","attach_ms":900,"stop_ms":300,"cpu_ms":50,"events":12,"lost":0,"bpf_runs":10,"bpf_ns":5000,"ring_bytes":2400}
 "#;
 
     #[test]
@@ -354,7 +381,7 @@ mod tests {
         assert_eq!(span("us", 1587.0, 1498.0, 1782.0), "1.6 ms, 1.5–1.8");
         assert_eq!(span("ns", 6.13e9, 5.23e9, 7.52e9), "6.1 s, 5.2–7.5");
         assert!(
-            md.contains("| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) |"),
+            md.contains("| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) | 200 |"),
             "{md}"
         );
     }

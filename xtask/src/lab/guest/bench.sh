@@ -12,6 +12,7 @@
 #                stack (entry) or return value, written to a file
 #   bt-stream-u  bt-stream plus uprobes/uretprobes on the libibverbs calls rdma-trace traces
 #   rt-kernel    rdma-trace trace -q -o FILE --probe ID… (the same kernel functions)
+#   rt-stack-ids rt-kernel with --stack-ids: records carry a stack id, not the frames
 #   rt-default   rdma-trace trace -q -o FILE (every probe, uprobes included)
 #   rt-cmd       rdma-trace trace -q -o FILE -- bash workloads.sh (its syscalls too)
 # Workloads (each times itself; see workloads.sh below): the MR loop at 4 KiB, 1 MiB and
@@ -130,7 +131,7 @@ wait_ready() { # $1 pid, $2 file to grep, $3 pattern
 }
 
 one() {
-  local r=$1 cfg=$2 dir=$OUT/$2.$1 pid= t0 ready=0 stop=0 cpu=0 bpf="0 0" events=0 lost=0
+  local r=$1 cfg=$2 dir=$OUT/$2.$1 pid= t0 ready=0 stop=0 cpu=0 bpf="0 0" events=0 lost=0 ring=0
   # Outputs go to the guest's own memory, as to a local disk (the 9p share is far slower).
   local work=/tmp/bench-out/$cfg.$r
   mkdir -p "$dir" "$work"
@@ -143,6 +144,7 @@ one() {
     bt-stream) bpftrace -B line "$OUT/stream.bt" >"$work/out" 2>"$dir/err" & pid=$! ;;
     bt-stream-u) bpftrace -B line "$OUT/stream-u.bt" >"$work/out" 2>"$dir/err" & pid=$! ;;
     rt-kernel) "$RT" trace -q -o "$work/out" "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
+    rt-stack-ids) "$RT" trace -q -o "$work/out" --stack-ids "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
     rt-default) "$RT" trace -q -o "$work/out" 2>"$dir/err" & pid=$! ;;
   esac
   if [ -n "$pid" ]; then
@@ -175,15 +177,17 @@ one() {
     rt-*)
       events=$(tail -1 "$work/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
       lost=$(tail -1 "$work/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
-      grep "program .* per run\|stopping took" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
+      grep "program .* per run\|stopping took\|ring: \|stacks by id" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
+      # "ring: N records, B bytes (…)": what the programs wrote to the ring.
+      ring=$(sed -n 's/^ *ring: [0-9]* records, \([0-9]*\) bytes.*/\1/p' "$dir/err" | tail -1)
       ;;
   esac
   while read -r w v unit; do
     printf '{"round":%d,"config":"%s","workload":"%s","value":%s,"unit":"%s"}\n' "$r" "$cfg" "$w" "$v" "$unit" >>"$RES"
   done <"$M"
   set -- $bpf
-  printf '{"round":%d,"config":"%s","attach_ms":%d,"stop_ms":%d,"cpu_ms":%d,"events":%d,"lost":%d,"bpf_runs":%d,"bpf_ns":%d}\n' \
-    "$r" "$cfg" "$ready" "$stop" "$cpu" "${events:-0}" "${lost:-0}" "$1" "$2" >>"$RES"
+  printf '{"round":%d,"config":"%s","attach_ms":%d,"stop_ms":%d,"cpu_ms":%d,"events":%d,"lost":%d,"bpf_runs":%d,"bpf_ns":%d,"ring_bytes":%d}\n' \
+    "$r" "$cfg" "$ready" "$stop" "$cpu" "${events:-0}" "${lost:-0}" "$1" "$2" "${ring:-0}" >>"$RES"
   echo "[bench] round $r $cfg: attach ${ready} ms, stop ${stop} ms, cpu ${cpu} ms, events ${events:-0} (lost ${lost:-0}), bpf $1 runs $2 ns; $(tr '\n' ' ' <"$M")"
   # Keep what proves the counts, not the bulk.
   [ -f "$work/out" ] && [ "$(stat -c %s "$work/out")" -le 4000000 ] && cp "$work/out" "$dir/out"
@@ -191,7 +195,7 @@ one() {
 }
 
 # shellcheck disable=SC2206
-CONFIGS=(${BENCH_CONFIGS:-none bt-agg bt-stream bt-stream-u rt-kernel rt-default rt-cmd})
+CONFIGS=(${BENCH_CONFIGS:-none bt-agg bt-stream bt-stream-u rt-kernel rt-stack-ids rt-default rt-cmd})
 # A warm-up run, not counted: the first verbs program of a boot pays for cold caches.
 "$OUT/workloads.sh" /dev/null
 echo "[bench] warmed up; ${ROUNDS} rounds of: ${CONFIGS[*]}"
