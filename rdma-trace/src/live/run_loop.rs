@@ -213,6 +213,11 @@ impl<'a> RunLoop<'a> {
         }
     }
 
+    /// Calls the correlator let go while open.
+    pub(super) fn calls_let_go(&self) -> u64 {
+        self.correlator.let_go()
+    }
+
     /// One ring record through decode → enrich → correlate, to the sink.
     fn record(&mut self, b: &[u8]) {
         self.tally.ring_bytes += b.len() as u64;
@@ -403,6 +408,7 @@ impl End {
             ring_records: tally.read.iter().sum::<u64>() + tally.headerless,
             ring_bytes: tally.ring_bytes,
             stacks_by_id: None,
+            calls_let_go: 0,
             reader_waits: self.waits.records,
             reader_longest_wait_ns: self.waits.longest.as_nanos() as u64,
             uncommitted_at_exit: self.left.uncommitted,

@@ -238,6 +238,7 @@ impl Tracer {
         })?;
         let mut account = end.account(&planning, &run.tally);
         account.stacks_by_id = run.stacks.as_ref().map(|s| (s.distinct(), s.failed));
+        account.calls_let_go = run.calls_let_go();
         run.last_losses(&account);
         Ok(Finished {
             stopped,

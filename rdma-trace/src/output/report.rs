@@ -225,6 +225,14 @@ fn write_text<E: Events + ?Sized>(
             story.evicted_events
         )?;
     }
+    if story.calls_let_go > 0 {
+        writeln!(
+            out,
+            "({} libibverbs calls were still open {} deep on their thread and were let go: their returns were lost)",
+            story.calls_let_go,
+            crate::pipeline::correlate::calls::MAX_OPEN
+        )?;
+    }
     Ok(())
 }
 

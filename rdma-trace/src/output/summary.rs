@@ -280,6 +280,9 @@ pub struct RunAccount {
     pub ring_bytes: u64,
     /// Kernel stacks by id (`--stack-ids`): distinct stacks, and ids the map did not have.
     pub stacks_by_id: Option<(usize, u64)>,
+    /// Calls the correlator let go while open (too deep on one thread): no latency for
+    /// their returns.
+    pub calls_let_go: u64,
     /// Records the reader found still being written, and its longest wait (ns).
     pub reader_waits: u64,
     pub reader_longest_wait_ns: u64,
@@ -449,6 +452,13 @@ impl RunAccount {
                 self.ring_records,
                 self.ring_bytes,
                 self.ring_bytes / self.ring_records
+            ));
+        }
+        if self.calls_let_go > 0 {
+            s.push_str(&format!(
+                "  {} calls were still open {} deep on their thread and were let go: their returns have no latency\n",
+                self.calls_let_go,
+                crate::pipeline::correlate::calls::MAX_OPEN
             ));
         }
         if let Some((distinct, failed)) = self.stacks_by_id {

@@ -464,4 +464,23 @@ mod window_tests {
         assert!(w.is_empty());
         assert_eq!(got, want);
     }
+
+    /// Calls nested deeper than `MAX_OPEN` on one thread (their returns lost) are let go,
+    /// and both the story and the correlator count them.
+    #[test]
+    fn calls_let_go_are_counted_by_the_story_and_the_correlator() {
+        let over = 7;
+        let mut events: Vec<Event> = (0..super::super::calls::MAX_OPEN + over)
+            .map(|i| {
+                serde_json::from_str(&format!(
+                    r#"{{"v":1,"ts_ns":{i},"kind":"entry","name":"ibv_reg_mr","path":"verbs","pid":1,"tid":1,"comm":"x","cpu":0}}"#
+                ))
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(build(&events, &[]).calls_let_go, over as u64);
+        let mut c = super::super::Correlator::default();
+        events.iter_mut().for_each(|e| c.feed(e));
+        assert_eq!(c.let_go(), over as u64);
+    }
 }

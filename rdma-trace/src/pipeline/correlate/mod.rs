@@ -32,6 +32,12 @@ pub struct Correlator {
 }
 
 impl Correlator {
+    /// Calls let go while open (past `calls::MAX_OPEN` on one thread): their returns get
+    /// no latency.
+    pub fn let_go(&self) -> u64 {
+        self.open.let_go
+    }
+
     /// Adds what pairing `ev` with its entry gives (latency, a pin's pages), in place.
     pub fn feed(&mut self, ev: &mut Event) {
         match ev.kind {

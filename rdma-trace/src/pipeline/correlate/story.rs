@@ -58,6 +58,9 @@ pub struct Story {
     pub evicted_events: u64,
     /// Companion steps no longer kept (the oldest, past `Limits::per_list`).
     pub evicted_steps: u64,
+    /// libibverbs calls let go while open (past `calls::MAX_OPEN` on one thread, after
+    /// their returns were lost): they are not in their process's calls.
+    pub calls_let_go: u64,
     /// Processes no longer followed (the quietest, past `Limits::processes`), and the
     /// events they had.
     pub retired_processes: u64,
@@ -717,6 +720,7 @@ impl Builder {
     /// the companion's steps joined to the events kept.
     pub(super) fn snapshot(&self, events: &dyn Events, steps: &[StepRecord]) -> Story {
         let mut story = self.story.clone();
+        story.calls_let_go = self.open_calls.let_go;
         for c in self.open_calls.open() {
             let ps = story
                 .processes
