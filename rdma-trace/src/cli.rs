@@ -288,7 +288,7 @@ pub struct DaemonArgs {
 #[derive(clap::Args)]
 pub struct ExplainArgs {
     #[arg(value_enum)]
-    pub topic: crate::plan::lessons::Topic,
+    pub topic: crate::explain::lessons::Topic,
     /// A capture (`trace -o`); or give a command after `--` to trace it here. Several
     /// captures (one per host, both ends of a connection) are merged as `report` merges
     /// them: `cq` then begins at the post on the other host.

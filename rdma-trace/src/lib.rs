@@ -3,7 +3,8 @@
 //!
 //! `plan` (catalog × this kernel) → `live` (load, attach, run) → `source` (the ring) →
 //! `pipeline` (decode → enrich → correlate) → `output` (text, JSONL, report, summary,
-//! metrics, the TUI); `serve` hands the stream to a daemon's subscribers.
+//! metrics), `tui` (the terminal application) and `explain` (the teacher, with its lessons
+//! and frame notes); `serve` hands the stream to a daemon's subscribers.
 //! `cmd` holds the subcommands, which do the printing. `event`, `capture` and `steps` are
 //! the record formats everything shares (the tracer's events, the capture stream around
 //! them, the companion's steps); `clock` measures another host's clock against this one;
@@ -14,6 +15,7 @@ pub mod cli;
 pub mod clock;
 pub mod cmd;
 pub mod event;
+pub mod explain;
 pub mod live;
 pub mod output;
 pub mod pipeline;
@@ -22,6 +24,7 @@ pub mod serve;
 pub mod sink;
 pub mod source;
 pub mod steps;
+pub mod tui;
 pub mod units;
 pub mod util;
 pub mod workload;

@@ -7,10 +7,10 @@ mod common;
 
 use common::fixture_plan::{K73, K612, kernel_fixture as btf_fixture};
 use rdma_trace::cmd::explain::all;
-use rdma_trace::output::explain;
+use rdma_trace::explain;
+use rdma_trace::explain::lessons::Topic;
 use rdma_trace::pipeline::correlate::story::read_steps;
 use rdma_trace::plan::btf::{self, BtfSource};
-use rdma_trace::plan::lessons::Topic;
 use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::{StepName, StepRecord};
 use std::path::{Path, PathBuf};
@@ -117,7 +117,7 @@ fn every_function_named_exists_in_that_kernel() {
         let on_stacks: std::collections::HashSet<&str> = events
             .iter()
             .chain(&mevents)
-            .flat_map(|e| e.stack.iter().map(|f| rdma_trace::plan::frames::function(f)))
+            .flat_map(|e| e.stack.iter().map(|f| rdma_trace::explain::frames::function(f)))
             .collect();
         assert!(named.len() > 15, "{k}: {named:?}");
         let missing: Vec<&String> = named

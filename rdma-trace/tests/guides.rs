@@ -5,7 +5,7 @@
 //! is about (both kernels where it names none).
 
 use rdma_trace::capture::Record;
-use rdma_trace::plan::lessons::Topic;
+use rdma_trace::explain::lessons::Topic;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 

@@ -241,7 +241,7 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     assert_eq!(ids, dereg_ids, "the ids `rdma res` listed, deregistered at its exit: {p:?}");
     assert!(p.mrs.iter().all(|m| m.lkey.is_some_and(|k| k != 0)), "the tables' lkeys: {p:?}");
     // The TUI on this stream: the three rows from the tables end; nothing stays pinned.
-    let (mut f, _slot) = rdma_trace::output::tui::channel("lab".into(), false);
+    let (mut f, _slot) = rdma_trace::tui::channel("lab".into(), false);
     for r in recs.iter().filter(|r| matches!(r, Record::State(_) | Record::Event(_))) {
         rdma_trace::sink::Sink::record(&mut f, r.clone()).unwrap();
     }

@@ -370,7 +370,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     let already = pin.field(FieldId::PinnedVmPages).expect("pinned_vm read at the pin");
     assert!(already <= 16, "at most the 64 KiB limit was pinned before: {already} pages");
     // The TUI's refusal row has the limit too (its model fed the same capture).
-    let (mut tui, _slot) = rdma_trace::output::tui::channel("memlock".into(), false);
+    let (mut tui, _slot) = rdma_trace::tui::channel("memlock".into(), false);
     for e in &events {
         rdma_trace::sink::Sink::event(&mut tui, &std::sync::Arc::new(e.clone())).unwrap();
     }

@@ -591,7 +591,7 @@ fn late(k: &str) -> usize {
 /// the QP the CQ's completions were joined through.
 #[test]
 fn a_cq_whose_address_the_kernel_gave_again_keeps_its_own_path() {
-    use rdma_trace::output::tui::{HostLine, model::Model};
+    use rdma_trace::tui::{HostLine, model::Model};
     let files = [
         common::lab_capture("pair-7.3-reused-cq.host1.jsonl.zst"),
         common::lab_capture("pair-7.3-reused-cq.host2.jsonl.zst"),

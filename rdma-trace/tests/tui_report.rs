@@ -10,12 +10,12 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::output::numbers::Report;
-use rdma_trace::output::tui::format::{bytes, ns};
-use rdma_trace::output::tui::model::{Model, ROWS};
-use rdma_trace::output::tui::ui::{Screen, Ui};
-use rdma_trace::output::tui::{self, screens};
 use rdma_trace::sink::Sink;
 use rdma_trace::source::capture::{Reader, open};
+use rdma_trace::tui::format::{bytes, ns};
+use rdma_trace::tui::model::{Model, ROWS};
+use rdma_trace::tui::ui::{Screen, Ui};
+use rdma_trace::tui::{self, screens};
 use std::path::{Path, PathBuf};
 
 fn captures() -> Vec<PathBuf> {

@@ -5,10 +5,10 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::capture::Record;
 use rdma_trace::event::FieldId;
-use rdma_trace::output::tui::screens;
-use rdma_trace::output::tui::ui::{Screen, Ui};
-use rdma_trace::output::tui::{self, lesson, model::Model};
 use rdma_trace::sink::Sink;
+use rdma_trace::tui::screens;
+use rdma_trace::tui::ui::{Screen, Ui};
+use rdma_trace::tui::{self, lesson, model::Model};
 
 use rdma_trace::pipeline::correlate::story;
 use rdma_trace::source::capture::{Reader, open};
@@ -122,7 +122,7 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
         let mut f = fed(&format!("companion-{k}.jsonl"));
         let m = f.model.clone();
         let ui = Ui { screen: Screen::Events, ..Default::default() };
-        let shown = rdma_trace::output::tui::ui::shown_events(&m, &ui);
+        let shown = rdma_trace::tui::ui::shown_events(&m, &ui);
         // The newest pin entry shown, and the oldest completion handler shown.
         let pin = shown.iter().position(|e| e.is(ProbeId::UmemGet) && e.kind == EventKind::Entry).unwrap();
         let comp =
@@ -231,7 +231,7 @@ fn addresses_keys_and_latencies_stay_whole_on_narrow_terminals() {
             let table = cqs.split("completion path of").next().unwrap();
             for c in m.cqs.values() {
                 let handle = format!("{:#x}", c.handle);
-                let p99 = rdma_trace::output::tui::format::ns(c.wakeup_ns.quantile(0.99));
+                let p99 = rdma_trace::tui::format::ns(c.wakeup_ns.quantile(0.99));
                 let row = row_of(table, &format!("{handle} "))
                     .unwrap_or_else(|| panic!("{capture} at {w}: CQ {handle}:\n{cqs}"));
                 assert!(row.contains(&format!(" {p99} ")), "{capture} at {w}: CQ {handle} p99 {p99}: {row}");
@@ -271,7 +271,7 @@ fn the_overview_shows_whole_items_and_counts_the_rest() {
             shown += 1;
             let label: String = lines[at..(at + 6).min(lines.len())].iter().map(|l| right(l)).collect();
             for q in [0.5, 0.99] {
-                let v = rdma_trace::output::tui::format::ns(c.wakeup_ns.quantile(q));
+                let v = rdma_trace::tui::format::ns(c.wakeup_ns.quantile(q));
                 let name = if q == 0.5 { "p50" } else { "p99" };
                 assert!(
                     label.contains(&format!("{name} {v}")),
@@ -380,7 +380,7 @@ fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
 #[test]
 fn the_status_line_says_which_host_lost_what_and_why() {
     use rdma_trace::capture::{LossReason, LossSite, SiteCount, Stats};
-    use rdma_trace::output::tui::HostLine;
+    use rdma_trace::tui::HostLine;
     let mut m = model("companion-7.3.jsonl");
     m.hosts = vec![
         HostLine { name: "rdma-lab-1".into(), ..Default::default() },
@@ -448,7 +448,7 @@ fn a_capture_with_no_account_never_says_0_lost() {
 /// after it; `u` leaves the unmapped out.
 #[test]
 fn the_mmap_screen_leads_with_what_is_mapped_now() {
-    use rdma_trace::output::tui::ui::shown_maps;
+    use rdma_trace::tui::ui::shown_maps;
     let mut both = 0;
     // The companion in its teardown, its rings being unmapped one by one (cut at the third
     // of their six munmaps, 153.649684977 s into its boot), and whole runs.
@@ -500,7 +500,7 @@ fn an_answer_is_wrapped_to_its_panel() {
 /// newest 2 000, all 4 002 are among the kept; `e` on a found one explains that one.
 #[test]
 fn a_filter_searches_every_event_the_story_keeps() {
-    use rdma_trace::output::tui::ui::shown_events;
+    use rdma_trace::tui::ui::shown_events;
     let mut f = fed("perftest-rping-7.3.jsonl.zst");
     let ui = Ui { screen: Screen::Events, filter: "ib_send_bw".into(), ..Default::default() };
     assert!(f.model.events.iter().all(|e| e.comm != "ib_send_bw"), "the newest held are rping's");

@@ -4,9 +4,9 @@
 use crate::capture::Header;
 use crate::cli::{ExplainArgs, ReadOpts};
 use crate::event::Event;
-use crate::output::explain::Explanation;
-use crate::output::explain::{self, Input, RunCounts};
-use crate::plan::lessons::Topic;
+use crate::explain::Explanation;
+use crate::explain::lessons::Topic;
+use crate::explain::{self, Input, RunCounts};
 use crate::sink::Sink;
 use crate::steps::StepRecord;
 use anyhow::{Result, bail};
@@ -205,8 +205,8 @@ pub fn all(
 /// The guides (docs/guides/) from the lab captures in `dir`: for each kernel series,
 /// `<series>-companion.jsonl[.zst]` and `<series>-memlock.jsonl[.zst]` (`cargo xtask guides`
 /// puts them there), in the order of their kernels.
-pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::output::explain::guide::Guide>> {
-    use crate::output::explain::guide::KernelRun;
+pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::explain::guide::Guide>> {
+    use crate::explain::guide::KernelRun;
     let mut runs = Vec::new();
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
@@ -237,5 +237,5 @@ pub fn guides(dir: &std::path::Path) -> Result<Vec<crate::output::explain::guide
     if runs.is_empty() {
         bail!("{}: no <series>-companion.jsonl captures", dir.display());
     }
-    Ok(crate::output::explain::guide::guides(&runs))
+    Ok(crate::explain::guide::guides(&runs))
 }

@@ -3,9 +3,9 @@
 
 use crate::capture::Record;
 use crate::cli::TuiArgs;
-use crate::output::tui::{self, Control, Feeder};
 use crate::sink::Sink;
 use crate::source::capture::Reader;
+use crate::tui::{self, Control, Feeder};
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::atomic::Ordering;

@@ -1,9 +1,8 @@
 //! Where events and accounts go: a human text stream, a capture stream (JSON Lines, format
-//! v1), the story report, the run's summary, Prometheus metrics, the TUI.
+//! v1), the story report, the run's summary, Prometheus metrics.
 
 pub mod connections;
 pub mod diff;
-pub mod explain;
 pub mod flame;
 pub mod jsonl;
 pub mod metrics;
@@ -14,4 +13,3 @@ pub mod report;
 pub mod summary;
 pub mod target;
 pub mod text;
-pub mod tui;

@@ -4,8 +4,8 @@
 use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
+use crate::explain::lessons as L;
 use crate::pipeline::correlate::mmaps::Object;
-use crate::plan::lessons as L;
 use crate::units::{bytes, duration as us};
 
 fn is(e: &Event, ids: &[ProbeId], kind: EventKind) -> bool {

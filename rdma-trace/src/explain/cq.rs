@@ -5,7 +5,7 @@
 use super::parts::{Explanation, Input, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
-use crate::plan::lessons as L;
+use crate::explain::lessons as L;
 use crate::steps::StepName;
 use crate::units::duration as us;
 
@@ -199,7 +199,7 @@ pub(super) enum RanIn {
 /// `RanIn` from an event's thread name and its kernel stack (innermost first,
 /// `function+0xoff [module]`).
 pub(super) fn ran_in<S: AsRef<str>>(comm: &str, stack: &[S]) -> RanIn {
-    let fns: Vec<&str> = stack.iter().map(|f| crate::plan::frames::function(f.as_ref())).collect();
+    let fns: Vec<&str> = stack.iter().map(|f| crate::explain::frames::function(f.as_ref())).collect();
     let has = |p: &str| fns.iter().any(|f| f.starts_with(p));
     let softirq = crate::pipeline::enrich::SOFTIRQ_FRAMES.iter().any(|p| has(p));
     let tasklet = has("tasklet_action");

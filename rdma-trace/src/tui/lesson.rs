@@ -6,9 +6,9 @@
 
 use super::model::Model;
 use super::ui::{self, Screen, Ui};
-use crate::output::explain::{self, Input};
+use crate::explain::lessons::Topic;
+use crate::explain::{self, Input};
 use crate::pipeline::correlate::live::Live;
-use crate::plan::lessons::Topic;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};

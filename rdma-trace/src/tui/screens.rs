@@ -502,7 +502,7 @@ pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
         vec![format!("{} {what} in {} [{}]", e.name, render::printable(&e.comm), m.who(e.process()))];
     lines.extend(e.fields.iter().map(|(k, v)| format!("  {k} = {}", render::field(e, k, v))));
     for frame in &e.stack {
-        let note = crate::plan::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
+        let note = crate::explain::frames::frame(frame).map(|n| format!("   ← {n}")).unwrap_or_default();
         lines.push(format!("  {frame}{note}"));
     }
     lines

@@ -1,16 +1,17 @@
 //! `rdma-trace explain TOPIC`: one real occurrence of a path, from a capture, stage by
 //! stage — the user call, the syscall, the uverbs dispatch, the provider, the core work —
 //! with the values seen, the kernel functions that did it (each with its source file, as
-//! that kernel's stacks show them) and why, in words from `plan/lessons.rs`.
+//! that kernel's stacks show them) and why, in words from `lessons.rs`.
 
 mod contrasts;
 mod cq;
+pub mod frames;
 pub mod guide;
+pub mod lessons;
 mod parts;
 mod topics;
 
-use crate::plan::frames;
-use crate::plan::lessons::Topic;
+use crate::explain::lessons::Topic;
 pub use parts::{Explanation, Input, Named, RunCounts, Stage};
 use std::fmt::Write;
 

@@ -4,8 +4,8 @@
 use crate::capture::Header;
 use crate::event::FieldId;
 use crate::event::{Event, EventKind};
+use crate::explain::frames;
 use crate::pipeline::correlate::story::Story;
-use crate::plan::frames;
 use crate::steps::StepRecord;
 use serde::Serialize;
 use std::collections::BTreeMap;

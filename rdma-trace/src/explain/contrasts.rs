@@ -3,7 +3,7 @@
 
 use super::parts::{Explanation, Input, RunCounts, Stage};
 use crate::event::EventKind;
-use crate::plan::lessons as L;
+use crate::explain::lessons as L;
 use crate::steps::{Mode, StepName};
 
 pub fn bypass(input: &Input) -> Result<Explanation, String> {

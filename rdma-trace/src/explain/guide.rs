@@ -5,7 +5,7 @@
 //! (`` `4096` ``), so a reader (and the test) can tell measured numbers from prose.
 
 use super::parts::{Explanation, Stage};
-use crate::plan::lessons::{self as L, Topic};
+use crate::explain::lessons::{self as L, Topic};
 use std::fmt::Write;
 
 /// Every topic's explanation of one capture (or why it has none).
