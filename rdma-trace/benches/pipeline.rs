@@ -29,7 +29,7 @@ mod raw_records;
 
 use rdma_trace::output::{jsonl::Jsonl, target::Target};
 use rdma_trace::pipeline::correlate::Correlator;
-use rdma_trace::pipeline::correlate::live::{Limits, Live, StorySink};
+use rdma_trace::pipeline::correlate::engine::{Engine, Limits, StorySink};
 use rdma_trace::pipeline::enrich::Enricher;
 use rdma_trace::pipeline::{decode, ksyms::Ksyms};
 use rdma_trace::plan::select::Plan;
@@ -138,7 +138,7 @@ fn run(base: &Base, upto: Stage, n: u64) -> (Duration, u64) {
         cgroups: Default::default(),
     };
     let mut correlator = Correlator::default();
-    let mut story = StorySink(Live::new(Vec::new(), Limits::default()));
+    let mut story = StorySink(Engine::new(Vec::new(), Limits::default()));
     let mut writer = Jsonl::new(Discard::default());
     let mut buf = Vec::with_capacity(1024);
     let mut out = 0u64;

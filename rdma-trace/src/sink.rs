@@ -1,7 +1,7 @@
 //! The stream's one vocabulary at the bottom: a `Sink` takes the records of capture format
 //! v1 (`capture::Record`) one kind at a time; the tracer's live run, a capture being read
 //! and a daemon's subscribers all hand their records to sinks. The outputs (`output/`), the
-//! story (`pipeline::correlate::live::StorySink`), the broadcaster and the TUI's feeder
+//! story (`pipeline::correlate::engine::StorySink`), the broadcaster and the TUI's feeder
 //! implement it.
 
 use crate::capture::{Header, Loss, Record, State, Stats, Trailer};

@@ -185,7 +185,7 @@ fn replay_reads_stdin() {
 
 #[test]
 fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
-    use rdma_trace::pipeline::correlate::live;
+    use rdma_trace::pipeline::correlate::engine;
     use rdma_trace::pipeline::redact::{KERNEL_HALF, KERNEL_STAND_IN, Redactor};
     for name in ["companion-7.3.jsonl", "companion-6.12.jsonl", "memlock-7.3.jsonl"] {
         let events = common::lab_events(name);
@@ -210,7 +210,7 @@ fn a_redacted_capture_hides_kernel_addresses_and_still_joins() {
                 assert!(!kernel_values.contains(&v) || v >= KERNEL_STAND_IN, "{name}: {k} = {v:#x} kept");
             }
         }
-        let (a, b) = (live::build(&events, &[]), live::build(&redacted, &[]));
+        let (a, b) = (engine::build(&events, &[]), engine::build(&redacted, &[]));
         assert_eq!(a.unjoined, b.unjoined, "{name}");
         assert_eq!(a.processes.len(), b.processes.len(), "{name}");
         for (pa, pb) in a.processes.values().zip(b.processes.values()) {

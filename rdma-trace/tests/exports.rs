@@ -3,7 +3,7 @@
 
 use rdma_trace::cli::ReadOpts;
 use rdma_trace::cmd::report::{build, read};
-use rdma_trace::output::{diff, flame, numbers, perfetto};
+use rdma_trace::output::{diff, flame, perfetto, report};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,7 +66,7 @@ fn slices_nest_whatever_entries_and_returns_the_kernel_skipped() {
                 .cloned()
                 .collect();
             assert!(dropped > 10, "{c}: {dropped} skipped");
-            let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
+            let story = rdma_trace::pipeline::correlate::engine::build(&events, &[]);
             let doc = perfetto::export(&events, &story, &[]);
             let wrong = check_trace_events(&doc);
             assert!(
@@ -93,7 +93,7 @@ fn calls_left_open_past_the_bound_are_counted() {
             e
         })
         .collect();
-    let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
+    let story = rdma_trace::pipeline::correlate::engine::build(&events, &[]);
     let doc = perfetto::export(&events, &story, &[]);
     assert_eq!(doc["otherData"]["open_calls_let_go"], serde_json::json!(extra));
     assert!(check_trace_events(&doc).is_empty());
@@ -139,9 +139,9 @@ fn the_checker_finds_what_is_wrong() {
 fn report_text_and_json_of_both_kernels() {
     for c in CAPTURES {
         let r = build(&[common::lab_capture(c)], OPTS).unwrap();
-        insta::assert_snapshot!(format!("report-{c}"), numbers::text(&r));
+        insta::assert_snapshot!(format!("report-{c}"), report::text(&r));
         let json = serde_json::to_string_pretty(&r).unwrap();
-        let back: numbers::Report = serde_json::from_str(&json).unwrap();
+        let back: report::Report = serde_json::from_str(&json).unwrap();
         assert_eq!(back, r, "{c}: the JSON reads back as the report");
     }
     let r = build(&[common::lab_capture("companion-6.12.jsonl")], OPTS).unwrap();
@@ -157,7 +157,7 @@ fn the_report_counts_what_the_story_counts() {
         let r = build(std::slice::from_ref(&file), OPTS).unwrap();
         let events =
             rdma_trace::source::capture::parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
+        let story = rdma_trace::pipeline::correlate::engine::build(&events, &[]);
         for p in &r.processes {
             let s = &story.processes[&rdma_trace::event::Task::new(0, p.pid)];
             assert_eq!(
@@ -322,7 +322,7 @@ fn the_loss_section_says_what_the_first_line_counts() {
         std::fs::write(&file, format!("{body}\n{trailer}\n")).unwrap();
         let r = build(std::slice::from_ref(&file), OPTS).unwrap();
         assert_eq!(r.captures[0].lost, 5, "{name}");
-        let text = rdma_trace::output::numbers::text(&r);
+        let text = rdma_trace::output::report::text(&r);
         assert!(text.contains(said), "{name}:\n{text}");
         assert!(!text.contains("every hit delivered"), "{name}:\n{text}");
     }

@@ -5,7 +5,7 @@
 
 use rdma_trace::capture::Record;
 use rdma_trace::cli::ReadOpts;
-use rdma_trace::pipeline::correlate::live::{Limits, Live};
+use rdma_trace::pipeline::correlate::engine::{Engine, Limits};
 use rdma_trace::source::capture::{Reader, open};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +16,7 @@ const LIMIT: Duration = if cfg!(debug_assertions) { Duration::from_secs(10) } el
 /// `story` and `report` of `path`, lenient as the commands are by default.
 fn story_and_report(path: &Path) {
     if let Ok(input) = open(path) {
-        let mut live = Live::new(Vec::new(), Limits::default());
+        let mut live = Engine::new(Vec::new(), Limits::default());
         for r in Reader::new(input, false) {
             match r {
                 Ok(Record::Event(e)) => _ = live.push(e),
@@ -27,12 +27,12 @@ fn story_and_report(path: &Path) {
             }
         }
         let (story, kept, steps) = live.finish();
-        rdma_trace::output::report::text(&story, &kept, &steps);
+        rdma_trace::output::story::text(&story, &kept, &steps);
     }
     if let Ok(r) =
         rdma_trace::cmd::report::build(&[path.to_path_buf()], ReadOpts { strict: false, follow: false })
     {
-        rdma_trace::output::numbers::text(&r);
+        rdma_trace::output::report::text(&r);
     }
 }
 

@@ -69,7 +69,7 @@ fn lab_container_cgroup_named_in_capture_and_report() {
     );
     let out =
         Command::new(tracer_bin()).args(["report", "--json"]).arg(&capture).output().expect("report --json");
-    let r: rdma_trace::output::numbers::Report =
+    let r: rdma_trace::output::report::Report =
         serde_json::from_slice(&out.stdout).expect("the report's JSON");
     let p = r.processes.iter().find(|p| p.comm == "rdma-trace-work").expect("the companion in the report");
     assert_eq!(p.cgroup.as_deref(), Some(rel.as_str()));

@@ -329,7 +329,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
             _ => None,
         })
         .collect();
-    let story = rdma_trace::pipeline::correlate::live::build(&events, &[]);
+    let story = rdma_trace::pipeline::correlate::engine::build(&events, &[]);
     let ps = &story.processes[&rdma_trace::event::Task::new(0, cpid)];
     std::fs::write(
         dir.join("metrics-vs-story.txt"),

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use rdma_trace::output::numbers::Report;
+use rdma_trace::output::report::Report;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;

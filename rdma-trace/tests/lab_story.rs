@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use rdma_trace::event::{Event, EventKind};
-use rdma_trace::pipeline::correlate::live;
+use rdma_trace::pipeline::correlate::engine;
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::plan::catalog::ProbeId;
 use rdma_trace::source::capture::parse_jsonl;
@@ -39,7 +39,7 @@ fn trace_command(dir: &Path, name: &str, cmd: &[&str]) -> Vec<Event> {
 fn report(dir: &Path, name: &str, story: &Story, events: &[Event], steps: &[StepRecord]) {
     std::fs::write(
         dir.join(format!("{name}.story.txt")),
-        rdma_trace::output::report::text(story, events, steps),
+        rdma_trace::output::story::text(story, events, steps),
     )
     .unwrap();
 }
@@ -63,7 +63,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
         ],
     );
     let steps = story::read_steps(&steps_file).expect("steps parse");
-    let st = live::build(&events, &steps);
+    let st = engine::build(&events, &steps);
     report(&dir, "companion", &st, &events, &steps);
     // The marker announced every step while the run went on: the capture carries the
     // records the companion wrote to its file, and `story` of the capture alone tells the
@@ -83,7 +83,7 @@ fn lab_story_companion_steps_join_their_kernel_events() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        rdma_trace::output::report::text(&st, &events, &steps),
+        rdma_trace::output::story::text(&st, &events, &steps),
         "story of the capture alone = story with --steps"
     );
     assert!(
@@ -220,8 +220,8 @@ fn mappings_are_the_queues_it_made(events: &[Event], steps: &[StepRecord], pid: 
     want.sort_by_key(|w| format!("{w:?}"));
     assert!(want.len() >= 4, "the companion makes CQs and a QP: {want:?}");
     for (how, st) in [
-        ("with the step file", live::build(events, steps)),
-        ("from the probes alone", live::build(events, &[])),
+        ("with the step file", engine::build(events, steps)),
+        ("from the probes alone", engine::build(events, &[])),
     ] {
         let maps = &st.processes[&rdma_trace::event::Task::new(0, pid)].mappings;
         let unnamed: Vec<_> =
@@ -261,7 +261,7 @@ fn lab_story_perftest_and_rping_traced_by_command() {
     let bt_out = std::fs::read_to_string(dir.join("bpftrace.out")).unwrap();
     assert!(status.success(), "{status}\n{stderr}");
     std::fs::copy("/tmp/perftest-rping.sh.log", dir.join("perftest-rping.sh.log")).ok();
-    let st = live::build(&events, &[]);
+    let st = engine::build(&events, &[]);
     report(&dir, "perftest-rping", &st, &events, &[]);
     assert!(
         st.unjoined.is_empty(),
@@ -352,7 +352,7 @@ fn lab_story_pinning_over_memlock_is_refused_and_explained() {
     assert_eq!(st.code(), Some(1), "the workload fails its reg_mr:\n{stderr}");
     std::fs::copy("/tmp/memlock-steps.jsonl", &steps_file).expect("steps written");
     let steps = story::read_steps(&steps_file).unwrap();
-    let st = live::build(&events, &steps);
+    let st = engine::build(&events, &steps);
     report(&dir, "memlock", &st, &events, &steps);
     let reg = steps.iter().find(|s| s.name == StepName::RegMr).expect("a reg_mr step");
     assert!(!reg.ok && reg.errno == Some(12), "{reg:?}");
@@ -437,7 +437,7 @@ fn lab_story_odp_registrations_show_as_odp() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let steps = story::read_steps(&steps_file).unwrap();
-    let st = live::build(&events, &steps);
+    let st = engine::build(&events, &steps);
     report(&dir, "odp", &st, &events, &steps);
     let regs: Vec<&StepRecord> = steps.iter().filter(|s| s.name == StepName::RegMr).collect();
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

@@ -12,8 +12,8 @@ use rdma_trace::cmd::report::{build, read};
 use rdma_trace::event::Event;
 use rdma_trace::event::FieldId;
 use rdma_trace::output::connections::QpReport;
-use rdma_trace::output::{numbers, perfetto};
-use rdma_trace::pipeline::correlate::live::{Limits, Live};
+use rdma_trace::output::{perfetto, report};
+use rdma_trace::pipeline::correlate::engine::{Engine, Limits};
 use rdma_trace::pipeline::correlate::qps::QpRow;
 use rdma_trace::pipeline::correlate::story::Story;
 use rdma_trace::pipeline::merge::Merge;
@@ -134,7 +134,7 @@ fn placed(k: &str) {
     let r = build(&files, OPTS).unwrap();
     let placed = r.captures[1].clock.as_ref().expect("placed by a measurement");
     assert_eq!(placed.offset_ns, kept);
-    let text = numbers::text(&r);
+    let text = report::text(&r);
     assert!(text.contains("from rdma-lab-1's (measured by rdma-lab-"), "{text}");
     // Every host-2 event is where its own clock, the two headers and the offset put it.
     let merged = read(&files, OPTS, true).unwrap().events;
@@ -422,7 +422,7 @@ fn a_completion_on_a_shared_cq_counts_once_on_the_qp_that_posted() {
 /// of the daemon's own story of everything before the cut (in pieces of `rows` rows), and
 /// the records from the cut on. Fed as the daemon feeds its story: events, steps, stats.
 fn joined_at(recs: &[Record], cut: usize, rows: usize) -> Vec<Record> {
-    let mut daemon = Live::new(Vec::new(), Limits::default());
+    let mut daemon = Engine::new(Vec::new(), Limits::default());
     for r in &recs[..cut] {
         match r {
             Record::Event(e) => _ = daemon.push(e.clone()),
@@ -443,7 +443,7 @@ fn joined_at(recs: &[Record], cut: usize, rows: usize) -> Vec<Record> {
 /// seeding the story, the window settled only as far as both have reached.
 fn viewed(one: &[Record], two: &[Record]) -> Story {
     let mut merge = Merge::new(2);
-    let mut live = Live::new(Vec::new(), Limits::default());
+    let mut live = Engine::new(Vec::new(), Limits::default());
     live.settle_only();
     let longest = one.len().max(two.len());
     for k in 0..longest {
@@ -598,7 +598,7 @@ fn a_cq_whose_address_the_kernel_gave_again_keeps_its_own_path() {
     ];
     let (one, two) = (records(&files[0]), records(&files[1]));
     let mut merge = Merge::new(2);
-    let mut live = Live::new(Vec::new(), Limits::default());
+    let mut live = Engine::new(Vec::new(), Limits::default());
     live.settle_only();
     let mut model = Model::new("two hosts".into());
     model.hosts = vec![HostLine::default(), HostLine::default()];

@@ -217,7 +217,7 @@ fn a_state_of_100_000_mrs_reaches_a_late_subscriber_whole() {
     let states: Vec<&rdma_trace::capture::State> =
         recs.iter().filter_map(|r| if let Record::State(s) = r { Some(s) } else { None }).collect();
     assert!(states.len() >= 100, "in pieces: {}", states.len());
-    let mut live = rdma_trace::pipeline::correlate::live::Live::new(Vec::new(), Default::default());
+    let mut live = rdma_trace::pipeline::correlate::engine::Engine::new(Vec::new(), Default::default());
     for st in &states {
         live.seed(st);
     }
@@ -579,7 +579,7 @@ fn a_process_gone_leaves_the_state_later_joiners_get() {
     // Its series stay for a scrape after its end (the lookback), then go.
     let series = format!("pid=\"{worker}\"");
     assert!(metrics.lock().unwrap().contains(&series), "{}", metrics.lock().unwrap());
-    let later = end + rdma_trace::pipeline::correlate::live::ENDED_KEPT_NS + 4_000_000_000;
+    let later = end + rdma_trace::pipeline::correlate::engine::ENDED_KEPT_NS + 4_000_000_000;
     b.stats(&Stats { ts_ns: later, ..Default::default() }).unwrap();
     assert!(!metrics.lock().unwrap().contains(&series), "{}", metrics.lock().unwrap());
     b.trailer(&trailer()).unwrap();
@@ -601,14 +601,14 @@ fn a_process_gone_leaves_the_state_later_joiners_get() {
 /// the reorder window held; the old one's final row is kept once for the metrics.
 #[test]
 fn a_new_process_with_a_gone_ones_pid_starts_its_own_row() {
-    use rdma_trace::pipeline::correlate::live::Live;
+    use rdma_trace::pipeline::correlate::engine::Engine;
     let events = lab_events("companion-7.3.jsonl");
     let worker = events.iter().find(|e| e.comm == "rdma-trace-work").expect("the companion").pid;
     let end = events.iter().map(|e| e.ts_ns).max().unwrap();
     let (first, last) = (events.iter().map(|e| e.ts_ns).min().unwrap(), end);
     let again: Vec<Event> =
         events.iter().map(|e| Event { ts_ns: e.ts_ns - first + last + 5_000_000, ..e.clone() }).collect();
-    let mut both = Live::new(Vec::new(), Default::default());
+    let mut both = Engine::new(Vec::new(), Default::default());
     for e in &events {
         both.push(e.clone());
     }
@@ -617,7 +617,7 @@ fn a_new_process_with_a_gone_ones_pid_starts_its_own_row() {
         both.push(e.clone());
     }
     both.flush();
-    let mut alone = Live::new(Vec::new(), Default::default());
+    let mut alone = Engine::new(Vec::new(), Default::default());
     for e in &again {
         alone.push(e.clone());
     }

@@ -97,7 +97,7 @@ fn soak_daemon_thirty_minutes_of_churn_and_joins_leave_it_flat() {
     assert!(dst.success(), "daemon {dst}: {}", std::fs::read_to_string(&derr).unwrap_or_default());
     assert!(wait_timeout(&mut steady, 30).success(), "the steady subscriber");
     // The daemon keeps each ended process's last row 5 min (Prometheus's lookback,
-    // `Live::ended`) and fills its other bounded lists meanwhile: RSS is flat from then on
+    // `Engine::ended`) and fills its other bounded lists meanwhile: RSS is flat from then on
     // (6.12: 85.5 MiB at 1 min, 102.5 at 6, 104.8 at 30).
     let first = at.iter().find(|a| a.0 >= 6).copied().unwrap_or(at[0]);
     let last = at[at.len() - 1];
@@ -276,7 +276,7 @@ fn soak_daemon_a_late_viewer_of_a_hundred_thousand_mrs() {
     assert!(lst.success(), "trace --connect {lst}: {}", std::fs::read_to_string(&lerr).unwrap_or_default());
     let out = Command::new(tracer_bin()).args(["report", "--json"]).arg(&late).output().expect("report");
     assert!(out.status.success(), "report: {}", String::from_utf8_lossy(&out.stderr));
-    let report: rdma_trace::output::numbers::Report =
+    let report: rdma_trace::output::report::Report =
         serde_json::from_slice(&out.stdout).expect("the report's JSON");
     let p = report.processes.iter().find(|p| p.pid == cpid).expect("the companion in the report");
     // The TUI, late, in an 120×32 terminal.

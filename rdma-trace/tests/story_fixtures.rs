@@ -3,7 +3,7 @@
 
 use rdma_trace::event::Event;
 use rdma_trace::event::FieldId;
-use rdma_trace::pipeline::correlate::live::{self, Limits, Live};
+use rdma_trace::pipeline::correlate::engine::{self, Engine, Limits};
 use rdma_trace::pipeline::correlate::story::{self, Story};
 use rdma_trace::source::capture::parse_jsonl;
 use rdma_trace::steps::StepName;
@@ -29,7 +29,7 @@ fn companion_steps_all_join_with_equal_values() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
         let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
-        let st = live::build(&evs, &steps);
+        let st = engine::build(&evs, &steps);
         assert!(st.unjoined.is_empty(), "{k}");
         let checks: Vec<_> = st.steps.iter().flat_map(|j| &j.checks).collect();
         assert!(checks.len() >= 27, "{k}: {} checks", checks.len());
@@ -58,7 +58,7 @@ fn companion_steps_all_join_with_equal_values() {
 
 fn perftest_rping(k: &str) -> (Vec<Event>, Story) {
     let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
-    let st = live::build(&evs, &[]);
+    let st = engine::build(&evs, &[]);
     (evs, st)
 }
 
@@ -107,7 +107,7 @@ fn perftest_and_rping_every_completion_joins_its_process() {
 fn companion_story_report_golden() {
     let evs = events("companion-7.3.jsonl");
     let steps = story::read_steps(&common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
-    let text = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
+    let text = rdma_trace::output::story::text(&engine::build(&evs, &steps), &evs, &steps);
     let golden = common::lab_capture("companion-7.3.story.txt");
     if std::env::var_os("RDMA_TRACE_BLESS").is_some() {
         std::fs::write(&golden, &text).unwrap();
@@ -128,7 +128,7 @@ fn pinning_over_memlock_is_explained() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("memlock-{k}.jsonl"));
         let steps = story::read_steps(&common::lab_capture(&format!("memlock-{k}.steps.jsonl"))).unwrap();
-        let st = live::build(&evs, &steps);
+        let st = engine::build(&evs, &steps);
         let reg = steps.iter().find(|s| s.name == StepName::RegMr).unwrap();
         let ps = &st.processes[&rdma_trace::event::Task::new(0, reg.pid)];
         assert_eq!(
@@ -136,7 +136,7 @@ fn pinning_over_memlock_is_explained() {
             (Some(65536), 1, 0),
             "{k}"
         );
-        let text = rdma_trace::output::report::text(&st, &evs, &steps);
+        let text = rdma_trace::output::story::text(&st, &evs, &steps);
         assert!(text.contains("RLIMIT_MEMLOCK: 64 KiB"), "{k}: {text}");
         assert!(
             text.contains("pin REFUSED by the umem function: pages=256 umem=ERR_PTR(-12 ENOMEM)"),
@@ -148,12 +148,12 @@ fn pinning_over_memlock_is_explained() {
 
 /// The story fed one event at a time, bounded as `story` runs it.
 fn streamed(evs: &[Event], steps: &[rdma_trace::steps::StepRecord], limits: Limits) -> String {
-    let mut live = Live::new(steps.to_vec(), limits);
+    let mut live = Engine::new(steps.to_vec(), limits);
     for e in evs {
         live.push(e.clone());
     }
     let (st, kept, steps) = live.finish();
-    rdma_trace::output::report::text(&st, &kept, &steps)
+    rdma_trace::output::story::text(&st, &kept, &steps)
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
     for (capture, steps) in cases {
         let evs = events(capture);
         let steps = steps.map(|s| story::read_steps(&common::lab_capture(s)).unwrap()).unwrap_or_default();
-        let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
+        let whole = rdma_trace::output::story::text(&engine::build(&evs, &steps), &evs, &steps);
         assert_eq!(streamed(&evs, &steps, Limits::default()), whole, "{capture}");
     }
 }
@@ -179,11 +179,11 @@ fn the_story_fed_event_by_event_reads_as_the_whole_capture_at_once() {
 #[test]
 fn a_bounded_story_keeps_its_counts_and_says_what_it_let_go() {
     let evs = events("perftest-rping-7.3.jsonl.zst");
-    let whole = live::build(&evs, &[]);
+    let whole = engine::build(&evs, &[]);
     let small =
         Limits { events: 200, per_list: 50, processes: 100, reorder_ns: 1_000_000_000, reorder_max: 1000 };
     let text = streamed(&evs, &[], small);
-    let mut live = Live::new(vec![], small);
+    let mut live = Engine::new(vec![], small);
     for e in &evs {
         live.push(e.clone());
     }
@@ -207,7 +207,7 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
     let evs = events("companion-7.3.jsonl");
     let span = evs.iter().map(|e| e.ts_ns).max().unwrap() + 1;
     let limits = Limits { processes: 2, ..Limits::default() };
-    let mut live = Live::new(vec![], limits);
+    let mut live = Engine::new(vec![], limits);
     // Five runs of the companion, one after the other, each as other processes.
     for k in 0..5u32 {
         for e in &evs {
@@ -226,9 +226,9 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
         "the last run's are kept: {:?}",
         st.processes.keys()
     );
-    let whole = live::build(&evs, &[]);
+    let whole = engine::build(&evs, &[]);
     assert_eq!(st.retired_processes as usize, 5 * whole.processes.len() - 2);
-    let text = rdma_trace::output::report::text(&st, &kept, &steps);
+    let text = rdma_trace::output::story::text(&st, &kept, &steps);
     assert!(text.contains("processes were retired"), "{text}");
 }
 
@@ -239,7 +239,7 @@ fn past_its_process_limit_the_story_retires_the_quietest() {
 #[test]
 fn a_retired_process_takes_its_qps_and_cqs_with_it() {
     let evs = events("pair-7.3-reused-cq.host1.jsonl.zst");
-    let whole = live::build(&evs, &[]);
+    let whole = engine::build(&evs, &[]);
     let drivers =
         |st: &Story| st.qps.rows.values().map(|r| r.pid.pid).collect::<std::collections::BTreeSet<u32>>();
     assert!(
@@ -247,7 +247,7 @@ fn a_retired_process_takes_its_qps_and_cqs_with_it() {
         "the whole story has QPs of several processes: {:?}",
         drivers(&whole)
     );
-    let mut live = Live::new(vec![], Limits { processes: 1, ..Limits::default() });
+    let mut live = Engine::new(vec![], Limits { processes: 1, ..Limits::default() });
     for e in &evs {
         live.push(e.clone());
     }
@@ -272,9 +272,11 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
         for name in ["companion", "memlock"] {
             let evs = events(&format!("{name}-{k}.jsonl"));
             let steps = story::read_steps(&common::lab_capture(&format!("{name}-{k}.steps.jsonl"))).unwrap();
-            let whole = rdma_trace::output::report::text(&live::build(&evs, &steps), &evs, &steps);
-            let mut sink =
-                rdma_trace::pipeline::correlate::live::StorySink(Live::new(Vec::new(), Limits::default()));
+            let whole = rdma_trace::output::story::text(&engine::build(&evs, &steps), &evs, &steps);
+            let mut sink = rdma_trace::pipeline::correlate::engine::StorySink(Engine::new(
+                Vec::new(),
+                Limits::default(),
+            ));
             let mut pending = steps.iter().peekable();
             for e in &evs {
                 while let Some(s) = pending.next_if(|s| s.t_end_ns < e.ts_ns) {
@@ -286,7 +288,7 @@ fn steps_announced_live_tell_the_story_the_step_file_tells() {
             sink.0.add_steps(steps.clone());
             let (st, kept, joined) = sink.0.finish();
             assert_eq!(joined.len(), steps.len(), "{name} {k}: each step once");
-            let live = rdma_trace::output::report::text(&st, &kept, &joined);
+            let live = rdma_trace::output::story::text(&st, &kept, &joined);
             assert_eq!(live, whole, "{name} {k}");
         }
     }
@@ -299,7 +301,7 @@ fn steps_past_the_bound_read_again_are_not_new() {
     let steps = story::read_steps(&common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
     let per_list = 10;
     assert!(steps.len() > 2 * per_list, "{}", steps.len());
-    let mut live = Live::new(Vec::new(), Limits { per_list, ..Limits::default() });
+    let mut live = Engine::new(Vec::new(), Limits { per_list, ..Limits::default() });
     for s in &steps {
         live.add_steps(vec![s.clone()]);
     }
@@ -335,7 +337,7 @@ fn companion_mappings_are_named_by_their_queues() {
         want.sort();
         assert_eq!(want.len(), 6, "{k}: two CQs and two QPs");
         for with in [&steps[..], &[]] {
-            let st = live::build(&evs, with);
+            let st = engine::build(&evs, with);
             let ps = st.processes.values().find(|p| p.mappings_total > 0).expect("a process that mapped");
             let mut got: Vec<String> = ps
                 .mappings
@@ -363,7 +365,7 @@ fn perftest_and_rping_mappings_are_named() {
     use rdma_trace::pipeline::correlate::mmaps::{Object, QueueKind};
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("perftest-rping-{k}.jsonl.zst"));
-        let st = live::build(&evs, &[]);
+        let st = engine::build(&evs, &[]);
         let mut by_handle = 0;
         for ps in st.processes.values().filter(|p| p.comm == "ib_send_bw" || p.comm == "rping") {
             assert!(ps.mappings.len() >= 3, "{k} {} {}: a CQ and a QP's queues", ps.comm, ps.pid);
@@ -395,7 +397,7 @@ fn the_storys_rows_are_what_the_companion_announced() {
     for k in ["6.12", "7.3"] {
         let evs = events(&format!("companion-{k}.jsonl"));
         let steps = story::read_steps(&common::lab_capture(&format!("companion-{k}.steps.jsonl"))).unwrap();
-        let st = live::build(&evs, &steps);
+        let st = engine::build(&evs, &steps);
         let ps = &st.processes[&steps[0].process()];
         let announced: Vec<_> =
             steps.iter().filter(|s| s.name == StepName::RegMr).filter_map(|s| s.mr.as_ref()).collect();

@@ -9,7 +9,7 @@
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use rdma_trace::cli::ReadOpts;
-use rdma_trace::output::numbers::Report;
+use rdma_trace::output::report::Report;
 use rdma_trace::sink::Sink;
 use rdma_trace::source::capture::{Reader, open};
 use rdma_trace::tui::format::{bytes, ns};
@@ -212,11 +212,11 @@ fn every_number_the_tui_shows_is_the_reports_on_every_lab_capture() {
 #[test]
 fn every_view_counts_the_same_events_and_completions() {
     use rdma_trace::capture::Record;
-    use rdma_trace::pipeline::correlate::live::{Limits, Live};
+    use rdma_trace::pipeline::correlate::engine::{Engine, Limits};
     let mut steps_compared = 0;
     for c in &captures() {
         let name = c.file_name().unwrap().to_string_lossy().to_string();
-        let mut live = Live::new(Vec::new(), Limits::default());
+        let mut live = Engine::new(Vec::new(), Limits::default());
         let mut events = 0u64;
         // A late joiner's capture begins with a daemon's state: what its CQs completed
         // before (counted by the CQs, not by the completion path's events).
@@ -245,9 +245,9 @@ fn every_view_counts_the_same_events_and_completions() {
             + story.unjoined_total
             + story.retired_events;
         assert_eq!(placed, events, "{name}: the story's parts add up");
-        let text = rdma_trace::output::report::text(&story, &kept, &steps);
+        let text = rdma_trace::output::story::text(&story, &kept, &steps);
         assert!(text.starts_with(&format!("{events} events: ")), "{name}: {}", text.lines().next().unwrap());
-        let numbers = rdma_trace::output::numbers::text(&r);
+        let numbers = rdma_trace::output::report::text(&r);
         assert!(
             numbers.contains(&format!(" {events} events")),
             "{name}: {}",

@@ -5,7 +5,7 @@
 use crate::capture::Record;
 use crate::cli::TraceArgs;
 use crate::output::text::Text;
-use crate::pipeline::correlate::live::{Limits, Live, StorySink};
+use crate::pipeline::correlate::engine::{Engine, Limits, StorySink};
 use crate::serve::client::Source;
 use crate::sink::Sink;
 use anyhow::{Context, Result, bail};
@@ -39,7 +39,7 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
         t.stacks = a.stacks;
         t
     });
-    let mut story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
+    let mut story = a.story.then(|| StorySink(Engine::new(Vec::new(), Limits::default())));
     let mut stopped = None;
     let mut note = StateNote::default();
     let deadline = deadline(a);
@@ -70,7 +70,7 @@ fn one_source(a: &TraceArgs, socket: &Path) -> Result<i32> {
     );
     if let Some(StorySink(live)) = story {
         let (st, kept, steps) = live.finish();
-        print!("{}", crate::output::report::text(&st, &kept, &steps));
+        print!("{}", crate::output::story::text(&st, &kept, &steps));
     }
     Ok(0)
 }

@@ -146,7 +146,7 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
     let mut steps = run.steps;
     let mut seen = std::collections::HashSet::new();
     steps.retain(|s| seen.insert((s.process(), s.run, s.step)));
-    let story = crate::pipeline::correlate::live::build(&run.events, &steps);
+    let story = crate::pipeline::correlate::engine::build(&run.events, &steps);
     let calls = crate::pipeline::correlate::calls::Pairs::of(&run.events);
     let input = Input {
         events: &run.events,
@@ -186,7 +186,7 @@ pub fn all(
     steps: &[StepRecord],
     header: Option<&Header>,
 ) -> Vec<(Topic, Result<Explanation, String>)> {
-    let story = crate::pipeline::correlate::live::build(events, steps);
+    let story = crate::pipeline::correlate::engine::build(events, steps);
     let calls = crate::pipeline::correlate::calls::Pairs::of(events);
     let input = Input {
         events,

@@ -4,8 +4,8 @@
 
 use crate::cli::ReadOpts;
 use crate::event::Event;
-use crate::output::numbers::{self, Part, Report};
-use crate::pipeline::correlate::live::Limits;
+use crate::output::report::{self, Part, Report};
+use crate::pipeline::correlate::engine::Limits;
 pub use crate::pipeline::merge::{self, Input, Read};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -65,7 +65,7 @@ pub fn build(files: &[PathBuf], opts: ReadOpts) -> Result<Report> {
             other_boot: h.as_ref().zip(r.headers[0].as_ref()).is_some_and(|(h, h0)| h.boot_id != h0.boot_id),
         })
         .collect();
-    Ok(numbers::build(&story, &steps, &parts))
+    Ok(report::build(&story, &steps, &parts))
 }
 
 fn name(f: &Path) -> String {
@@ -80,7 +80,7 @@ pub fn report(files: &[PathBuf], json: bool, opts: ReadOpts) -> Result<i32> {
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", numbers::text(&r));
+        print!("{}", report::text(&r));
     }
     Ok(0)
 }

@@ -4,7 +4,7 @@
 use crate::cli::ReadOpts;
 use crate::event::Event;
 use crate::output::text::Text;
-use crate::pipeline::correlate::live::{Limits, Live, StorySink};
+use crate::pipeline::correlate::engine::{Engine, Limits, StorySink};
 use crate::pipeline::feed;
 use crate::sink::Sink;
 use crate::source::capture::{ReadReport, Reader};
@@ -45,7 +45,7 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
 pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -> Result<i32> {
     let steps = read_steps(steps)?;
     let mut r = reader(capture, opts)?;
-    let mut sink = StorySink(Live::new(steps, Limits::default()));
+    let mut sink = StorySink(Engine::new(steps, Limits::default()));
     let fed = feed(&mut r, &mut sink).with_context(|| capture.display().to_string());
     report_damage(capture, &r.report);
     fed?;
@@ -53,7 +53,7 @@ pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -
     if json {
         println!("{}", serde_json::to_string_pretty(&story)?);
     } else {
-        print!("{}", crate::output::report::text(&story, &kept, &steps));
+        print!("{}", crate::output::story::text(&story, &kept, &steps));
     }
     Ok(0)
 }

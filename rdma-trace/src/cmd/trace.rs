@@ -9,7 +9,7 @@ use crate::live::trace::{Finished, TraceOptions, Tracer};
 use crate::output::queued::{QUEUE, Queued};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{jsonl::Jsonl, text::Text};
-use crate::pipeline::correlate::live::{Limits, Live, StorySink};
+use crate::pipeline::correlate::engine::{Engine, Limits, StorySink};
 use crate::pipeline::redact::Redactor;
 use crate::sink::Sink;
 use anyhow::{Context, Result, bail};
@@ -118,7 +118,7 @@ impl Outputs {
             None => {}
         }
         // The companion's step file is read at the end (it is written during the run).
-        let story = a.story.then(|| StorySink(Live::new(Vec::new(), Limits::default())));
+        let story = a.story.then(|| StorySink(Engine::new(Vec::new(), Limits::default())));
         Ok(Self { sinks, story, redact: a.redact.then(Redactor::default) })
     }
 }
@@ -228,7 +228,7 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     if let Some(StorySink(mut live)) = out.story {
         live.add_steps(super::story::read_steps(a.steps.as_deref())?);
         let (story, kept, steps) = live.finish();
-        print!("{}", crate::output::report::text(&story, &kept, &steps));
+        print!("{}", crate::output::story::text(&story, &kept, &steps));
     }
     Ok(finished.stopped.code)
 }

@@ -3,7 +3,7 @@
 //! and the kernel stacks that are new in B or gone from it — with thresholds (`--fail-on
 //! pin-p99=+20%`) a CI job can fail on.
 
-use super::numbers::Report;
+use super::report::Report;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;

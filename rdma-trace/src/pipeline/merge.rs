@@ -16,7 +16,7 @@ use crate::capture::{Header, Record};
 use crate::clock::Placement;
 use crate::event::Event;
 use crate::pipeline::correlate::aggregate::Aggregates;
-use crate::pipeline::correlate::live::{Limits, Live};
+use crate::pipeline::correlate::engine::{Engine, Limits};
 use crate::source::capture::Reader;
 use crate::steps::StepRecord;
 use anyhow::{Context, Result};
@@ -39,7 +39,7 @@ impl Input {
 /// What reading the captures gave: the story, each capture's header and aggregates, the
 /// companion's steps, and every event (only when asked for: an export needs them all).
 pub struct Read {
-    pub live: Live,
+    pub live: Engine,
     pub headers: Vec<Option<Header>>,
     /// Each capture of another boot: its clock against the first's, where measured.
     pub placed: Vec<Option<crate::clock::Placed>>,
@@ -175,7 +175,7 @@ pub fn merge(
 ) -> Result<Read> {
     let n = inputs.len();
     let mut out = Read {
-        live: Live::new(Vec::new(), limits),
+        live: Engine::new(Vec::new(), limits),
         headers: vec![None; n],
         placed: vec![None; n],
         aggs: vec![Aggregates::default(); n],

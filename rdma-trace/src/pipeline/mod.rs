@@ -4,7 +4,7 @@
 //! The live tracer runs all of it and hands each event to its outputs (`live::trace`); a
 //! capture's events went through it when they were recorded, so a capture source hands its
 //! records straight to the outputs (`feed`). Either way the outputs are `Sink`s: the text
-//! stream, a capture writer, the story (`correlate::live::StorySink`). Several captures are
+//! stream, a capture writer, the story (`correlate::engine::StorySink`). Several captures are
 //! read as one placed stream by `merge`.
 
 pub mod cgroups;

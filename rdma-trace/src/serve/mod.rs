@@ -19,7 +19,7 @@ pub mod virtio;
 use crate::capture::{Header, Loss, ProcessState, SiteCount, Stats, Trailer};
 use crate::event::Event;
 use crate::output::jsonl::Jsonl;
-use crate::pipeline::correlate::live::{Limits, Live};
+use crate::pipeline::correlate::engine::{Engine, Limits};
 use crate::sink::Sink;
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -117,7 +117,7 @@ pub use seeder::Seed;
 pub struct Broadcaster {
     format: Jsonl<Vec<u8>>,
     header: Header,
-    story: Live,
+    story: Engine,
     joins: Receiver<Joining>,
     subs: Vec<Subscriber>,
     notices: Vec<ServeNotice>,
@@ -158,7 +158,7 @@ impl Broadcaster {
         Broadcaster {
             format: Jsonl::starting_at(Vec::new(), 2),
             header,
-            story: Live::new(Vec::new(), Limits::default()),
+            story: Engine::new(Vec::new(), Limits::default()),
             joins,
             subs: Vec::new(),
             notices: Vec::new(),
@@ -576,7 +576,7 @@ impl Sink for Broadcaster {
                     ..Default::default()
                 });
             }
-            // Processes that ended keep their series a while (`Live::ended`).
+            // Processes that ended keep their series a while (`Engine::ended`).
             let processes = self.story.processes().values().chain(self.story.ended());
             let text = crate::output::metrics::render(processes, &sites);
             if let Ok(mut t) = m.lock() {

@@ -8,7 +8,7 @@ use super::model::Model;
 use super::ui::{self, Screen, Ui};
 use crate::explain::lessons::Topic;
 use crate::explain::{self, Input};
-use crate::pipeline::correlate::live::Live;
+use crate::pipeline::correlate::engine::Engine;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
@@ -73,7 +73,7 @@ pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
 }
 
 /// The story's explanation of `ask` (on the pipeline's thread, which owns the story).
-pub fn answer(live: &mut Live, ask: &Ask, m: &Model) -> String {
+pub fn answer(live: &mut Engine, ask: &Ask, m: &Model) -> String {
     let hosts: Vec<String> = m.hosts.iter().map(|h| h.name.clone()).collect();
     let clock_error_ns = m.hosts.iter().filter_map(|h| h.clock_error_ns).max();
     let (events, story, steps, at) = live.for_explain(ask.anchor);

@@ -2,7 +2,7 @@
 //! from a daemon, or replayed from a capture. The only code that knows ratatui.
 //!
 //! Two threads. The pipeline's thread (whatever feeds events: the tracer, a capture
-//! reader, a daemon connection) owns the story (`correlate::live`) and the `Model`, a view
+//! reader, a daemon connection) owns the story (`correlate::engine`) and the `Model`, a view
 //! of it, through a `Feeder`, a `Sink`; it makes a snapshot at most every 33 ms and puts it
 //! into a slot of one (a newer snapshot replaces an unread one): the event rate never
 //! drives redraws, and a slow terminal never slows the pipeline.
@@ -19,7 +19,7 @@ pub mod ui;
 
 use crate::capture::{Header, Stats, Trailer};
 use crate::event::Event;
-use crate::pipeline::correlate::live::{Limits, Live};
+use crate::pipeline::correlate::engine::{Engine, Limits};
 use crate::sink::Sink;
 pub use model::HostLine;
 use model::Model;
@@ -59,7 +59,7 @@ pub type Slot = Arc<Mutex<Option<Model>>>;
 
 pub struct Feeder {
     /// The story every row on screen comes from.
-    pub live: Live,
+    pub live: Engine,
     pub model: Model,
     slot: Slot,
     last_sent: Instant,
@@ -130,7 +130,7 @@ impl Feeder {
     pub fn reset(&mut self) {
         let source = std::mem::take(&mut self.model.source);
         self.model = Model::new(source);
-        self.live = Live::new(Vec::new(), limits());
+        self.live = Engine::new(Vec::new(), limits());
         self.window = (Instant::now(), 0);
         self.searched = (String::new(), 0, Instant::now());
     }
@@ -193,7 +193,7 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
     control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
     let now = Instant::now();
     let model = Model::new(source);
-    let live = Live::new(Vec::new(), limits());
+    let live = Engine::new(Vec::new(), limits());
     let searched = (String::new(), 0, now);
     (
         Feeder {

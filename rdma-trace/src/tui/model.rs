@@ -1,4 +1,4 @@
-//! What the TUI shows: a view of the one story (`pipeline::correlate::live`), which the
+//! What the TUI shows: a view of the one story (`pipeline::correlate::engine`), which the
 //! pipeline's thread feeds and reads at most 30 times a second to make a snapshot for the
 //! screen. Nothing is joined here: MRs, mappings, CQs and their hops, processes and steps
 //! are the story's rows; the view adds only what the source reports (counts, losses,
@@ -8,7 +8,7 @@
 use crate::capture::{Header, SiteCount};
 use crate::event::Event;
 use crate::pipeline::correlate::checks::Check;
-use crate::pipeline::correlate::live::Live;
+use crate::pipeline::correlate::engine::Engine;
 use crate::pipeline::correlate::pins::MrStory;
 use crate::pipeline::correlate::story::{Joined, MapStory, ProcessStory};
 use crate::pipeline::render;
@@ -472,7 +472,7 @@ impl Model {
     }
 
     /// Searches every event `live` keeps for `filter` (empty: no search).
-    pub fn search(&mut self, live: &Live, filter: &str) {
+    pub fn search(&mut self, live: &Engine, filter: &str) {
         if filter.is_empty() {
             self.found = None;
             return;
@@ -502,7 +502,7 @@ impl Model {
     }
 
     /// The rows, from the story as it stands.
-    pub fn rows_from(&mut self, live: &Live) {
+    pub fn rows_from(&mut self, live: &Engine) {
         let story = live.now();
         let shown = |p: &&ProcessStory| p.mrs_total() + p.failed_pins_total + p.mappings_total > 0;
         self.procs = Arc::new(story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect());
@@ -566,7 +566,7 @@ fn proc_row(p: &ProcessStory) -> ProcRow {
 }
 
 /// A joined step as the Steps screen lists it: one line per event, time into the step.
-fn step_row(j: &Joined, live: &Live) -> StepRow {
+fn step_row(j: &Joined, live: &Engine) -> StepRow {
     let s = &j.step;
     let line = |e: &Event| {
         let arrow = crate::output::text::arrow(e.kind);

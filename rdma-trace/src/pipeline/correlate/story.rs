@@ -4,7 +4,7 @@
 //! workload's step records) each step joined to the kernel events it caused.
 //!
 //! Pure: events (and steps) in, story out. Time is the events' own clock. The builder takes
-//! one event at a time in time order (`live::Live` feeds it, bounded); `live::build` is the whole
+//! one event at a time in time order (`engine::Engine` feeds it, bounded); `engine::build` is the whole
 //! capture at once.
 
 use super::checks::{Check, checks_for};

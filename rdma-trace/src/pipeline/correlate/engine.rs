@@ -49,7 +49,7 @@ impl Store {
 }
 
 /// The story as an output of the pipeline: every event is fed to it.
-pub struct StorySink(pub Live);
+pub struct StorySink(pub Engine);
 
 impl crate::sink::Sink for StorySink {
     fn event(&mut self, ev: &Arc<Event>) -> std::io::Result<()> {
@@ -151,7 +151,7 @@ pub const ENDED_KEPT_NS: u64 = 300_000_000_000;
 /// At most this many such rows.
 pub const ENDED_KEPT: usize = 256;
 
-pub struct Live {
+pub struct Engine {
     limits: Limits,
     steps: Vec<StepRecord>,
     /// (pid, run, step) of every step kept: a step announced live and read again from
@@ -182,7 +182,7 @@ pub struct Live {
     builder: Builder,
 }
 
-impl Live {
+impl Engine {
     /// A story of the companion's `steps` (if any) and the events fed after.
     pub fn new(steps: Vec<StepRecord>, limits: Limits) -> Self {
         let builder = Builder::new(&steps, limits.per_list, limits.processes);
@@ -190,7 +190,7 @@ impl Live {
         let step_keys = steps.iter().map(step_key).collect();
         let to_join = steps.iter().map(|s| ((s.t_end_ns, step_key(s)), s.clone())).collect();
         let window = Window::default();
-        Live {
+        Engine {
             limits,
             steps,
             step_keys,
@@ -427,7 +427,7 @@ fn step_key(s: &StepRecord) -> (Task, u32, u32) {
 
 /// A story of the whole capture at once: every event kept, all sorted by time before joining.
 pub fn build(events: &[Event], steps: &[StepRecord]) -> Story {
-    let mut live = Live::new(steps.to_vec(), Limits::unbounded());
+    let mut live = Engine::new(steps.to_vec(), Limits::unbounded());
     for e in events {
         live.push(e.clone());
     }
