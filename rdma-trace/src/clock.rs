@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn this_host_measured_against_itself_is_within_its_error_bar() {
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let bound = crate::output::metrics::serve("127.0.0.1:0", text).unwrap();
+        let bound = crate::serve::http::serve("127.0.0.1:0", text).unwrap();
         let c = measure(&bound.to_string(), Duration::from_secs(5)).unwrap();
         assert_eq!(c.samples, SAMPLES);
         assert_eq!(c.boot_id, read_trimmed("/proc/sys/kernel/random/boot_id"));

@@ -10,6 +10,7 @@
 //! them, the companion's steps); `clock` measures another host's clock against this one;
 //! `workload` is the companion, which imports nothing of the engine.
 
+pub mod account;
 pub mod capture;
 pub mod cli;
 pub mod clock;

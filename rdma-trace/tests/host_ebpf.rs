@@ -181,7 +181,7 @@ fn forced_ring_loss_is_counted_exactly() {
     let hits = c[SITE_SYS_ENTER * COUNTERS + CNT_HITS] + c[SITE_SYS_EXIT * COUNTERS + CNT_HITS];
     let lost =
         c[SITE_SYS_ENTER * COUNTERS + CNT_RINGBUF_FULL] + c[SITE_SYS_EXIT * COUNTERS + CNT_RINGBUF_FULL];
-    let mut tally = rdma_trace::output::summary::Tally::default();
+    let mut tally = rdma_trace::account::Tally::default();
     let bytes = ring_records(&mut loaded, 4096);
     let recs = decoded(&bytes);
     for r in &recs {
@@ -195,7 +195,7 @@ fn forced_ring_loss_is_counted_exactly() {
         "a one-page ring must both deliver and drop (delivered {delivered}, lost {lost})"
     );
     assert_eq!(lost, produced - delivered, "the drop count is exact");
-    let stats = rdma_trace::output::summary::per_site(&Default::default(), &c, &tally, None);
+    let stats = rdma_trace::account::per_site(&Default::default(), &c, &tally, None);
     let shown: u64 = stats.iter().map(|s| s.lost()).sum();
     assert_eq!(shown, lost, "what the user is shown equals what was lost");
     for s in &stats {

@@ -572,7 +572,7 @@ fn lab_daemon_other_users_cannot_exhaust_it() {
 /// Threads the daemon may add while greeting and answering at their limits.
 fn socket_bounds() -> usize {
     use rdma_trace::serve::socket::{MAX_GREETING, MAX_GREETING_PER_UID};
-    MAX_GREETING + MAX_GREETING_PER_UID + rdma_trace::output::metrics::MAX_IN_FLIGHT + 4
+    MAX_GREETING + MAX_GREETING_PER_UID + rdma_trace::serve::http::MAX_IN_FLIGHT + 4
 }
 
 /// The address of the Unix socket at `socket`, for a forked child's connect(2).

@@ -176,8 +176,8 @@ fn lab_ring_overflow_is_accounted_exactly_per_probe() {
     // The whole account, to the record: every event a row delivered to the outputs is in
     // the file or was left out by the capture writer (when it fell behind under the flood),
     // row by row; the writer's loss records in the file say the same count.
+    use rdma_trace::account::{STEPS_ROW, row_of};
     use rdma_trace::capture::Record;
-    use rdma_trace::output::summary::{STEPS_ROW, row_of};
     let left = left_out(&stderr, "capture");
     let records: Vec<Record> = rdma_trace::source::capture::Reader::new(capture.as_bytes(), true)
         .collect::<Result<_, _>>()

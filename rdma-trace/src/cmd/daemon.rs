@@ -169,7 +169,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     let metrics = match &a.metrics {
         Some(addr) => {
             let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-            let bound = crate::output::metrics::serve(addr, text.clone())
+            let bound = crate::serve::http::serve(addr, text.clone())
                 .with_context(|| format!("serving metrics on {addr}"))?;
             eprintln!(
                 "rdma-trace daemon: metrics on http://{bound}/metrics (its clock on {})",

@@ -1,8 +1,8 @@
 //! The aya edge: load the eBPF object, write plans and filters into its maps, attach
 //! programs. aya types do not leave this module (and `source.rs`, which owns the ring).
 
+use crate::account::ProgramCost;
 use crate::live::kprobe_events::{self, ReturnProbe};
-use crate::output::summary::ProgramCost;
 use crate::plan::select::{Plan, Planned};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};

@@ -5,11 +5,11 @@
 //! borrowed by one branch of the loop at a time.
 
 use super::attach::Loaded;
+use crate::account::{self, ProgramCost, RunAccount, Tally};
 use crate::capture::{self, Loss, SiteCount, Stats};
 use crate::capture::{LossReason, LossSite};
 use crate::clock::clock_ns;
 use crate::event::Event;
-use crate::output::summary::{self, ProgramCost, RunAccount, Tally};
 use crate::pipeline::correlate::Correlator;
 use crate::pipeline::decode;
 use crate::pipeline::enrich::Enricher;
@@ -262,7 +262,7 @@ impl<'a> RunLoop<'a> {
             }
             Periodic::Stats => {
                 let counters = loaded.counters().unwrap_or_default();
-                let (_, refused) = summary::watches(&counters);
+                let (_, refused) = account::watches(&counters);
                 if refused > 0 && !self.watch_failed_said {
                     self.watch_failed_said = true;
                     eprintln!(
@@ -271,10 +271,10 @@ impl<'a> RunLoop<'a> {
                     );
                 }
                 let missed = loaded.kernel_missed();
-                let sites = summary::per_site(&self.planning.plan, &counters, &self.tally, missed.as_deref());
+                let sites = account::per_site(&self.planning.plan, &counters, &self.tally, missed.as_deref());
                 let ts_ns = monotonic_ns();
                 let mut counts: Vec<_> = sites.iter().map(|s| s.count(true)).collect();
-                counts.extend(summary::program_counts(&loaded.program_costs()));
+                counts.extend(account::program_counts(&loaded.program_costs()));
                 for l in self.losses.new_losses(ts_ns, &counts) {
                     let r = self.sink.loss(&l);
                     self.keep(r);
@@ -400,10 +400,10 @@ pub(super) struct End {
 
 impl End {
     pub(super) fn account(&self, planning: &Planning, tally: &Tally) -> RunAccount {
-        let (forks, forks_unwatched) = summary::forks(&self.counters);
-        let (watches, watches_failed) = summary::watches(&self.counters);
+        let (forks, forks_unwatched) = account::forks(&self.counters);
+        let (watches, watches_failed) = account::watches(&self.counters);
         RunAccount {
-            sites: summary::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
+            sites: account::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
             headerless: tally.headerless,
             ring_records: tally.read.iter().sum::<u64>() + tally.headerless,
             ring_bytes: tally.ring_bytes,

@@ -32,7 +32,7 @@ pub struct Queued {
     pending: [u64; 2],
     /// Records left out in all.
     pub dropped: u64,
-    /// Events and steps left out, per account row (`summary::row_of`).
+    /// Events and steps left out, per account row (`account::row_of`).
     pub left_out_rows: std::collections::BTreeMap<String, u64>,
     /// The newest time seen (for the loss record's `ts_ns`).
     newest_ns: u64,
@@ -181,13 +181,13 @@ impl Sink for Queued {
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> io::Result<()> {
         self.newest_ns = self.newest_ns.max(ev.ts_ns);
         let taken = self.offer(Msg::Record(Record::Event(std::sync::Arc::clone(ev))))?;
-        self.count_row(taken, || crate::output::summary::row_of(ev));
+        self.count_row(taken, || crate::account::row_of(ev));
         Ok(())
     }
     fn step(&mut self, s: &StepRecord) -> io::Result<()> {
         let step = Step { v: crate::capture::VERSION, seq: 0, ty: "step".into(), step: s.clone() };
         let taken = self.offer(Msg::Record(Record::Step(Box::new(step))))?;
-        self.count_row(taken, || crate::output::summary::STEPS_ROW.into());
+        self.count_row(taken, || crate::account::STEPS_ROW.into());
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {

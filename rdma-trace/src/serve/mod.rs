@@ -11,6 +11,7 @@
 
 use crate::event::FieldId;
 pub mod client;
+pub mod http;
 pub mod merge;
 pub mod seeder;
 pub mod socket;
