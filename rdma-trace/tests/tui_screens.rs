@@ -7,7 +7,7 @@ use rdma_trace::capture::Record;
 use rdma_trace::event::FieldId;
 use rdma_trace::sink::Sink;
 use rdma_trace::tui::screens;
-use rdma_trace::tui::ui::{Screen, Ui};
+use rdma_trace::tui::ui::{Mode, Panel, Screen, Ui};
 use rdma_trace::tui::{self, lesson, model::Model};
 
 use rdma_trace::pipeline::correlate::story;
@@ -101,7 +101,7 @@ fn a_refused_pin_is_explained_and_help_and_filter_show() {
     let pinning = render(&m, &Ui { screen: Screen::Pinning, ..Default::default() }, 120, 30);
     assert!(pinning.contains("REFUSED ENOMEM"), "{pinning}");
     insta::assert_snapshot!("memlock-7.3-Pinning-120x30", pinning);
-    let help = render(&m, &Ui { help: true, ..Default::default() }, 80, 24);
+    let help = render(&m, &Ui { mode: Mode::Normal.with_help(), ..Default::default() }, 80, 24);
     assert!(help.contains("? esc       close this help; q quits"), "{help}");
     let filtered = render(
         &m,
@@ -139,7 +139,12 @@ fn e_on_an_event_explains_its_path_for_that_occurrence() {
         let text = explained(&mut f, &Ui { selected: comp, ..ui.clone() });
         assert!(text.contains(&format!("CQ {cq:#x}")), "{k}: {text}");
         assert!(text.contains(&format!("[{}] on CPU {}", comp_ev.tid, comp_ev.cpu)), "{k}: {text}");
-        let screen = render(&m, &Ui { explain: Some(text), selected: comp, ..ui.clone() }, 100, 30);
+        let screen = render(
+            &m,
+            &Ui { mode: Mode::Text(Panel { text, ..Default::default() }), selected: comp, ..ui.clone() },
+            100,
+            30,
+        );
         insta::assert_snapshot!(format!("companion-{k}-Events-explain-cq-100x30"), screen);
     }
 }
@@ -309,10 +314,10 @@ fn every_screen_draws_at_tiny_sizes() {
         [Model::new(String::new()), model("companion-7.3.jsonl"), model("perftest-rping-6.12.jsonl.zst")];
     for m in &models {
         for screen in Screen::ALL {
-            for help in [false, true] {
+            for mode in [Mode::Normal, Mode::Normal.with_help()] {
                 const SIZES: [u16; 8] = [0, 1, 2, 3, 5, 8, 13, 30];
                 for (w, h) in SIZES.iter().flat_map(|&w| SIZES.iter().map(move |&h| (w + w / 2, h))) {
-                    let ui = Ui { screen, help, ..Default::default() };
+                    let ui = Ui { screen, mode: mode.clone(), ..Default::default() };
                     // (Only drawn: TestBackend cannot print a buffer 0 cells wide.)
                     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
                     t.draw(|f| screens::draw(f, m, &ui)).unwrap();
@@ -329,7 +334,7 @@ fn the_status_line_keeps_loss_skips_filter_and_help_when_narrow() {
     let mut m = model("companion-7.3.jsonl");
     m.source = "daemon /run/rdma-trace/rdma-trace.sock".into();
     (m.attached, m.skipped, m.lost_total) = (100, 3, 12);
-    let ui = Ui { filter: "0x15e9".into(), editing_filter: true, ..Default::default() };
+    let ui = Ui { filter: "0x15e9".into(), mode: Mode::Filter, ..Default::default() };
     for w in [120, 80, 60, 50] {
         let screen = render(&m, &ui, w, 24);
         let status = screen.lines().last().unwrap();
@@ -367,7 +372,7 @@ fn narrow_terminals_cut_with_an_ellipsis_never_silently() {
     let cq = render(&m, &Ui { screen: Screen::Completions, ..Default::default() }, 30, 24);
     let title = cq.lines().find(|l| l.contains("┌comp")).unwrap_or_else(|| panic!("{cq}"));
     assert!(title.contains('…'), "the CQ box's title is cut without …: {title}");
-    let help = render(&m, &Ui { help: true, ..Default::default() }, 40, 12);
+    let help = render(&m, &Ui { mode: Mode::Normal.with_help(), ..Default::default() }, 40, 12);
     assert!(help.contains("more lines") && help.contains('…'), "{help}");
     let status = render(&m, &Ui::default(), 14, 6);
     let last = status.lines().last().unwrap().trim_matches('"').trim_end();
@@ -411,7 +416,7 @@ fn the_status_line_says_which_host_lost_what_and_why() {
         assert!(narrow.lines().last().unwrap().contains("39 lost"), "at {w}: {narrow}");
     }
     // `l`: the loss view lists each host's sites and reasons, at 80 columns.
-    let view = render(&m, &Ui { loss: true, ..Default::default() }, 80, 24);
+    let view = render(&m, &Ui { mode: Mode::Loss, ..Default::default() }, 80, 24);
     for want in [
         "rdma-lab-1: 9 lost, 0 not sent to this view",
         "ib_umem_get          9  skipped by the kernel",
@@ -438,9 +443,9 @@ fn a_capture_with_no_account_never_says_0_lost() {
     assert!(status.contains("loss not known (v0)") && !status.contains("0 lost"), "{status}");
     let v1 = render(&model("companion-7.3.jsonl"), &Ui::default(), 120, 24);
     assert!(v1.lines().last().unwrap().contains(" 0 lost"), "{v1}");
-    let view = render(&model("session-6.12.jsonl"), &Ui { loss: true, ..Default::default() }, 80, 24);
+    let view = render(&model("session-6.12.jsonl"), &Ui { mode: Mode::Loss, ..Default::default() }, 80, 24);
     assert!(view.contains("keeps no account of loss") && !view.contains("0 lost"), "{view}");
-    let view = render(&model("companion-7.3.jsonl"), &Ui { loss: true, ..Default::default() }, 80, 24);
+    let view = render(&model("companion-7.3.jsonl"), &Ui { mode: Mode::Loss, ..Default::default() }, 80, 24);
     assert!(view.contains("0 lost, 0 not sent to this view"), "{view}");
 }
 

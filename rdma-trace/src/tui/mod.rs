@@ -23,11 +23,12 @@ use crate::pipeline::correlate::engine::{Engine, Limits};
 use crate::sink::Sink;
 pub use model::HostLine;
 use model::Model;
+use ratatui::crossterm::event::KeyCode;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use ui::{Screen, Ui};
+use ui::{Mode, Panel, Screen, Ui};
 
 /// At most this many frames (and snapshots) a second.
 pub const FRAME: Duration = Duration::from_millis(33);
@@ -307,12 +308,12 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
                     model = m;
                 }
                 // The story's answer to the `e` still open.
-                if let (Some((id, text)), Some(_)) = (&model.answer, &ui.explain)
+                if let (Some((id, text)), Mode::Text(p)) = (&model.answer, ui.mode.base_mut())
                     && ui.asked == Some(*id)
-                    && ui.explain_title.is_none()
+                    && p.title.is_none()
                     && ui.answered != Some(*id)
                 {
-                    ui.explain = Some(text.clone());
+                    p.text = text.clone();
                     ui.answered = Some(*id);
                 }
             }
@@ -352,62 +353,81 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
     result.map(|()| frames)
 }
 
-/// One key: what it changes; true for `q`.
-fn key(
-    code: ratatui::crossterm::event::KeyCode,
-    ui: &mut Ui,
-    model: &Model,
-    control: &Control,
-    replay: bool,
-) -> bool {
-    use ratatui::crossterm::event::KeyCode;
-    // The help box is on top of everything: it answers only its own keys.
-    if ui.help {
-        match code {
-            KeyCode::Char('q') => return true,
-            KeyCode::Esc | KeyCode::Char('?') => ui.help = false,
-            _ => {}
-        }
-        return false;
+/// One key, handled by the mode it comes in: what it changes; true for `q`.
+fn key(code: KeyCode, ui: &mut Ui, model: &Model, control: &Control, replay: bool) -> bool {
+    match ui.mode {
+        Mode::Help(_) => help_key(code, ui),
+        Mode::Loss => loss_key(code, ui),
+        Mode::Text(_) => text_key(code, ui),
+        Mode::Filter => filter_key(code, ui),
+        Mode::Normal => normal_key(code, ui, model, control, replay),
     }
-    if ui.loss {
-        match code {
-            KeyCode::Char('q') => return true,
-            KeyCode::Char('?') => ui.help = true,
-            KeyCode::Esc | KeyCode::Char('l') => ui.loss = false,
-            _ => {}
-        }
-        return false;
-    }
-    if ui.explain.is_some() {
-        match code {
-            KeyCode::Char('q') => return true,
-            KeyCode::Char('?') => ui.help = true,
-            KeyCode::Esc | KeyCode::Char('e') | KeyCode::Enter => {
-                (ui.explain, ui.explain_title) = (None, None)
+}
+
+/// The help box is on top of everything: it answers only its own keys, and closes onto
+/// the mode it was opened in.
+fn help_key(code: KeyCode, ui: &mut Ui) -> bool {
+    match code {
+        KeyCode::Char('q') => return true,
+        KeyCode::Esc | KeyCode::Char('?') => {
+            if let Mode::Help(under) = std::mem::take(&mut ui.mode) {
+                ui.mode = *under;
             }
-            KeyCode::Down | KeyCode::Char('j') => ui.explain_scroll = ui.explain_scroll.saturating_add(1),
-            KeyCode::Up | KeyCode::Char('k') => ui.explain_scroll = ui.explain_scroll.saturating_sub(1),
-            KeyCode::PageDown => ui.explain_scroll = ui.explain_scroll.saturating_add(10),
-            KeyCode::PageUp => ui.explain_scroll = ui.explain_scroll.saturating_sub(10),
-            _ => {}
         }
-        // Scrolling stops with the last line still on screen.
-        let last = ui.explain.as_deref().map_or(0, |t| t.lines().count().saturating_sub(1));
-        ui.explain_scroll = ui.explain_scroll.min(u16::try_from(last).unwrap_or(u16::MAX));
-        return false;
+        _ => {}
     }
-    if ui.editing_filter {
-        match code {
-            KeyCode::Enter | KeyCode::Esc => ui.editing_filter = false,
-            KeyCode::Backspace => {
-                ui.filter.pop();
-            }
-            KeyCode::Char(c) => ui.filter.push(c),
-            _ => {}
+    false
+}
+
+fn loss_key(code: KeyCode, ui: &mut Ui) -> bool {
+    match code {
+        KeyCode::Char('q') => return true,
+        KeyCode::Char('?') => ui.mode = std::mem::take(&mut ui.mode).with_help(),
+        KeyCode::Esc | KeyCode::Char('l') => ui.mode = Mode::Normal,
+        _ => {}
+    }
+    false
+}
+
+/// A text over the screen: scrolled, closed, or the help box opened over it.
+fn text_key(code: KeyCode, ui: &mut Ui) -> bool {
+    let Mode::Text(p) = &mut ui.mode else { return false };
+    match code {
+        KeyCode::Char('q') => return true,
+        KeyCode::Char('?') => {
+            ui.mode = std::mem::take(&mut ui.mode).with_help();
+            return false;
         }
-        return false;
+        KeyCode::Esc | KeyCode::Char('e') | KeyCode::Enter => {
+            ui.mode = Mode::Normal;
+            return false;
+        }
+        KeyCode::Down | KeyCode::Char('j') => p.scroll = p.scroll.saturating_add(1),
+        KeyCode::Up | KeyCode::Char('k') => p.scroll = p.scroll.saturating_sub(1),
+        KeyCode::PageDown => p.scroll = p.scroll.saturating_add(10),
+        KeyCode::PageUp => p.scroll = p.scroll.saturating_sub(10),
+        _ => {}
     }
+    // Scrolling stops with the last line still on screen.
+    let last = p.text.lines().count().saturating_sub(1);
+    p.scroll = p.scroll.min(u16::try_from(last).unwrap_or(u16::MAX));
+    false
+}
+
+fn filter_key(code: KeyCode, ui: &mut Ui) -> bool {
+    match code {
+        KeyCode::Enter | KeyCode::Esc => ui.mode = Mode::Normal,
+        KeyCode::Backspace => {
+            ui.filter.pop();
+        }
+        KeyCode::Char(c) => ui.filter.push(c),
+        _ => {}
+    }
+    false
+}
+
+/// The screen's own keys: screens, selection, the modes' openings, replay control.
+fn normal_key(code: KeyCode, ui: &mut Ui, model: &Model, control: &Control, replay: bool) -> bool {
     match code {
         KeyCode::Char('q') => return true,
         KeyCode::Tab => (ui.screen, ui.selected) = (ui.screen.turned(1), 0),
@@ -419,11 +439,11 @@ fn key(
         KeyCode::Up | KeyCode::Char('k') => ui.selected = ui.selected.saturating_sub(1),
         KeyCode::Char('/') => {
             ui.filter.clear();
-            ui.editing_filter = true;
+            ui.mode = Mode::Filter;
         }
         KeyCode::Esc => ui.filter.clear(),
-        KeyCode::Char('?') => ui.help = !ui.help,
-        KeyCode::Char('l') => ui.loss = true,
+        KeyCode::Char('?') => ui.mode = Mode::Normal.with_help(),
+        KeyCode::Char('l') => ui.mode = Mode::Loss,
         KeyCode::Char('u') if ui.screen == Screen::Mmap => {
             (ui.hide_unmapped, ui.selected) = (!ui.hide_unmapped, 0);
         }
@@ -443,14 +463,14 @@ fn key(
                 }
                 Err(why) => why,
             };
-            (ui.explain, ui.explain_title, ui.explain_scroll) = (Some(text), None, 0);
+            ui.mode = Mode::Text(Panel { text, ..Default::default() });
         }
         KeyCode::Enter if ui.screen == Screen::Events => {
             let shown = ui::shown_events(model, ui);
             if let Some(e) = ui.pick(&shown) {
                 let title = format!("the {} event, all of it (↑↓ scroll, enter or esc close)", e.name);
-                ui.explain = Some(screens::event_detail(model, e).join("\n"));
-                (ui.explain_title, ui.explain_scroll) = (Some(title), 0);
+                let text = screens::event_detail(model, e).join("\n");
+                ui.mode = Mode::Text(Panel { text, title: Some(title), scroll: 0 });
             }
         }
         KeyCode::Char(' ') => {
@@ -479,15 +499,28 @@ mod tests {
 
     #[test]
     fn scrolling_an_open_text_stops_at_its_last_line() {
-        let mut ui = Ui { explain: Some("a\nb\nc".into()), ..Default::default() };
+        let text = "a\nb\nc".to_string();
+        let mut ui = Ui { mode: Mode::Text(Panel { text, ..Default::default() }), ..Default::default() };
         let (m, c) = (Model::default(), Control::default());
         for _ in 0..10 {
             key(KeyCode::Down, &mut ui, &m, &c, false);
         }
-        assert_eq!(ui.explain_scroll, 2, "the last line stays on screen");
+        let scroll = |ui: &Ui| match &ui.mode {
+            Mode::Text(p) => p.scroll,
+            m => panic!("the text closed: {m:?}"),
+        };
+        assert_eq!(scroll(&ui), 2, "the last line stays on screen");
         key(KeyCode::Up, &mut ui, &m, &c, false);
-        assert_eq!(ui.explain_scroll, 1, "one key back up, not ten");
+        assert_eq!(scroll(&ui), 1, "one key back up, not ten");
         key(KeyCode::PageDown, &mut ui, &m, &c, false);
-        assert_eq!(ui.explain_scroll, 2);
+        assert_eq!(scroll(&ui), 2);
+        // The help box opens over the text and closes back onto it, as it was.
+        key(KeyCode::Char('?'), &mut ui, &m, &c, false);
+        assert!(matches!(ui.mode, Mode::Help(_)));
+        key(KeyCode::Char('j'), &mut ui, &m, &c, false);
+        key(KeyCode::Esc, &mut ui, &m, &c, false);
+        assert_eq!(scroll(&ui), 2);
+        key(KeyCode::Esc, &mut ui, &m, &c, false);
+        assert_eq!(ui.mode, Mode::Normal);
     }
 }

@@ -4,7 +4,7 @@
 use super::fit::{self, Col, Text};
 use super::format::{bytes, ns, titled};
 use super::model::{Model, MrRow, Samples};
-use super::ui::{Screen, Ui, shown_cqs, shown_events, shown_maps, shown_mrs, shown_steps};
+use super::ui::{Mode, Screen, Ui, shown_cqs, shown_events, shown_maps, shown_mrs, shown_steps};
 use crate::pipeline::render;
 use crate::plan::catalog::Render;
 use ratatui::Frame;
@@ -38,14 +38,15 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         Screen::Steps => steps(f, body, m, ui),
     }
     status_line(f, status, m, ui);
-    if let Some(text) = &ui.explain {
-        let title = ui.explain_title.as_deref().unwrap_or(super::lesson::TITLE);
-        super::lesson::draw(f, body, title, text, ui.explain_scroll);
+    match ui.mode.base() {
+        Mode::Text(p) => {
+            let title = p.title.as_deref().unwrap_or(super::lesson::TITLE);
+            super::lesson::draw(f, body, title, &p.text, p.scroll);
+        }
+        Mode::Loss => super::lesson::draw(f, body, LOSS_TITLE, &m.loss_lines().join("\n"), 0),
+        Mode::Normal | Mode::Filter | Mode::Help(_) => {}
     }
-    if ui.loss {
-        super::lesson::draw(f, body, LOSS_TITLE, &m.loss_lines().join("\n"), 0);
-    }
-    if ui.help {
+    if matches!(ui.mode, Mode::Help(_)) {
         help(f, body);
     }
 }
@@ -102,7 +103,7 @@ fn status_line(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
     } else {
         parts.push((Span::raw(probes), vec![(2, Some(Span::raw(format!(" │ {} skipped", m.skipped))))]));
     }
-    if ui.editing_filter || !ui.filter.is_empty() {
+    if ui.mode == Mode::Filter || !ui.filter.is_empty() {
         parts.push((Span::raw(format!(" │ /{}", ui.filter)), vec![]));
     }
     parts.push((Span::raw(" │ ? help"), vec![]));

@@ -43,6 +43,53 @@ impl Screen {
     }
 }
 
+/// What the keys act on, one at a time: the screen, the filter being typed, a text or the
+/// loss over the screen, or the help box over any of those.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Normal,
+    /// The filter is being typed (`/`).
+    Filter,
+    /// A text over the screen: an explanation (`e`) or an event whole (enter).
+    Text(Panel),
+    /// The loss view (`l`): what was lost, by source, site and reason.
+    Loss,
+    /// The help box (`?`), over the mode it was opened in (which it goes back to).
+    Help(Box<Mode>),
+}
+
+impl Mode {
+    /// The mode under the help box, or this one.
+    pub fn base(&self) -> &Mode {
+        match self {
+            Mode::Help(under) => under.base(),
+            m => m,
+        }
+    }
+
+    pub fn base_mut(&mut self) -> &mut Mode {
+        match self {
+            Mode::Help(under) => under.base_mut(),
+            m => m,
+        }
+    }
+
+    /// The help box over `self`.
+    pub fn with_help(self) -> Mode {
+        Mode::Help(Box::new(self))
+    }
+}
+
+/// A text open over the screen: its title when it is not an explanation, and how far it is
+/// scrolled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Panel {
+    pub text: String,
+    pub title: Option<String>,
+    pub scroll: u16,
+}
+
 /// What the person looking has chosen: the screen, the selected row, a filter, pause.
 #[derive(Clone, Debug, Default)]
 pub struct Ui {
@@ -50,18 +97,10 @@ pub struct Ui {
     pub selected: usize,
     /// Rows whose pid, comm or object (lkey, rkey, CQ handle) contain it.
     pub filter: String,
-    pub editing_filter: bool,
-    pub help: bool,
-    /// The loss view (`l`): what was lost, by source, site and reason.
-    pub loss: bool,
+    pub mode: Mode,
     pub paused: bool,
     /// Replay speed ×10 (10 = real time), for the status line.
     pub speed_x10: Option<u32>,
-    /// The text open over the screen (`e`: an explanation; enter: an event whole), its
-    /// title when it is not an explanation, and how far it is scrolled.
-    pub explain: Option<String>,
-    pub explain_title: Option<String>,
-    pub explain_scroll: u16,
     /// The last `e` asked of the story, and the last whose answer was shown.
     pub asked: Option<u64>,
     pub answered: Option<u64>,
