@@ -34,7 +34,7 @@ use ui::{Mode, Panel, Screen, Ui};
 pub const FRAME: Duration = Duration::from_millis(33);
 
 /// What the keys ask of the source.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Control {
     pub paused: AtomicBool,
     /// Replay speed ×10 (10 = as recorded).
@@ -44,14 +44,35 @@ pub struct Control {
     pub restart: AtomicBool,
     pub to_end: AtomicBool,
     pub quit: AtomicBool,
-    /// `e`: the explanation the screen waits for (the story answers on its own thread).
-    pub ask: Mutex<Option<lesson::Ask>>,
+    /// `e`: what the screen asks the story (answered on the pipeline's thread, in the next
+    /// snapshot).
+    pub asks: std::sync::mpsc::Sender<lesson::Ask>,
     /// The feeder's account: snapshots made, and the time they took on the pipeline's
     /// thread (the view's rows from the story, and handing it over).
     pub snapshots: AtomicU64,
     pub snapshot_ns: AtomicU64,
     /// The filter typed (`/`): the feeder searches every event the story keeps for it.
     pub search: Mutex<String>,
+}
+
+impl Control {
+    /// The controls, and where the pipeline's thread receives the screen's asks.
+    pub fn new() -> (Control, std::sync::mpsc::Receiver<lesson::Ask>) {
+        let (asks, rx) = std::sync::mpsc::channel();
+        let c = Control {
+            paused: AtomicBool::default(),
+            speed_x10: AtomicU32::default(),
+            steps: AtomicU32::default(),
+            restart: AtomicBool::default(),
+            to_end: AtomicBool::default(),
+            quit: AtomicBool::default(),
+            asks,
+            snapshots: AtomicU64::default(),
+            snapshot_ns: AtomicU64::default(),
+            search: Mutex::default(),
+        };
+        (c, rx)
+    }
 }
 
 /// The pipeline's side: keeps the model and hands out snapshots.
@@ -67,6 +88,7 @@ pub struct Feeder {
     /// Events counted at the start of the current rate window.
     window: (Instant, u64),
     pub control: Arc<Control>,
+    asks: std::sync::mpsc::Receiver<lesson::Ask>,
     /// The last search made: its filter, the events seen then, and when.
     searched: (String, u64, Instant),
 }
@@ -77,10 +99,12 @@ const SEARCH_EVERY: Duration = Duration::from_millis(250);
 impl Feeder {
     /// Sends a snapshot if a frame has passed since the last (`force`: now).
     pub fn offer(&mut self, force: bool) {
-        let ask = self.control.ask.lock().ok().and_then(|mut a| a.take());
+        // Only the newest ask is answered: an older one's panel is gone.
+        let ask = self.asks.try_iter().last();
         let force = force || ask.is_some();
         if let Some(ask) = ask {
-            self.model.answer = Some((ask.id, lesson::answer(&mut self.live, &ask, &self.model)));
+            let text = lesson::answer(&mut self.live, &ask, &self.model);
+            self.model.answer = Some(lesson::Answer { id: ask.id, text });
         }
         let now = Instant::now();
         if now.duration_since(self.window.0) >= Duration::from_secs(1) {
@@ -190,7 +214,8 @@ impl Sink for Feeder {
 /// A feeder for `source` and the slot the screen takes snapshots from.
 pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
     let slot: Slot = Arc::new(Mutex::new(None));
-    let control = Arc::new(Control::default());
+    let (control, asks) = Control::new();
+    let control = Arc::new(control);
     control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
     let now = Instant::now();
     let model = Model::new(source);
@@ -204,6 +229,7 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
             last_sent: now - FRAME,
             window: (now, 0),
             control,
+            asks,
             searched,
         },
         slot,
@@ -308,13 +334,10 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
                     model = m;
                 }
                 // The story's answer to the `e` still open.
-                if let (Some((id, text)), Mode::Text(p)) = (&model.answer, ui.mode.base_mut())
-                    && ui.asked == Some(*id)
-                    && p.title.is_none()
-                    && ui.answered != Some(*id)
+                if let (Some(a), Mode::Text(p)) = (&model.answer, ui.mode.base_mut())
+                    && p.waiting == Some(a.id)
                 {
-                    p.text = text.clone();
-                    ui.answered = Some(*id);
+                    (p.text, p.waiting) = (a.text.clone(), None);
                 }
             }
             held = ui.paused && !replay;
@@ -448,29 +471,31 @@ fn normal_key(code: KeyCode, ui: &mut Ui, model: &Model, control: &Control, repl
             (ui.hide_unmapped, ui.selected) = (!ui.hide_unmapped, 0);
         }
         KeyCode::Char('e') => {
-            let text = match lesson::chosen(model, ui) {
+            let panel = match lesson::chosen(model, ui) {
                 Ok((topic, anchor)) => {
                     let id = ui.asked.map_or(1, |a| a + 1);
                     // The panel spans the terminal, less its two borders: the text is
                     // wrapped to that, not to the 88 columns of the command line's.
                     let cols = ratatui::crossterm::terminal::size().map_or(90, |(w, _)| w);
                     let width = cols.saturating_sub(2).max(lesson::MIN_WIDTH);
-                    if let Ok(mut a) = control.ask.lock() {
-                        *a = Some(lesson::Ask { id, topic, anchor, width });
-                    }
+                    // A pipeline gone (its thread ended) answers nothing: the panel says so.
+                    let text = match control.asks.send(lesson::Ask { id, topic, anchor, width }) {
+                        Ok(()) => format!("{}: asking the story…", topic.title()),
+                        Err(_) => format!("{}: the story is no longer there to ask", topic.title()),
+                    };
                     ui.asked = Some(id);
-                    format!("{}: asking the story…", topic.title())
+                    Panel { text, waiting: Some(id), ..Default::default() }
                 }
-                Err(why) => why,
+                Err(why) => Panel { text: why, ..Default::default() },
             };
-            ui.mode = Mode::Text(Panel { text, ..Default::default() });
+            ui.mode = Mode::Text(panel);
         }
         KeyCode::Enter if ui.screen == Screen::Events => {
             let shown = ui::shown_events(model, ui);
             if let Some(e) = ui.pick(&shown) {
                 let title = format!("the {} event, all of it (↑↓ scroll, enter or esc close)", e.name);
                 let text = screens::event_detail(model, e).join("\n");
-                ui.mode = Mode::Text(Panel { text, title: Some(title), scroll: 0 });
+                ui.mode = Mode::Text(Panel { text, title: Some(title), ..Default::default() });
             }
         }
         KeyCode::Char(' ') => {
@@ -501,7 +526,7 @@ mod tests {
     fn scrolling_an_open_text_stops_at_its_last_line() {
         let text = "a\nb\nc".to_string();
         let mut ui = Ui { mode: Mode::Text(Panel { text, ..Default::default() }), ..Default::default() };
-        let (m, c) = (Model::default(), Control::default());
+        let (m, c) = (Model::default(), Control::new().0);
         for _ in 0..10 {
             key(KeyCode::Down, &mut ui, &m, &c, false);
         }

@@ -162,8 +162,8 @@ pub struct Model {
     pub wakeup_ns: Samples,
     /// The story's step joins already made into rows.
     steps_seen: u64,
-    /// The latest explanation the story gave: the ask it answers, and its text.
-    pub answer: Option<(u64, String)>,
+    /// The latest explanation the story gave.
+    pub answer: Option<super::lesson::Answer>,
     /// Several sources (`tui --connect A --connect B`): one line each, in source order
     /// (`event::Task::host` is the index). Empty for one source.
     pub hosts: Vec<HostLine>,

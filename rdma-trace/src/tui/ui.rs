@@ -81,13 +81,14 @@ impl Mode {
     }
 }
 
-/// A text open over the screen: its title when it is not an explanation, and how far it is
-/// scrolled.
+/// A text open over the screen: its title when it is not an explanation, how far it is
+/// scrolled, and the `e` whose answer it waits for (its text says it is asking).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Panel {
     pub text: String,
     pub title: Option<String>,
     pub scroll: u16,
+    pub waiting: Option<u64>,
 }
 
 /// What the person looking has chosen: the screen, the selected row, a filter, pause.
@@ -101,9 +102,8 @@ pub struct Ui {
     pub paused: bool,
     /// Replay speed ×10 (10 = real time), for the status line.
     pub speed_x10: Option<u32>,
-    /// The last `e` asked of the story, and the last whose answer was shown.
+    /// The last `e` asked of the story (asks are numbered from 1).
     pub asked: Option<u64>,
-    pub answered: Option<u64>,
     /// The Mmap screen leaves out what was unmapped (`u`).
     pub hide_unmapped: bool,
 }
