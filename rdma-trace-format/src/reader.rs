@@ -152,9 +152,19 @@ fn record_type(line: &str) -> Option<&str> {
     rest.find('"').map(|end| &rest[..end])
 }
 
+/// Why a line is not a record.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    /// Not JSON, or not the record its type names (serde's words: where, and what).
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("unknown record type {0:?}")]
+    UnknownType(String),
+}
+
 /// Parses one line into a record (not checking its version).
-pub fn parse_line(line: &str) -> Result<Record, String> {
-    let e = |e: serde_json::Error| e.to_string();
+pub fn parse_line(line: &str) -> Result<Record, LineError> {
+    let e = LineError::Json;
     Ok(match record_type(line) {
         None => {
             let mut ev: Event = serde_json::from_str(line).map_err(e)?;
@@ -167,7 +177,7 @@ pub fn parse_line(line: &str) -> Result<Record, String> {
         Some("state") => Record::State(serde_json::from_str::<capture::State>(line).map_err(e)?),
         Some("loss") => Record::Loss(serde_json::from_str::<Loss>(line).map_err(e)?),
         Some("trailer") => Record::Trailer(serde_json::from_str::<Trailer>(line).map_err(e)?),
-        Some(other) => return Err(format!("unknown record type {other:?}")),
+        Some(other) => return Err(LineError::UnknownType(other.to_string())),
     })
 }
 
@@ -323,7 +333,7 @@ impl<R: BufRead> Iterator for Reader<R> {
                     let out = match parsed {
                         Ok(rec) => self.accept(rec),
                         Err(why) if cut => self.damaged(format!("cut short (no newline): {why}")),
-                        Err(why) => self.damaged(why),
+                        Err(why) => self.damaged(why.to_string()),
                     };
                     if let Some(r) = out {
                         return Some(r);
@@ -337,10 +347,10 @@ impl<R: BufRead> Iterator for Reader<R> {
 
 /// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged
 /// line is an error naming it. Streams are read with `Reader`.
-pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, String> {
+pub fn parse_jsonl(text: &str) -> Result<Vec<Event>, ReadError> {
     let mut out = Vec::new();
     for r in Reader::new(text.as_bytes(), true) {
-        if let Record::Event(e) = r.map_err(|e| e.to_string())? {
+        if let Record::Event(e) = r? {
             out.push(std::sync::Arc::unwrap_or_clone(e));
         }
     }
