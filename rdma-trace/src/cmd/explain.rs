@@ -185,7 +185,7 @@ pub fn all(
     events: &[Event],
     steps: &[StepRecord],
     header: Option<&Header>,
-) -> Vec<(Topic, Result<Explanation, String>)> {
+) -> Vec<(Topic, Result<Explanation, crate::explain::Missing>)> {
     let story = crate::pipeline::correlate::engine::build(events, steps);
     let calls = crate::pipeline::correlate::calls::Pairs::of(events);
     let input = Input {

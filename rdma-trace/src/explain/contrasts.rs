@@ -3,10 +3,11 @@
 
 use super::parts::{Explanation, Input, RunCounts, Stage};
 use crate::event::EventKind;
+use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::steps::{Mode, StepName};
 
-pub fn bypass(input: &Input) -> Result<Explanation, String> {
+pub fn bypass(input: &Input) -> Result<Explanation, Missing> {
     // The process with the most completions (the companion's, when its steps are known).
     let companion = input.steps.first().map(|s| s.process());
     let ps = input
@@ -15,7 +16,7 @@ pub fn bypass(input: &Input) -> Result<Explanation, String> {
         .values()
         .filter(|p| !p.data_phase_syscalls.is_empty())
         .max_by_key(|p| (Some(p.pid) == companion, p.completions_total, p.calls_total))
-        .ok_or("no data phase in this capture (its syscalls were not watched: trace with --pid or -- CMD)")?;
+        .ok_or(Missing::DataPhase)?;
     let count = |names: &[StepName]| {
         input.steps.iter().filter(|s| s.process() == ps.pid && names.contains(&s.name)).count() as u64
     };
@@ -108,12 +109,10 @@ fn receives(input: &Input, pid: crate::event::Task, recvs: u64) -> String {
     }
 }
 
-pub fn fork(input: &Input) -> Result<Explanation, String> {
+pub fn fork(input: &Input) -> Result<Explanation, Missing> {
     let c = input.run_counts.unwrap_or_else(|| RunCounts::of(input.events));
     if c.syscalls == 0 {
-        return Err(
-            "no syscalls in this capture: madvise cannot be counted (trace with --pid or -- CMD)".into()
-        );
+        return Err(Missing::Syscalls);
     }
     let (madvise, dontfork, pins) = (c.madvise, c.dontfork, c.pins);
     let mut x = Explanation {

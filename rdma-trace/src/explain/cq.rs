@@ -5,15 +5,16 @@
 use super::parts::{Explanation, Input, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
+use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::steps::StepName;
 use crate::units::duration as us;
 
-pub fn cq(input: &Input) -> Result<Explanation, String> {
+pub fn cq(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let found = chosen_completion(input);
     let Some((ps, c)) = found else {
-        return Err("no completion event that woke a program in this capture (event mode: ibv_req_notify_cq + ibv_get_cq_event)".into());
+        return Err(Missing::WokenCompletion);
     };
     let comp = &ev[c.event];
     let mut x = Explanation {

@@ -9,7 +9,7 @@ use crate::explain::lessons::{self as L, Topic};
 use std::fmt::Write;
 
 /// Every topic's explanation of one capture (or why it has none).
-pub type Explained = Vec<(Topic, Result<Explanation, String>)>;
+pub type Explained = Vec<(Topic, Result<Explanation, crate::explain::Missing>)>;
 
 /// What one kernel's captures explain.
 pub struct KernelRun {
@@ -18,7 +18,7 @@ pub struct KernelRun {
     /// The companion capture's file name, and every topic's explanation of it.
     pub companion: (String, Explained),
     /// The refused-pin capture's file name and its `mr` explanation.
-    pub memlock: Option<(String, Result<Explanation, String>)>,
+    pub memlock: Option<(String, Result<Explanation, crate::explain::Missing>)>,
 }
 
 impl KernelRun {

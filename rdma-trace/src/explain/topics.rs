@@ -4,6 +4,7 @@
 use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
+use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::pipeline::correlate::mmaps::Object;
 use crate::units::{bytes, duration as us};
@@ -36,13 +37,13 @@ fn syscall_stage(input: &Input, i: usize, what: &str) -> Stage {
     s
 }
 
-pub fn mr(input: &Input) -> Result<Explanation, String> {
+pub fn mr(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let pins: Vec<usize> =
         (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UmemGet], EventKind::Entry)).collect();
     let ok = |i: &usize| input.return_of(*i).is_some_and(|(_, r)| pin_error(r).is_none());
     let Some(pin) = input.anchored(&pins).or(pins.iter().find(|i| ok(i)).or(pins.first()).copied()) else {
-        return Err("no MR registration in this capture (no umem_get event)".into());
+        return Err(Missing::Pin);
     };
     let p = &ev[pin];
     let mut x = Explanation { occurrence: one_real("registration", p), ..Default::default() };
@@ -197,12 +198,12 @@ ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it
     }
 }
 
-pub fn mmap(input: &Input) -> Result<Explanation, String> {
+pub fn mmap(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let maps: Vec<usize> =
         (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UverbsMmap], EventKind::Entry)).collect();
     let Some(i) = input.anchored(&maps).or(maps.first().copied()) else {
-        return Err("no mmap on a uverbs fd in this capture (no uverbs_mmap event)".into());
+        return Err(Missing::Mmap);
     };
     let m = &ev[i];
     let mut x = Explanation { occurrence: one_real("mapping", m), ..Default::default() };
