@@ -1,9 +1,9 @@
 //! The contrasts that make it click: the data phase with and without the kernel (bypass,
 //! event mode against busy polling), and fork() with pinned memory.
 
+use super::parts::Missing;
 use super::parts::{Explanation, Input, RunCounts, Stage};
 use crate::event::EventKind;
-use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::steps::{Mode, StepName};
 

@@ -2,10 +2,10 @@
 //! that caused it, where the NIC's side ran (read from the event's own frames, never from
 //! the kernel series), the handler, and the program's wakeup.
 
+use super::parts::Missing;
 use super::parts::{Explanation, Input, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, ProbeId};
-use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::steps::StepName;
 use crate::units::duration as us;

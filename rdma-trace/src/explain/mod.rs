@@ -12,25 +12,8 @@ mod parts;
 mod topics;
 
 use crate::explain::lessons::Topic;
-pub use parts::{Explanation, Input, Named, RunCounts, Stage};
+pub use parts::{Explanation, Input, Missing, Named, RunCounts, Stage};
 use std::fmt::Write;
-
-/// What a capture lacks for an explanation.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Missing {
-    #[error("no MR registration in this capture (no umem_get event)")]
-    Pin,
-    #[error("no mmap on a uverbs fd in this capture (no uverbs_mmap event)")]
-    Mmap,
-    #[error(
-        "no completion event that woke a program in this capture (event mode: ibv_req_notify_cq + ibv_get_cq_event)"
-    )]
-    WokenCompletion,
-    #[error("no data phase in this capture (its syscalls were not watched: trace with --pid or -- CMD)")]
-    DataPhase,
-    #[error("no syscalls in this capture: madvise cannot be counted (trace with --pid or -- CMD)")]
-    Syscalls,
-}
 
 /// The explanation of `topic` from what was captured; an error says what the capture lacks.
 pub fn explain(topic: Topic, input: &Input) -> Result<Explanation, Missing> {

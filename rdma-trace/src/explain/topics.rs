@@ -1,10 +1,10 @@
 //! The three paths, each walked through one real occurrence: MR registration, a mmap on
 //! the uverbs fd, a completion event.
 
+use super::parts::Missing;
 use super::parts::{Explanation, Input, Named, Stage, fields, named, named_frames, syscall_line};
 use crate::event::FieldId;
 use crate::event::{Event, EventKind, Path, ProbeId};
-use crate::explain::Missing;
 use crate::explain::lessons as L;
 use crate::pipeline::correlate::mmaps::Object;
 use crate::units::{bytes, duration as us};

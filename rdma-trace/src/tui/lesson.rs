@@ -26,13 +26,6 @@ pub struct Ask {
     pub width: u16,
 }
 
-/// The story's answer to an `Ask`, handed to the screen with the next snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
-    pub id: u64,
-    pub text: String,
-}
-
 /// The narrowest an answer is wrapped to.
 pub const MIN_WIDTH: u16 = 40;
 

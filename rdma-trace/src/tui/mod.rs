@@ -104,7 +104,7 @@ impl Feeder {
         let force = force || ask.is_some();
         if let Some(ask) = ask {
             let text = lesson::answer(&mut self.live, &ask, &self.model);
-            self.model.answer = Some(lesson::Answer { id: ask.id, text });
+            self.model.answer = Some(model::Answer { id: ask.id, text });
         }
         let now = Instant::now();
         if now.duration_since(self.window.0) >= Duration::from_secs(1) {

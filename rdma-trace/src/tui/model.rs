@@ -163,7 +163,7 @@ pub struct Model {
     /// The story's step joins already made into rows.
     steps_seen: u64,
     /// The latest explanation the story gave.
-    pub answer: Option<super::lesson::Answer>,
+    pub answer: Option<Answer>,
     /// Several sources (`tui --connect A --connect B`): one line each, in source order
     /// (`event::Task::host` is the index). Empty for one source.
     pub hosts: Vec<HostLine>,
@@ -595,4 +595,11 @@ fn step_row(j: &Joined, live: &Engine) -> StepRow {
         events: mine.into_iter().map(line).collect(),
         checks: j.checks.clone(),
     }
+}
+
+/// The story's answer to an `e` (`lesson::Ask`), handed to the screen with the next snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub id: u64,
+    pub text: String,
 }
