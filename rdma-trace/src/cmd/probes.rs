@@ -110,7 +110,7 @@ fn json_lines(plan: &crate::plan::select::Plan, outcomes: Option<&[crate::live::
         // The same keys as a planned probe's: what was never resolved is null.
         let v = serde_json::json!({
             "id": s.spec.id.as_str(), "kind": kind(&s.spec.kind), "symbol": null,
-            "module": null, "return": null, "status": "skipped", "reason": s.reason,
+            "module": null, "return": null, "status": "skipped", "reason": s.reason.to_string(),
             "hardware_only": s.spec.hardware_only, "path": null,
         });
         out.push_str(&format!("{v}\n"));

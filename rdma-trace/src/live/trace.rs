@@ -51,7 +51,7 @@ pub enum Notice {
     /// A catalog probe left out by planning.
     Skipped {
         id: crate::plan::catalog::ProbeId,
-        reason: String,
+        reason: crate::plan::select::Skip,
     },
     /// A planned probe that did not attach, or attached not as asked.
     Attach(Outcome),
@@ -306,7 +306,7 @@ fn probe_statuses(planning: &Planning, outcomes: &[Outcome]) -> Vec<ProbeStatus>
         symbol: None,
         module: None,
         attached: false,
-        reason: Some(s.reason.clone()),
+        reason: Some(s.reason.to_string()),
     }));
     out
 }

@@ -71,7 +71,7 @@ fn blocked(
     let skipped = CATALOG
         .iter()
         .filter(|s| wanted.is_empty() || wanted.contains(&s.id.as_str()))
-        .map(|spec| Skipped { spec, reason: short.to_string() })
+        .map(|spec| Skipped { spec, reason: crate::plan::select::Skip::Blocked(short.to_string()) })
         .collect();
     Planning {
         symbols,

@@ -49,7 +49,47 @@ impl Planned {
 #[derive(Clone, Debug)]
 pub struct Skipped {
     pub spec: &'static ProbeSpec,
-    pub reason: String,
+    pub reason: Skip,
+}
+
+/// Why a probe is not planned on this machine (its words are what `probes` and the
+/// tracer's notices say).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Skip {
+    /// Every slot of its kind is taken.
+    #[error("no free {0} slot")]
+    NoSlot(&'static str),
+    /// None of its symbols is in kallsyms (each named with its module).
+    #[error("not in this kernel: {0} — module not loaded or renamed")]
+    NotInKernel(String),
+    #[error("no BTF for {0}")]
+    NoBtf(String),
+    /// BTF says no: the module's BTF, the function, or a field's path (its words).
+    #[error("{0}")]
+    Btf(String),
+    #[error("tracepoint {0} not in this kernel")]
+    NoTracepoint(String),
+    /// The library could not be read (its reason), or was not looked up.
+    #[error("{0}")]
+    Library(String),
+    #[error("{library} not looked up")]
+    NotLookedUp { library: String },
+    #[error("{path} does not export {symbol}")]
+    NotExported { path: String, symbol: &'static str },
+    #[error("{0} fields; at most {MAX_FETCH}")]
+    TooManyFields(usize),
+    /// A field the catalog asks for that cannot be read here.
+    #[error("field {field}: {why}")]
+    Field { field: String, why: String },
+    /// No plan could be made at all (no RDMA stack, no BTF): every probe says so.
+    #[error("{0}")]
+    Blocked(String),
+}
+
+impl From<btf::BtfError> for Skip {
+    fn from(e: btf::BtfError) -> Skip {
+        Skip::Btf(e.to_string())
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -91,18 +131,18 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
         let res = match spec.kind {
             Kind::Kprobe => {
                 if next_kprobe_slot >= TP_SLOTS[0] {
-                    Err("no free probe slot".to_string())
+                    Err(Skip::NoSlot("probe"))
                 } else {
                     plan_kprobe(k, spec, next_kprobe_slot)
                 }
             }
             Kind::Tracepoint { category } => match tp_slots.next() {
                 Some(&slot) => plan_tracepoint(k, spec, category, slot),
-                None => Err("no free tracepoint slot".to_string()),
+                None => Err(Skip::NoSlot("tracepoint")),
             },
             Kind::Uprobe { library } => match user_slots.next() {
                 Some(slot) => plan_uprobe(k, spec, library, slot),
-                None => Err("no free user-space probe slot".to_string()),
+                None => Err(Skip::NoSlot("user-space probe")),
             },
         };
         match res {
@@ -118,18 +158,18 @@ pub fn plan(k: &mut KernelView<'_>, wanted: &[&str]) -> Plan {
     out
 }
 
-fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) -> Result<Planned, String> {
+fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) -> Result<Planned, Skip> {
     let Some((sym, module)) =
         spec.symbols.iter().find_map(|s| k.symbols.module_of(s.name).map(|m| (s, m.to_string())))
     else {
         let names: Vec<_> = spec.symbols.iter().map(|s| format!("{} ({})", s.name, s.module)).collect();
-        return Err(format!("not in this kernel: {} — module not loaded or renamed", names.join(", ")));
+        return Err(Skip::NotInKernel(names.join(", ")));
     };
-    k.btf.module(&module).map_err(|e| e.to_string())?;
+    k.btf.module(&module)?;
     // Core RDMA structs are defined in these modules; others may only declare them.
     k.btf.preload(&["ib_core", "ib_uverbs"]);
-    let (btf, others) = k.btf.with_others(&module).ok_or_else(|| format!("no BTF for {module}"))?;
-    let proto = btf::proto(btf, sym.name).map_err(|e| e.to_string())?;
+    let (btf, others) = k.btf.with_others(&module).ok_or_else(|| Skip::NoBtf(module.clone()))?;
+    let proto = btf::proto(btf, sym.name)?;
     let entry = slot_plan(spec.entry, |f| {
         let param = match f.from {
             Src::Param(p) => Some(p),
@@ -165,15 +205,15 @@ fn plan_uprobe(
     spec: &'static ProbeSpec,
     library: &str,
     slot: usize,
-) -> Result<Planned, String> {
+) -> Result<Planned, Skip> {
     let lib = match k.libraries.get(library) {
         Some(Ok(l)) => l,
-        Some(Err(why)) => return Err(why.clone()),
-        None => return Err(format!("{library} not looked up")),
+        Some(Err(why)) => return Err(Skip::Library(why.clone())),
+        None => return Err(Skip::NotLookedUp { library: library.to_string() }),
     };
     let Some((sym, off)) = spec.symbols.iter().find_map(|s| lib.functions.get(s.name).map(|o| (s, *o)))
     else {
-        return Err(format!("{} does not export {}", lib.path.display(), spec.symbols[0].name));
+        return Err(Skip::NotExported { path: lib.path.display().to_string(), symbol: spec.symbols[0].name });
     };
     let user_fetch = |f: &Field| -> Result<Fetch, String> {
         let src = match f.from {
@@ -211,10 +251,10 @@ fn plan_tracepoint(
     spec: &'static ProbeSpec,
     category: &str,
     slot: usize,
-) -> Result<Planned, String> {
+) -> Result<Planned, Skip> {
     let sym = &spec.symbols[0];
     let fields = (k.tracepoint)(category, sym.name)
-        .ok_or_else(|| format!("tracepoint {category}:{} not in this kernel", sym.name))?;
+        .ok_or_else(|| Skip::NoTracepoint(format!("{category}:{}", sym.name)))?;
     let mut entry = slot_plan(spec.entry, |f| {
         let Src::TpField(name) = f.from else {
             return Err(format!("{}: tracepoint fields read the record", f.name()));
@@ -239,16 +279,17 @@ fn fetch(src: u8, offsets: &[u32], size: u8) -> Fetch {
     f
 }
 
+/// Each field's fetch, by `each`; a field it cannot read (why, in words) skips the probe.
 fn slot_plan(
     fields: &[Field],
     mut each: impl FnMut(&Field) -> Result<Fetch, String>,
-) -> Result<SlotPlan, String> {
+) -> Result<SlotPlan, Skip> {
     if fields.len() > MAX_FETCH {
-        return Err(format!("{} fields; at most {MAX_FETCH}", fields.len()));
+        return Err(Skip::TooManyFields(fields.len()));
     }
     let mut plan = SlotPlan { n: fields.len() as u8, active: 1, ..Default::default() };
     for (i, f) in fields.iter().enumerate() {
-        plan.fetches[i] = each(f).map_err(|e| format!("field {}: {e}", f.name()))?;
+        plan.fetches[i] = each(f).map_err(|why| Skip::Field { field: f.name().to_string(), why })?;
     }
     Ok(plan)
 }
