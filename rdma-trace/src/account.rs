@@ -27,6 +27,9 @@ pub struct Tally {
     pub headerless: u64,
     /// Bytes of every record read, as the programs wrote them (the ring's traffic).
     pub ring_bytes: u64,
+    /// Entries whose stack went by id and the map no longer had (`--stack-ids`): shown
+    /// with the kernel's failed stack captures, under no-stack.
+    pub stack_lost: Vec<u64>,
 }
 
 impl Default for Tally {
@@ -38,6 +41,7 @@ impl Default for Tally {
             undecodable: vec![0; COUNTER_SITES],
             headerless: 0,
             ring_bytes: 0,
+            stack_lost: vec![0; COUNTER_SITES],
         }
     }
 }
@@ -81,6 +85,9 @@ impl Tally {
     }
     pub fn undecodable(&mut self, h: Option<&EventHeader>) {
         Self::bump(&mut self.undecodable, h);
+    }
+    pub fn stack_lost(&mut self, h: Option<&EventHeader>) {
+        Self::bump(&mut self.stack_lost, h);
     }
 
     /// Records the programs committed that the reader has not read yet. The fork follower
@@ -187,7 +194,7 @@ pub(crate) fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, s
         enrich_dropped: t.enrich_dropped.get(site).copied().unwrap_or(0),
         undecodable: t.undecodable.get(site).copied().unwrap_or(0),
         read_failed: at(CNT_READ_FAILED),
-        stack_failed: at(CNT_STACK_FAILED),
+        stack_failed: at(CNT_STACK_FAILED) + t.stack_lost.get(site).copied().unwrap_or(0),
         build_ns_max: at(CNT_BUILD_NS_MAX),
         build_ns_sum: at(CNT_BUILD_NS_SUM),
         build_slow: at(CNT_BUILD_SLOW),
@@ -280,8 +287,8 @@ pub struct RunAccount {
     /// Records read from the ring, and their bytes.
     pub ring_records: u64,
     pub ring_bytes: u64,
-    /// Kernel stacks by id (`--stack-ids`): distinct stacks, and ids the map did not have.
-    pub stacks_by_id: Option<(usize, u64)>,
+    /// Kernel stacks by id (`--stack-ids`): the distinct stacks seen.
+    pub stacks_by_id: Option<usize>,
     /// Calls the correlator let go while open (too deep on one thread): no latency for
     /// their returns.
     pub calls_let_go: u64,

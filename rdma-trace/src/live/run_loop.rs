@@ -213,16 +213,17 @@ impl<'a> RunLoop<'a> {
         }
     }
 
-    /// Calls the correlator let go while open.
-    pub(super) fn calls_let_go(&self) -> u64 {
-        self.correlator.let_go()
-    }
-
     /// One ring record through decode → enrich → correlate, to the sink.
     fn record(&mut self, b: &[u8]) {
         self.tally.ring_bytes += b.len() as u64;
         let b = match self.stacks.as_mut() {
-            Some(s) => s.resolve(b),
+            Some(s) => {
+                let (b, lost) = s.resolve(b);
+                if lost {
+                    self.tally.stack_lost(decode::header(b).as_ref());
+                }
+                b
+            }
             None => b,
         };
         let mut ev = match to_item(b, &mut self.tally, &mut self.enricher) {
@@ -399,7 +400,8 @@ pub(super) struct End {
 }
 
 impl End {
-    pub(super) fn account(&self, planning: &Planning, tally: &Tally) -> RunAccount {
+    pub(super) fn account(&self, planning: &Planning, run: &RunLoop) -> RunAccount {
+        let tally = &run.tally;
         let (forks, forks_unwatched) = account::forks(&self.counters);
         let (watches, watches_failed) = account::watches(&self.counters);
         RunAccount {
@@ -407,8 +409,8 @@ impl End {
             headerless: tally.headerless,
             ring_records: tally.read.iter().sum::<u64>() + tally.headerless,
             ring_bytes: tally.ring_bytes,
-            stacks_by_id: None,
-            calls_let_go: 0,
+            stacks_by_id: run.stacks.as_ref().map(|s| s.distinct()),
+            calls_let_go: run.correlator.let_go(),
             reader_waits: self.waits.records,
             reader_longest_wait_ns: self.waits.longest.as_nanos() as u64,
             uncommitted_at_exit: self.left.uncommitted,

@@ -14,13 +14,11 @@ pub struct StackIds {
     /// id the map did not have is kept as `None`.
     known: HashMap<u32, Option<Box<[u8]>>>,
     buf: Vec<u8>,
-    /// Records whose id the map did not have: they go on without a stack.
-    pub failed: u64,
 }
 
 impl StackIds {
     pub fn new(map: StackTraceMap<MapData>) -> Self {
-        StackIds { map, known: HashMap::new(), buf: Vec::new(), failed: 0 }
+        StackIds { map, known: HashMap::new(), buf: Vec::new() }
     }
 
     /// Distinct stacks seen.
@@ -30,19 +28,17 @@ impl StackIds {
 
     /// `b` as if its stack had been copied: an entry record that names a stack id gets the
     /// stack's bytes after its fixed part (and its id cleared); any other record is `b`.
-    pub fn resolve<'a>(&'a mut self, b: &'a [u8]) -> &'a [u8] {
-        let Some(id) = stack_id(b) else { return b };
+    /// True with it when the map did not have the id: the record goes on without a stack.
+    pub fn resolve<'a>(&'a mut self, b: &'a [u8]) -> (&'a [u8], bool) {
+        let Some(id) = stack_id(b) else { return (b, false) };
         let map = &self.map;
         let known = self.known.entry(id).or_insert_with(|| {
             let t = map.get(&(id - 1), 0).ok()?;
             Some(t.frames().iter().take(MAX_STACK).flat_map(|f| f.ip.to_le_bytes()).collect())
         });
-        let stack: &[u8] = match known {
-            Some(s) => s,
-            None => {
-                self.failed += 1;
-                &[]
-            }
+        let (stack, lost): (&[u8], bool) = match known {
+            Some(s) => (s, false),
+            None => (&[], true),
         };
         self.buf.clear();
         self.buf.extend_from_slice(&b[..PROBE_FIXED_LEN]);
@@ -51,7 +47,7 @@ impl StackIds {
         let at = offset_of!(ProbeHead, stack_id);
         self.buf[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
         self.buf.extend_from_slice(stack);
-        &self.buf
+        (&self.buf, lost)
     }
 }
 

@@ -236,9 +236,7 @@ impl Tracer {
             let end = shutdown(loaded, &mut ring, &mut run).await?;
             Ok::<_, anyhow::Error>((stopped, end))
         })?;
-        let mut account = end.account(&planning, &run.tally);
-        account.stacks_by_id = run.stacks.as_ref().map(|s| (s.distinct(), s.failed));
-        account.calls_let_go = run.calls_let_go();
+        let account = end.account(&planning, &run);
         run.last_losses(&account);
         Ok(Finished {
             stopped,

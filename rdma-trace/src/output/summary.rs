@@ -118,9 +118,9 @@ impl RunAccount {
                 crate::pipeline::correlate::calls::MAX_OPEN
             ));
         }
-        if let Some((distinct, failed)) = self.stacks_by_id {
+        if let Some(distinct) = self.stacks_by_id {
             s.push_str(&format!(
-                "  stacks by id: {distinct} distinct; {failed} events named an id the map did not have (they have no stack)\n"
+                "  stacks by id: {distinct} distinct (an id the map no longer had counts under no-stack)\n"
             ));
         }
         for p in &self.programs {
@@ -224,6 +224,24 @@ mod tests {
             text.contains("lost: ring full 2, no scratch 1, dropped by the enricher 1, undecodable 1"),
             "{text}"
         );
+    }
+
+    /// A stack the kernel kept by id that the map no longer had is shown where the
+    /// kernel's failed captures are: the probe's no-stack column. It is no loss.
+    #[test]
+    fn a_stack_lost_by_id_counts_under_no_stack() {
+        let mut c = vec![0u64; COUNTER_ENTRIES];
+        c[2 * COUNTERS + CNT_HITS] = 2;
+        c[2 * COUNTERS + CNT_STACK_FAILED] = 1;
+        let mut t = Tally::default();
+        let h = hdr(KIND_PROBE_ENTRY, 2);
+        for _ in 0..2 {
+            t.read(Some(&h));
+            t.delivered(&h);
+        }
+        t.stack_lost(Some(&h));
+        let st = site("x".into(), &c, &t, None, 2);
+        assert_eq!((st.stack_failed, st.lost(), st.delivered), (2, 0, 2));
     }
 
     #[test]
