@@ -25,7 +25,7 @@ fn the_perfetto_export_of_every_lab_capture_passes_the_checker() {
     for c in CAPTURES {
         let r = read(&[common::lab_capture(c)], OPTS, true).unwrap();
         let events = r.events.clone();
-        let (story, _, _) = r.live.finish();
+        let (story, _, _) = r.engine.finish();
         let doc = perfetto::export(&events, &story, &[]);
         let wrong = check_trace_events(&doc);
         assert!(wrong.is_empty(), "{c}: {} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
@@ -97,7 +97,7 @@ fn calls_left_open_past_the_bound_are_counted() {
     let doc = perfetto::export(&events, &story, &[]);
     assert_eq!(doc["otherData"]["open_calls_let_go"], serde_json::json!(extra));
     assert!(check_trace_events(&doc).is_empty());
-    let real = perfetto::export(&r.events, &r.live.finish().0, &[]);
+    let real = perfetto::export(&r.events, &r.engine.finish().0, &[]);
     assert!(real["otherData"].get("open_calls_let_go").is_none(), "none on a real capture");
 }
 
@@ -238,7 +238,7 @@ fn folded_stacks_and_the_flame_graph_of_both_kernels() {
 fn the_committed_perfetto_example_is_this_builds_export() {
     let r = read(&[common::lab_capture("companion-7.3.jsonl")], OPTS, true).unwrap();
     let events = r.events.clone();
-    let (story, _, _) = r.live.finish();
+    let (story, _, _) = r.engine.finish();
     let doc = perfetto::export(&events, &story, &[]);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/companion-7.3.perfetto.json");
     let committed: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

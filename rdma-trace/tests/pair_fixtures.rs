@@ -206,7 +206,7 @@ fn arrows(k: &str) {
         })
         .collect();
     let events = r.events.clone();
-    let (story, _, _) = r.live.finish();
+    let (story, _, _) = r.engine.finish();
     let doc = perfetto::export(&events, &story, &hosts);
     let wrong = check_trace_events(&doc);
     assert!(wrong.is_empty(), "{} problems, first: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);

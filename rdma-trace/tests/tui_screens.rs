@@ -54,7 +54,7 @@ fn model(capture: &str) -> Model {
 fn explained(f: &mut tui::Feeder, ui: &Ui) -> String {
     let (topic, anchor) = lesson::chosen(&f.model, ui).unwrap();
     let m = f.model.clone();
-    lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor, width: 88 }, &m)
+    lesson::answer(&mut f.engine, &lesson::Ask { id: 1, topic, anchor, width: 88 }, &m)
 }
 
 fn render(m: &Model, ui: &Ui, w: u16, h: u16) -> String {
@@ -488,7 +488,7 @@ fn an_answer_is_wrapped_to_its_panel() {
     let (topic, anchor) = lesson::chosen(&f.model, &ui).unwrap();
     let m = f.model.clone();
     for width in [78u16, 60] {
-        let text = lesson::answer(&mut f.live, &lesson::Ask { id: 1, topic, anchor, width }, &m);
+        let text = lesson::answer(&mut f.engine, &lesson::Ask { id: 1, topic, anchor, width }, &m);
         let prose: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("   ") && !l.starts_with("    ") && !l.contains(" · "))
@@ -510,11 +510,11 @@ fn a_filter_searches_every_event_the_story_keeps() {
     let ui = Ui { screen: Screen::Events, filter: "ib_send_bw".into(), ..Default::default() };
     assert!(f.model.events.iter().all(|e| e.comm != "ib_send_bw"), "the newest held are rping's");
     assert!(shown_events(&f.model, &ui).is_empty(), "before the search answers, the newest held");
-    let kept = f.live.kept().filter(|(_, e)| e.comm == "ib_send_bw").count();
+    let kept = f.engine.kept().filter(|(_, e)| e.comm == "ib_send_bw").count();
     assert_eq!(kept, 4002);
-    f.model.search(&f.live, "ib_send_bw");
+    f.model.search(&f.engine, "ib_send_bw");
     let found = f.model.found.clone().unwrap();
-    assert_eq!((found.matched, found.searched), (kept, f.live.kept().count()));
+    assert_eq!((found.matched, found.searched), (kept, f.engine.kept().count()));
     let shown = shown_events(&f.model, &ui);
     assert_eq!(shown.len(), 2000);
     assert!(shown.iter().all(|e| e.comm == "ib_send_bw"));
@@ -531,7 +531,7 @@ fn a_filter_searches_every_event_the_story_keeps() {
     let explained = shown.iter().position(|e| matches!(e.path, P::Pin | P::Mmap | P::Completion)).unwrap();
     let ui = Ui { selected: explained, ..ui };
     let (_, anchor) = lesson::chosen(&f.model, &ui).unwrap();
-    assert_eq!(f.live.event(anchor).unwrap().comm, "ib_send_bw");
+    assert_eq!(f.engine.event(anchor).unwrap().comm, "ib_send_bw");
 }
 
 /// Issue 40 item 7: on 6.1 soft-RoCE's completions run as tasklets (softirq): the

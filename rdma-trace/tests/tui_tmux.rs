@@ -422,7 +422,7 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
         format!("a post on its peer, qp {:#x} @rdma-lab-1 → this CQ", rping.peer.as_ref().unwrap().qpn);
     t.keys("4");
     // Every CQ of the two captures listed: both streams were read to their trailers.
-    let cqs = rdma_trace::cmd::report::read(&files, opts, false).unwrap().live.finish().0.cqs.len();
+    let cqs = rdma_trace::cmd::report::read(&files, opts, false).unwrap().engine.finish().0.cqs.len();
     t.wait_until("every CQ listed", |s| s.lines().filter(|l| l.starts_with("│0x")).count() >= cqs);
     let mut found = false;
     for _ in 0..8 {
@@ -442,7 +442,7 @@ fn two_daemons_on_one_screen_name_their_hosts_and_the_clock_between_them() {
     t.keys("Escape");
     t.wait_gone("The post — a send on the peer QP");
     // Filtered by host: only host 2's CQs are left, each named with it.
-    let theirs = rdma_trace::cmd::report::read(&files[1..], opts, false).unwrap().live.finish().0.cqs.len();
+    let theirs = rdma_trace::cmd::report::read(&files[1..], opts, false).unwrap().engine.finish().0.cqs.len();
     t.keys("/");
     t.keys("@rdma-lab-2");
     t.keys("Enter");

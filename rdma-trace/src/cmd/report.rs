@@ -53,7 +53,7 @@ pub fn read_each(
 /// The report of `files` (merged).
 pub fn build(files: &[PathBuf], opts: ReadOpts) -> Result<Report> {
     let r = read(files, opts, false)?;
-    let (story, _, steps) = r.live.finish();
+    let (story, _, steps) = r.engine.finish();
     let parts: Vec<Part> = files
         .iter()
         .zip(r.headers.iter().zip(&r.aggs).zip(&r.placed))
@@ -149,7 +149,7 @@ pub fn export(
         Ok(())
     };
     if let (Some(p), Some(timeline)) = (perfetto, timeline) {
-        let (story, _, _) = r.live.finish();
+        let (story, _, _) = r.engine.finish();
         let first = r.headers[0].as_ref().map(|h| h.boot_id.clone());
         let hosts: Vec<_> = r
             .headers

@@ -108,7 +108,7 @@ fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
         feeder.model.finished = Some("connecting…".into());
         feeder.offer(true);
         let mut merge = Merge::new(sockets.len());
-        feeder.live.settle_only();
+        feeder.engine.settle_only();
         loop {
             // Not only when a record comes: what the last one settled is shown too.
             let t = match records.recv_timeout(Duration::from_millis(50)) {
@@ -133,7 +133,7 @@ fn several(sockets: Vec<std::path::PathBuf>, verbose: bool) -> Result<i32> {
                 }
             }
             if let Some(t) = merge.settled() {
-                feeder.live.settle(t);
+                feeder.engine.settle(t);
             }
             feeder.offer(false);
         }

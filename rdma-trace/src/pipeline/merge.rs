@@ -39,7 +39,7 @@ impl Input {
 /// What reading the captures gave: the story, each capture's header and aggregates, the
 /// companion's steps, and every event (only when asked for: an export needs them all).
 pub struct Read {
-    pub live: Engine,
+    pub engine: Engine,
     pub headers: Vec<Option<Header>>,
     /// Each capture of another boot: its clock against the first's, where measured.
     pub placed: Vec<Option<crate::clock::Placed>>,
@@ -164,7 +164,7 @@ fn at(r: &Record) -> Option<u64> {
 }
 
 /// Reads every input, merged on the wall clock, through one story (unless `story` is
-/// false: a caller that builds its own, `explain`, leaves `live` empty) and per-input
+/// false: a caller that builds its own, `explain`, leaves `engine` empty) and per-input
 /// aggregates; each event also goes to `each`, with the index the story knows it by (its
 /// place in the merged run).
 pub fn merge(
@@ -175,7 +175,7 @@ pub fn merge(
 ) -> Result<Read> {
     let n = inputs.len();
     let mut out = Read {
-        live: Engine::new(Vec::new(), limits),
+        engine: Engine::new(Vec::new(), limits),
         headers: vec![None; n],
         placed: vec![None; n],
         aggs: vec![Aggregates::default(); n],
@@ -199,18 +199,18 @@ pub fn merge(
         match m.place(i, rec) {
             Record::Event(e) => {
                 out.aggs[i].event(&e);
-                let index = if story { out.live.push(std::sync::Arc::clone(&e)) } else { placed_events };
+                let index = if story { out.engine.push(std::sync::Arc::clone(&e)) } else { placed_events };
                 placed_events += 1;
                 each(index, &e);
             }
             // A late joiner's capture (`trace --connect -o`) begins with what existed when
             // it joined: the story starts from it, placed like the capture's events.
-            Record::State(st) if story => out.live.seed(&st),
+            Record::State(st) if story => out.engine.seed(&st),
             Record::Step(st) => {
                 let step = st.step;
                 out.aggs[i].steps += 1;
                 if story {
-                    out.live.add_steps(vec![step.clone()]);
+                    out.engine.add_steps(vec![step.clone()]);
                 }
                 out.steps.push(step);
             }

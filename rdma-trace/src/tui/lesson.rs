@@ -73,10 +73,10 @@ pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
 }
 
 /// The story's explanation of `ask` (on the pipeline's thread, which owns the story).
-pub fn answer(live: &mut Engine, ask: &Ask, m: &Model) -> String {
+pub fn answer(engine: &mut Engine, ask: &Ask, m: &Model) -> String {
     let hosts: Vec<String> = m.hosts.iter().map(|h| h.name.clone()).collect();
     let clock_error_ns = m.hosts.iter().filter_map(|h| h.clock_error_ns).max();
-    let (events, story, steps, at) = live.for_explain(ask.anchor);
+    let (events, story, steps, at) = engine.for_explain(ask.anchor);
     let Some(at) = at else {
         return format!(
             "{}: the event of this row is no longer among the {} the story keeps (the newest); \

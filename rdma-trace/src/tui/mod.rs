@@ -81,7 +81,7 @@ pub type Slot = Arc<Mutex<Option<Model>>>;
 
 pub struct Feeder {
     /// The story every row on screen comes from.
-    pub live: Engine,
+    pub engine: Engine,
     pub model: Model,
     slot: Slot,
     last_sent: Instant,
@@ -103,7 +103,7 @@ impl Feeder {
         let ask = self.asks.try_iter().last();
         let force = force || ask.is_some();
         if let Some(ask) = ask {
-            let text = lesson::answer(&mut self.live, &ask, &self.model);
+            let text = lesson::answer(&mut self.engine, &ask, &self.model);
             self.model.answer = Some(model::Answer { id: ask.id, text });
         }
         let now = Instant::now();
@@ -118,10 +118,10 @@ impl Feeder {
         self.last_sent = now;
         if self.control.paused.load(Ordering::Relaxed) {
             // A paused replay steps event by event: each one is joined as it comes.
-            self.live.flush();
+            self.engine.flush();
         }
         let t = Instant::now();
-        self.model.rows_from(&self.live);
+        self.model.rows_from(&self.engine);
         self.search(now);
         let snapshot = self.model.clone();
         if let Ok(mut s) = self.slot.lock() {
@@ -139,14 +139,14 @@ impl Feeder {
         let changed = *last != filter;
         let newer = *seen != self.model.events_total && now.duration_since(*at) >= SEARCH_EVERY;
         if changed || (newer && !filter.is_empty()) {
-            self.model.search(&self.live, &filter);
+            self.model.search(&self.engine, &filter);
             self.searched = (filter, self.model.events_total, now);
         }
     }
 
     /// The source ended (`why`): shown until the person quits.
     pub fn finished(&mut self, why: String) {
-        self.live.flush();
+        self.engine.flush();
         self.model.finished = Some(why);
         self.offer(true);
     }
@@ -155,7 +155,7 @@ impl Feeder {
     pub fn reset(&mut self) {
         let source = std::mem::take(&mut self.model.source);
         self.model = Model::new(source);
-        self.live = Engine::new(Vec::new(), limits());
+        self.engine = Engine::new(Vec::new(), limits());
         self.window = (Instant::now(), 0);
         self.searched = (String::new(), 0, Instant::now());
     }
@@ -169,24 +169,24 @@ impl Sink for Feeder {
     }
     /// A daemon's state when this viewer joined: what was pinned and mapped before.
     fn state(&mut self, st: &crate::capture::State) -> std::io::Result<()> {
-        self.live.seed(st);
+        self.engine.seed(st);
         self.offer(true);
         Ok(())
     }
     fn event(&mut self, ev: &std::sync::Arc<Event>) -> std::io::Result<()> {
-        let index = self.live.push(ev.clone());
+        let index = self.engine.push(ev.clone());
         self.model.event(ev, index);
         self.offer(false);
         Ok(())
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
-        self.live.add_steps(vec![s.clone()]);
+        self.engine.add_steps(vec![s.clone()]);
         self.offer(false);
         Ok(())
     }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
         // The source's clock: what waited in the reorder window long enough is joined.
-        self.live.settle(s.ts_ns);
+        self.engine.settle(s.ts_ns);
         self.model.stats(&s.sites);
         Ok(())
     }
@@ -219,11 +219,11 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
     control.speed_x10.store(if replay { 10 } else { 0 }, Ordering::Relaxed);
     let now = Instant::now();
     let model = Model::new(source);
-    let live = Engine::new(Vec::new(), limits());
+    let engine = Engine::new(Vec::new(), limits());
     let searched = (String::new(), 0, now);
     (
         Feeder {
-            live,
+            engine,
             model,
             slot: slot.clone(),
             last_sent: now - FRAME,
@@ -253,7 +253,7 @@ impl Feeder {
 
     /// Everything fed is joined (nothing later is waited for) and shown.
     pub fn caught_up(&mut self) {
-        self.live.flush();
+        self.engine.flush();
         self.offer(true);
     }
 }

@@ -471,14 +471,14 @@ impl Model {
             || crate::output::text::fields_text(e).contains(filter)
     }
 
-    /// Searches every event `live` keeps for `filter` (empty: no search).
-    pub fn search(&mut self, live: &Engine, filter: &str) {
+    /// Searches every event `engine` keeps for `filter` (empty: no search).
+    pub fn search(&mut self, engine: &Engine, filter: &str) {
         if filter.is_empty() {
             self.found = None;
             return;
         }
         let (mut events, mut indices, mut matched, mut searched) = (Vec::new(), Vec::new(), 0, 0);
-        for (i, e) in live.kept().rev() {
+        for (i, e) in engine.kept().rev() {
             searched += 1;
             if self.matches(filter, e) {
                 matched += 1;
@@ -502,8 +502,8 @@ impl Model {
     }
 
     /// The rows, from the story as it stands.
-    pub fn rows_from(&mut self, live: &Engine) {
-        let story = live.now();
+    pub fn rows_from(&mut self, engine: &Engine) {
+        let story = engine.now();
         let shown = |p: &&ProcessStory| p.mrs_total() + p.failed_pins_total + p.mappings_total > 0;
         self.procs = Arc::new(story.processes.values().filter(shown).map(|p| (p.pid, proc_row(p))).collect());
         // The newest `ROWS` of all processes' rows, chosen by reference; only they are copied.
@@ -536,9 +536,9 @@ impl Model {
         );
         self.pin_ns = story.pin_ns.clone();
         self.wakeup_ns = story.wakeup_ns.clone();
-        let (joined, total) = live.joins_since(self.steps_seen);
+        let (joined, total) = engine.joins_since(self.steps_seen);
         for j in joined {
-            push_capped(Arc::make_mut(&mut self.steps), ROWS, step_row(j, live));
+            push_capped(Arc::make_mut(&mut self.steps), ROWS, step_row(j, engine));
         }
         self.steps_seen = total;
     }
@@ -566,14 +566,14 @@ fn proc_row(p: &ProcessStory) -> ProcRow {
 }
 
 /// A joined step as the Steps screen lists it: one line per event, time into the step.
-fn step_row(j: &Joined, live: &Engine) -> StepRow {
+fn step_row(j: &Joined, engine: &Engine) -> StepRow {
     let s = &j.step;
     let line = |e: &Event| {
         let arrow = crate::output::text::arrow(e.kind);
         let at = e.ts_ns as f64 / 1e3 - s.t_start_ns as f64 / 1e3;
         format!("{at:>+9.1}µs {arrow} {} {}", e.name, crate::output::text::fields_text(e))
     };
-    let mut mine: Vec<&Event> = j.events.iter().filter_map(|&i| live.event(i)).collect();
+    let mut mine: Vec<&Event> = j.events.iter().filter_map(|&i| engine.event(i)).collect();
     mine.sort_by_key(|e| e.ts_ns);
     let error = match (s.errno, &s.error) {
         (Some(n), _) => Some(render::errno_name(n as i64).to_string()),

@@ -1,6 +1,6 @@
 //! Correlation (pure: events in, story out, no I/O). `Correlator`, on the live path before
 //! anything is written: each return's latency from its entry (`calls`, the one pairing),
-//! and the pages a umem spans. The rest builds the story (`live`, `story` and its rows).
+//! and the pages a umem spans. The rest builds the story (`engine`, `story` and its rows).
 
 use crate::event::FieldId;
 pub mod aggregate;
