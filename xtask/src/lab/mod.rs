@@ -362,12 +362,13 @@ pub fn run_pair_with(
     cache::remove(&sync)?;
     fs::create_dir_all(&sync)?;
     // A guest whose peer is gone waits for nothing that will come (a server for its client):
-    // once one guest has ended, the other gets PEER_GRACE to finish, then is powered off.
+    // once one guest has ended, the other gets PEER_GRACE to finish, then is powered off;
+    // once one has failed (a crash, a timeout), the other is powered off at once.
     // (Only where the caller has no stop of its own: the demo stops both itself.)
     let own_stop: [Arc<AtomicBool>; 2] = Default::default();
     let owned = [1u8, 2].map(|host| extras(host).stop.is_none());
     let cut_off: [AtomicBool; 2] = Default::default();
-    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<u8>();
+    let (ended_tx, ended_rx) = std::sync::mpsc::channel::<(u8, bool)>();
     let results = std::thread::scope(|s| {
         let runs: Vec<_> = [1u8, 2]
             .into_iter()
@@ -379,7 +380,7 @@ pub fn run_pair_with(
                 s.spawn(move || {
                     let mode = Mode::Script { script, files, timeout, log };
                     let r = run_guest_with(g, mode, &extras);
-                    ended.send(host).ok();
+                    ended.send((host, r.is_err())).ok();
                     r
                 })
             })
@@ -387,10 +388,17 @@ pub fn run_pair_with(
         drop(ended_tx);
         let (own_stop, cut_off, owned) = (&own_stop, &cut_off, &owned);
         s.spawn(move || {
-            let Ok(first) = ended_rx.recv() else { return };
+            let Ok((first, failed)) = ended_rx.recv() else { return };
             let other = 3 - first;
-            let waited = ended_rx.recv_timeout(PEER_GRACE);
-            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) && owned[usize::from(other) - 1] {
+            if !owned[usize::from(other) - 1] {
+                return;
+            }
+            if failed {
+                step(&format!("lab: host {first} failed: powering host {other} off"));
+                own_stop[usize::from(other) - 1].store(true, Ordering::Relaxed);
+                return;
+            }
+            if ended_rx.recv_timeout(PEER_GRACE) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
                 step(&format!(
                     "lab: host {first} ended {} s ago and host {other} is still running: powering it off",
                     PEER_GRACE.as_secs()
@@ -407,6 +415,7 @@ pub fn run_pair_with(
     // Both guests' outcomes, whichever failed (the first error alone hid the peer's).
     let mut rcs = [0; 2];
     let mut failures = Vec::new();
+    let mut crash: Option<qemu::GuestCrash> = None;
     for (i, r) in results.into_iter().enumerate() {
         match r {
             _ if cut_off[i].load(Ordering::Relaxed) => failures.push(format!(
@@ -415,11 +424,27 @@ pub fn run_pair_with(
                 PEER_GRACE.as_secs()
             )),
             Ok(rc) => rcs[i] = rc.unwrap_or(0),
-            Err(e) => failures.push(format!("host {}: {e:#}", i + 1)),
+            Err(e) => {
+                failures.push(format!("host {}: {e:#}", i + 1));
+                if let Some(c) = e.downcast_ref::<qemu::GuestCrash>() {
+                    let seen = crash.get_or_insert(qemu::GuestCrash {
+                        in_tracing: false,
+                        at: None,
+                        msg: String::new(),
+                    });
+                    seen.in_tracing |= c.in_tracing;
+                    seen.at = seen.at.take().or_else(|| c.at.clone());
+                }
+            }
         }
     }
     if !failures.is_empty() {
-        bail!("{}", failures.join("\n"));
+        let msg = failures.join("\n");
+        // A crashed guest stays a crash for the caller, who may boot the pair again.
+        return Err(match crash {
+            Some(c) => qemu::GuestCrash { msg, ..c }.into(),
+            None => anyhow::anyhow!(msg),
+        });
     }
     Ok(rcs)
 }

@@ -40,6 +40,9 @@ pub struct Extras {
     pub virtio_socket: Option<PathBuf>,
     /// Keep the console off the terminal (saved to the log only): something else owns it.
     pub console_off_terminal: bool,
+    /// Put the console on the terminal a whole line at a time, each line after this (for
+    /// guests that run side by side, e.g. `[6.12]`).
+    pub console_prefix: Option<String>,
     /// Set by the host to power the guest off (the boot then counts as a success).
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// One of a pair of guests joined by a virtual Ethernet wire (`cargo xtask lab --hosts 2`).
@@ -83,6 +86,36 @@ impl std::fmt::Display for EarlyFailure {
 }
 
 impl std::error::Error for EarlyFailure {}
+
+/// The guest kernel crashed (a panic, or silence after an oops) once its userspace ran.
+/// `in_tracing` says whether the console's last lines name BPF, kprobes or their trampolines:
+/// a crash there may be ours; a crash elsewhere (soft-RoCE on 6.12 has crashed in
+/// `net_rx_action` and `rxe_sched_task` under the pair tests) is the lab's kernel.
+#[derive(Debug)]
+pub struct GuestCrash {
+    pub in_tracing: bool,
+    /// The first line that says where (`RIP: …`), if the console had one.
+    pub at: Option<String>,
+    pub msg: String,
+}
+
+impl std::fmt::Display for GuestCrash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for GuestCrash {}
+
+impl GuestCrash {
+    fn of(tail: &[String], msg: String) -> GuestCrash {
+        let trace = tail.iter().filter(|l| !l.contains("Modules linked in"));
+        let in_tracing =
+            trace.clone().any(|l| ["bpf", "kprobe", "rethook", "ftrace"].iter().any(|w| l.contains(w)));
+        let at = trace.clone().find_map(|l| l.split_once("RIP: ").map(|(_, r)| r.trim().to_string()));
+        GuestCrash { in_tracing, at, msg }
+    }
+}
 
 /// Printed by the guest's /init once userspace runs.
 const USERSPACE_MARK: &str = "[lab-init] userspace up";
@@ -194,7 +227,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(chunk) => {
                 last_output = Instant::now();
-                if !b.extras.console_off_terminal {
+                if !b.extras.console_off_terminal && b.extras.console_prefix.is_none() {
                     let mut o = stdout.lock();
                     o.write_all(&chunk).ok();
                     o.flush().ok();
@@ -209,6 +242,11 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
                     }
                     let l = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
                     line.clear();
+                    if let (false, Some(p)) = (b.extras.console_off_terminal, &b.extras.console_prefix) {
+                        let mut o = stdout.lock();
+                        writeln!(o, "{p} {l}").ok();
+                        o.flush().ok();
+                    }
                     userspace |= l.contains(USERSPACE_MARK);
                     if is_panic(&l) && panic_at.is_none() {
                         panic_at = Some(Instant::now());
@@ -253,12 +291,14 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
             && now - last_note > Duration::from_secs(15)
         {
             last_note = now;
-            eprintln!("[xtask] guest running, {} s elapsed", (now - start).as_secs());
+            let p = b.extras.console_prefix.as_deref().map(|p| format!("{p} ")).unwrap_or_default();
+            eprintln!("{p}[xtask] guest running, {} s elapsed", (now - start).as_secs());
         }
     };
     if failure.is_none() && panic_at.is_some() {
         failure = Some("the guest kernel panicked".to_string());
     }
+    let crashed = panic_at.is_some() || (oops_at.is_some() && failure.is_some());
     if failure.is_some() {
         child.kill().ok();
     }
@@ -269,6 +309,9 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         let msg = format!("{why}; QEMU stopped. Last console lines:\n{}", shown.join("\n"));
         if !userspace {
             return Err(EarlyFailure(msg).into());
+        }
+        if crashed {
+            return Err(GuestCrash::of(&shown, msg).into());
         }
         bail!(msg);
     }

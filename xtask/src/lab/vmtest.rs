@@ -154,18 +154,37 @@ fn test_list(exes: &[TestExe], group: &str, filter: &str) -> String {
     list
 }
 
+/// Runs `run`; runs it once more if the guest kernel crashed outside BPF and kprobes (the
+/// lab's kernel, not the tool: see `qemu::GuestCrash`), saying so and returning a note for
+/// the summary. A second crash, or one in tracing code, is the result.
+fn again_after_crash<T>(what: &str, run: impl Fn() -> Result<T>) -> (Result<T>, Option<String>) {
+    match run() {
+        Err(e) if e.downcast_ref::<super::qemu::GuestCrash>().is_some_and(|c| !c.in_tracing) => {
+            let at = e.downcast_ref::<super::qemu::GuestCrash>().and_then(|c| c.at.clone());
+            let at = at.unwrap_or_else(|| "no RIP line".into());
+            step(&format!(
+                "lab: WARNING: {what}: the guest kernel crashed outside BPF and kprobes (RIP: {at}); \
+                 booting it once more"
+            ));
+            (run(), Some(format!("{what} booted twice: the first boot's kernel crashed at {at}")))
+        }
+        r => (r, None),
+    }
+}
+
 fn run_series(
     g: &super::Guest,
     exes: &[TestExe],
     group: &str,
     filter: &str,
     timeout: Duration,
+    console_prefix: Option<String>,
 ) -> Result<Tally> {
     let logs = super::out_dir(g.series).join("tests");
     super::cache::remove(&logs)?;
     let files = [("tests.txt", test_list(exes, group, filter))];
     let mode = Mode::Script { script: VMTEST_SH, files: &files, timeout, log: "vm-test.console.log" };
-    super::run_guest(g, mode)?;
+    super::run_guest_with(g, mode, &super::qemu::Extras { console_prefix, ..Default::default() })?;
     Ok(tally(g, exes, &[logs]))
 }
 
@@ -275,61 +294,107 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let mut lines = Vec::new();
     let (mut passed, mut failed) = (0, 0);
     let rounds = a.repeat.max(1);
-    for (g, round) in guests.iter().flat_map(|g| (1..=rounds).map(move |r| (g, r))) {
-        let left = overall.saturating_sub(start.elapsed());
-        let boot_start = Instant::now();
-        let res = if left.is_zero() {
-            Err(anyhow::anyhow!("the overall timeout of {} s is spent", overall.as_secs()))
-        } else if total == pair_total {
-            Ok(Tally::default()) // only pair tests asked for: no single-guest boot
-        } else {
-            run_series(g, &exes, group, a.only.as_deref().unwrap_or(group), per_boot.min(left))
-        };
-        let res = match res {
-            Ok(mut t) if pair_total > 0 => {
-                let left = overall.saturating_sub(start.elapsed()).min(per_boot);
-                match run_pair_series(g, &pairs, a.only.as_deref().unwrap_or(PAIR), left) {
-                    Ok(p) => {
-                        t.passed += p.passed;
-                        t.failed.extend(p.failed);
-                        t.skipped += p.skipped;
-                        t.note = t.note.or(p.note.map(|n| format!("pair: {n}")));
-                        Ok(t)
+    let filter = a.only.as_deref().unwrap_or(group);
+    let pair_filter = a.only.as_deref().unwrap_or(PAIR);
+    for round in 1..=rounds {
+        // Each kernel's single-guest boot, side by side: single-threaded TCG keeps each guest
+        // on one host core, so two kernels take the time of one (the pairs, two guests each,
+        // go one kernel at a time after).
+        let side_by_side =
+            guests.len() > 1 && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+        let left = overall.saturating_sub(start.elapsed()).min(per_boot);
+        let singles: Vec<(Result<Tally>, Option<String>, Duration)> = std::thread::scope(|s| {
+            let runs: Vec<_> = guests
+                .iter()
+                .map(|g| {
+                    let exes = &exes;
+                    let prefix = side_by_side.then(|| format!("[{}]", g.series.name()));
+                    let run = move || {
+                        let t0 = Instant::now();
+                        let (res, note) = if left.is_zero() {
+                            (
+                                Err(anyhow::anyhow!(
+                                    "the overall timeout of {} s is spent",
+                                    overall.as_secs()
+                                )),
+                                None,
+                            )
+                        } else if total == pair_total {
+                            (Ok(Tally::default()), None) // only pair tests asked for: no single-guest boot
+                        } else {
+                            again_after_crash(g.series.name(), || {
+                                run_series(g, exes, group, filter, left, prefix.clone())
+                            })
+                        };
+                        (res, note, t0.elapsed())
+                    };
+                    if side_by_side { Ok(s.spawn(run)) } else { Err(run) }
+                })
+                .collect();
+            runs.into_iter()
+                .map(|r| match r {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        (Err(anyhow::anyhow!("its thread panicked")), None, Duration::ZERO)
+                    }),
+                    Err(run) => run(),
+                })
+                .collect()
+        });
+        for (g, (res, mut note, single_time)) in guests.iter().zip(singles) {
+            let pair_start = Instant::now();
+            let res = match res {
+                Ok(mut t) if pair_total > 0 => {
+                    let left = overall.saturating_sub(start.elapsed()).min(per_boot);
+                    let what = format!("{} pair", g.series.name());
+                    let (p, pair_note) =
+                        again_after_crash(&what, || run_pair_series(g, &pairs, pair_filter, left));
+                    note = note.or(pair_note);
+                    match p {
+                        Ok(p) => {
+                            t.passed += p.passed;
+                            t.failed.extend(p.failed);
+                            t.skipped += p.skipped;
+                            t.note = t.note.or(p.note.map(|n| format!("pair: {n}")));
+                            Ok(t)
+                        }
+                        Err(e) => Err(e.context("the pair of guests")),
                     }
-                    Err(e) => Err(e.context("the pair of guests")),
                 }
-            }
-            other => other,
-        };
-        let secs = boot_start.elapsed().as_secs();
-        let line = match res {
-            Ok(t) => {
-                passed += t.passed;
-                failed += t.failed.len();
-                let mut l = format!(
-                    "{}{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
-                    g.series.name(),
-                    if rounds > 1 { format!(" round {round}/{rounds}") } else { String::new() },
-                    g.kver,
-                    t.passed,
-                    t.failed.len(),
-                    t.skipped
-                );
-                if !t.failed.is_empty() {
-                    l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
+                other => other,
+            };
+            let secs = (single_time + pair_start.elapsed()).as_secs();
+            let mut line = match res {
+                Ok(t) => {
+                    passed += t.passed;
+                    failed += t.failed.len();
+                    let mut l = format!(
+                        "{}{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
+                        g.series.name(),
+                        if rounds > 1 { format!(" round {round}/{rounds}") } else { String::new() },
+                        g.kver,
+                        t.passed,
+                        t.failed.len(),
+                        t.skipped
+                    );
+                    if !t.failed.is_empty() {
+                        l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
+                    }
+                    if let Some(n) = t.note {
+                        l.push_str(&format!("\n    FAIL: {n}"));
+                    }
+                    l
                 }
-                if let Some(n) = t.note {
-                    l.push_str(&format!("\n    FAIL: {n}"));
+                Err(e) => {
+                    failed += 1;
+                    format!("{} round {round} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
                 }
-                l
+            };
+            if let Some(n) = note.take() {
+                line.push_str(&format!("\n    NOTE: {n}"));
             }
-            Err(e) => {
-                failed += 1;
-                format!("{} round {round} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
-            }
-        };
-        println!("vm-test: {line}");
-        lines.push(line);
+            println!("vm-test: {line}");
+            lines.push(line);
+        }
     }
     println!("\nvm-test summary (outputs in {}):", super::share_dir().join("out").display());
     for l in &lines {

@@ -6,9 +6,10 @@ mkdir -p "$RDMA_TRACE_LAB_OUT/tests"
 while IFS=$'\t' read -r exe filter skips; do
   [ -n "$exe" ] || continue
   echo "[vm-test] ===== $exe"
+  started=$SECONDS
   # shellcheck disable=SC2086 # $skips is a list of --skip NAME words
   /mnt/host/bin/tests/"$exe" --ignored --test-threads=1 "$filter" $skips 2>&1 |
     tee "$RDMA_TRACE_LAB_OUT/tests/$exe.log"
-  echo "[vm-test] ===== $exe exited with ${PIPESTATUS[0]}"
+  echo "[vm-test] ===== $exe exited with ${PIPESTATUS[0]} after $((SECONDS - started)) s"
 done <"$LAB_RUN/tests.txt"
 exit 0
