@@ -520,22 +520,32 @@ impl Event {
     }
 }
 
+/// Why a JSON Lines file of one kind of record (the companion's steps) could not be read:
+/// each names its line.
+#[derive(Debug, thiserror::Error)]
+pub enum LinesError {
+    #[error("line {line}: {source}")]
+    Json { line: usize, source: serde_json::Error },
+    #[error("line {line}: {what} format version {found} (this build reads {want})")]
+    Version { line: usize, what: &'static str, found: u32, want: u32 },
+}
+
 /// Parses JSON Lines of `T`, checking each record's format version; an error names the line.
 pub fn parse_lines<T: serde::de::DeserializeOwned>(
     text: &str,
     version: impl Fn(&T) -> u32,
     want: u32,
-    what: &str,
-) -> Result<Vec<T>, String> {
+    what: &'static str,
+) -> Result<Vec<T>, LinesError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let rec: T = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        let v = version(&rec);
-        if v != want {
-            return Err(format!("line {}: {what} format version {v} (this build reads {want})", i + 1));
+        let rec: T = serde_json::from_str(line).map_err(|source| LinesError::Json { line: i + 1, source })?;
+        let found = version(&rec);
+        if found != want {
+            return Err(LinesError::Version { line: i + 1, what, found, want });
         }
         out.push(rec);
     }

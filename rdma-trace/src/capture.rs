@@ -4,6 +4,23 @@
 pub use rdma_trace_format::capture::*;
 use rdma_trace_format::event::Event;
 
+/// Why the kernel's tables (what a late subscriber's state is read from: `rdma res show
+/// mr`, /proc) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    #[error("cannot run `rdma` (iproute2) to read the MRs that exist: {0}")]
+    NoTool(std::io::Error),
+    /// What `rdma` said on stderr when it failed.
+    #[error("rdma res show mr: {0}")]
+    Tool(String),
+    #[error("rdma res show mr: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("rdma res show mr: not a JSON array")]
+    NotArray,
+    #[error("the thread reading the kernel's tables ended")]
+    ThreadEnded,
+}
+
 /// The pointer fields (render `PtrOrErr`) of an event's probe.
 fn pointer_fields(ev: &Event) -> impl Iterator<Item = crate::event::FieldId> {
     use crate::event::EventKind;

@@ -398,11 +398,20 @@ pub struct TraceArgs {
     pub user: Option<String>,
 }
 
+/// Why a count given on the command line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CountError {
+    #[error("0 records could hold nothing: give 1 or more")]
+    Zero,
+    #[error("{0:?}: {1}")]
+    NotANumber(String, std::num::ParseIntError),
+}
+
 /// A count that must be 1 or more (a queue of none holds nothing).
-fn at_least_one(s: &str) -> Result<usize, String> {
+fn at_least_one(s: &str) -> Result<usize, CountError> {
     match s.parse::<usize>() {
-        Ok(0) => Err("0 records could hold nothing: give 1 or more".into()),
+        Ok(0) => Err(CountError::Zero),
         Ok(n) => Ok(n),
-        Err(e) => Err(format!("{s:?}: {e}")),
+        Err(e) => Err(CountError::NotANumber(s.to_string(), e)),
     }
 }

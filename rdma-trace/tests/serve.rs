@@ -392,7 +392,7 @@ fn gated_seed(
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c = calls.clone();
     let seed: rdma_trace::serve::Seed = Box::new(move || {
-        gate.recv().map_err(|_| "the test ended".to_string())?;
+        gate.recv().map_err(|_| rdma_trace::capture::SeedError::ThreadEnded)?;
         c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mr = PinnedRange { length: 65_536, charged: 65_536, mr_id: Some(9), ..Default::default() };
         Ok(vec![ProcessState {

@@ -120,7 +120,7 @@ fn corrupt_step_file_names_the_line() {
     let good = std::fs::read_to_string(common::lab_capture("companion-7.3.steps.jsonl")).unwrap();
     let bad: String = good.lines().take(3).chain(["{\"v\":0,\"run\":1"]).collect::<Vec<_>>().join("\n");
     let err = story::parse_steps(&bad).unwrap_err();
-    assert!(err.starts_with("line 4:"), "{err}");
+    assert!(err.to_string().starts_with("line 4:"), "{err}");
 }
 
 #[test]

@@ -90,10 +90,11 @@ pub fn diff(a: &Path, b: &Path, fail_on: &[String], json: bool, opts: ReadOpts) 
     let thresholds = fail_on
         .iter()
         .map(|t| t.parse::<crate::output::diff::Threshold>())
-        .collect::<Result<Vec<_>, String>>()
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| crate::cli::BadInput(format!("--fail-on: {e}")))?;
     let (ra, rb) = (build(&[a.to_path_buf()], opts)?, build(&[b.to_path_buf()], opts)?);
-    let d = crate::output::diff::diff(&ra, &rb, &thresholds).map_err(crate::cli::BadInput)?;
+    let d =
+        crate::output::diff::diff(&ra, &rb, &thresholds).map_err(|e| crate::cli::BadInput(e.to_string()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&d)?);
     } else {

@@ -8,7 +8,7 @@ pub fn tracer(opts: crate::live::trace::TraceOptions) -> anyhow::Result<Option<c
     match Tracer::start(opts, &mut print_notice) {
         Ok(t) => Ok(Some(t)),
         Err(e) => match e.downcast_ref::<NotPrivileged>() {
-            Some(NotPrivileged(msg)) => {
+            Some(msg) => {
                 eprintln!("{msg}");
                 Ok(None)
             }

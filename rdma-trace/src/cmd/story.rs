@@ -38,7 +38,7 @@ pub fn read_steps(path: Option<&Path>) -> Result<Vec<StepRecord>> {
     path.map(crate::pipeline::correlate::story::read_steps)
         .transpose()
         .map(Option::unwrap_or_default)
-        .map_err(|e| crate::cli::BadInput(e).into())
+        .map_err(|e| crate::cli::BadInput(e.to_string()).into())
 }
 
 /// `story`: the capture fed through the story (bounded: `Limits::default`), then printed.

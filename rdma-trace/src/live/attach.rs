@@ -45,13 +45,22 @@ pub struct Loaded {
     ebpf: Ebpf,
 }
 
+/// Why a planned probe did not attach: the attach error's words with their causes, and
+/// why disabling its slot failed too, if it did.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{why}{}", disabling.as_ref().map(|e| format!("; disabling it also failed: {e}")).unwrap_or_default())]
+pub struct AttachFailed {
+    pub why: String,
+    pub disabling: Option<String>,
+}
+
 /// What happened to one planned probe.
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub id: crate::plan::catalog::ProbeId,
     pub symbol: &'static str,
     pub module: String,
-    pub attached: Result<(), String>,
+    pub attached: Result<(), AttachFailed>,
     /// Attached, but not as asked (a return probe with the kernel's default instances).
     pub note: Option<String>,
     pub took: Duration,
@@ -320,15 +329,15 @@ impl Loaded {
             let t0 = Instant::now();
             let (mut res, note) = match self.attach_one(p) {
                 Ok(note) => (Ok(()), note),
-                Err(e) => (Err(format!("{e:#}")), None),
+                Err(e) => (Err(AttachFailed { why: format!("{e:#}"), disabling: None }), None),
             };
-            if let Err(why) = &mut res {
+            if let Err(failed) = &mut res {
                 // Disable the slot: a half-attached probe (entry without return) emits nothing.
                 let off = SlotPlan::default();
                 if let Err(e) =
                     self.set_plan(p.slot, &off).and_then(|()| self.set_plan(return_site(p.slot), &off))
                 {
-                    why.push_str(&format!("; disabling it also failed: {e}"));
+                    failed.disabling = Some(e.to_string());
                 }
             }
             out.push(Outcome {

@@ -16,17 +16,24 @@ pub fn missing(caps: u64) -> Option<&'static str> {
 
 /// Ok when tracing is allowed; else the one line to print (not privileged, or /proc could
 /// not be read — said as such, never mistaken for "needs root").
-pub fn check() -> Result<(), String> {
+pub fn check() -> Result<(), NotPrivileged> {
     let caps = procfs::process::Process::myself()
         .and_then(|p| p.status())
-        .map_err(|e| {
-            format!("rdma-trace: cannot read this process's capabilities from /proc/self/status: {e}")
-        })?
+        .map_err(NotPrivileged::Unreadable)?
         .capeff;
     match missing(caps) {
-        Some(msg) => Err(msg.to_string()),
+        Some(msg) => Err(NotPrivileged::Missing(msg)),
         None => Ok(()),
     }
+}
+
+/// Tracing is not allowed here (or whether it is could not be read): the one line to print.
+#[derive(Debug, thiserror::Error)]
+pub enum NotPrivileged {
+    #[error("rdma-trace: cannot read this process's capabilities from /proc/self/status: {0}")]
+    Unreadable(procfs::ProcError),
+    #[error("{0}")]
+    Missing(&'static str),
 }
 
 #[cfg(test)]

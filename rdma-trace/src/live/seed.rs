@@ -3,7 +3,7 @@
 //! pid, comm, length, keys) and each such process's uverbs mappings from /proc/<pid>/maps.
 //! Everything found this way is marked `seeded`.
 
-use crate::capture::{Mapping, PinnedRange, ProcessState};
+use crate::capture::{Mapping, PinnedRange, ProcessState, SeedError};
 use std::collections::BTreeMap;
 
 /// One MR as `rdma -j res show mr` lists it.
@@ -19,9 +19,9 @@ pub struct ResMr {
 }
 
 /// Parses `rdma -j res show mr` (iproute2): a JSON array of MRs; keys are hex strings.
-pub fn parse_res_mr(json: &str) -> Result<Vec<ResMr>, String> {
-    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("rdma res show mr: {e}"))?;
-    let arr = v.as_array().ok_or("rdma res show mr: not a JSON array")?;
+pub fn parse_res_mr(json: &str) -> Result<Vec<ResMr>, SeedError> {
+    let v: serde_json::Value = serde_json::from_str(json)?;
+    let arr = v.as_array().ok_or(SeedError::NotArray)?;
     Ok(arr
         .iter()
         .filter_map(|m| {
@@ -64,13 +64,13 @@ pub fn uverbs_maps(pid: u32) -> Vec<Mapping> {
 
 /// What the kernel holds now, per process, from `rdma` and /proc. `Err` says why nothing
 /// could be read (no `rdma` tool, no netlink support).
-pub fn now() -> Result<Vec<ProcessState>, String> {
+pub fn now() -> Result<Vec<ProcessState>, SeedError> {
     let out = std::process::Command::new("rdma")
         .args(["-j", "res", "show", "mr"])
         .output()
-        .map_err(|e| format!("cannot run `rdma` (iproute2) to read the MRs that exist: {e}"))?;
+        .map_err(SeedError::NoTool)?;
     if !out.status.success() {
-        return Err(format!("rdma res show mr: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(SeedError::Tool(String::from_utf8_lossy(&out.stderr).trim().to_string()));
     }
     Ok(group(parse_res_mr(&String::from_utf8_lossy(&out.stdout))?, uverbs_maps))
 }

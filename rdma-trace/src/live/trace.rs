@@ -47,7 +47,7 @@ pub enum Notice {
     /// No plan could be made at all (no RDMA stack, no BTF).
     Blocked(String),
     /// Kprobe events of killed earlier runs were removed (or could not be checked).
-    StaleEvents(Result<usize, String>),
+    StaleEvents(std::io::Result<usize>),
     /// A catalog probe left out by planning.
     Skipped {
         id: crate::plan::catalog::ProbeId,
@@ -56,7 +56,7 @@ pub enum Notice {
     /// A planned probe that did not attach, or attached not as asked.
     Attach(Outcome),
     /// The companion's step marker: the binary it was attached in, or why not.
-    StepMarker(Result<std::path::PathBuf, String>),
+    StepMarker(Result<std::path::PathBuf, StepMarkerError>),
     Tracing {
         attached: usize,
         skipped: usize,
@@ -106,15 +106,23 @@ pub struct Tracer {
     ksyms: Ksyms,
 }
 
-/// Not root (or without the capabilities): the one line to print.
+pub use super::privilege::NotPrivileged;
+
+/// Why the companion's step marker was not attached (the run goes on without it).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotPrivileged(pub String);
+pub enum StepMarkerError {
+    #[error("where this executable is: {0}")]
+    NoExe(std::io::Error),
+    #[error("no companion at {} (steps are read from --steps at the end)", .0.display())]
+    NoCompanion(std::path::PathBuf),
+    #[error("{0}")]
+    Attach(#[from] super::attach::AttachError),
+}
 
 impl Tracer {
     /// Plans, loads and attaches; starts the traced command held until `run`.
     pub fn start(opts: TraceOptions, notice: &mut dyn FnMut(Notice)) -> Result<Self> {
-        super::privilege::check().map_err(NotPrivileged)?;
+        super::privilege::check()?;
         // `rdma sys show` runs while the probes load (it took the 7.3 lab guest about a
         // second; after the "tracing" line it delayed the first events and stats).
         let copy_on_fork = std::thread::spawn(copy_on_fork);
@@ -141,7 +149,7 @@ impl Tracer {
         let kallsyms = std::mem::take(&mut planning.kallsyms);
         let ksyms = std::thread::spawn(move || Ksyms::parse(&kallsyms));
         let stale = super::kprobe_events::remove_stale(std::path::Path::new(kernel::TRACEFS));
-        notice(Notice::StaleEvents(stale.map(|v| v.len()).map_err(|e| e.to_string())));
+        notice(Notice::StaleEvents(stale.map(|v| v.len())));
         if opts.watch_verbs_users {
             for p in planning
                 .plan
@@ -173,7 +181,7 @@ impl Tracer {
             symbol: Some(crate::steps::MARKER_SYMBOL.into()),
             module: marker.as_ref().ok().map(|p| p.display().to_string()),
             attached: marker.is_ok(),
-            reason: marker.as_ref().err().cloned(),
+            reason: marker.as_ref().err().map(ToString::to_string),
         });
         notice(Notice::StepMarker(marker));
         if watch_syscalls {
@@ -270,20 +278,20 @@ pub const STEP_MARKER_ID: &str = "companion_step";
 
 /// Attaches the step marker in the companion binary: the traced command's own program if
 /// it is the companion, else the one installed beside this executable.
-fn step_marker(loaded: &mut Loaded, command: &[String]) -> Result<std::path::PathBuf, String> {
+fn step_marker(loaded: &mut Loaded, command: &[String]) -> Result<std::path::PathBuf, StepMarkerError> {
     let named = command.first().map(std::path::Path::new).filter(|p| {
         p.file_name().is_some_and(|n| n == crate::steps::WORKLOAD_BIN) && p.components().count() > 1
     });
     let path = match named {
         Some(p) => p.to_path_buf(),
         None => std::env::current_exe()
-            .map_err(|e| format!("where this executable is: {e}"))?
+            .map_err(StepMarkerError::NoExe)?
             .with_file_name(crate::steps::WORKLOAD_BIN),
     };
     if !path.is_file() {
-        return Err(format!("no companion at {} (steps are read from --steps at the end)", path.display()));
+        return Err(StepMarkerError::NoCompanion(path));
     }
-    loaded.attach_step_marker(&path).map_err(|e| e.to_string())?;
+    loaded.attach_step_marker(&path)?;
     Ok(path)
 }
 
@@ -296,7 +304,7 @@ fn probe_statuses(planning: &Planning, outcomes: &[Outcome]) -> Vec<ProbeStatus>
             symbol: Some(o.symbol.into()),
             module: Some(o.module.clone()),
             attached: o.attached.is_ok(),
-            reason: o.attached.as_ref().err().cloned().or_else(|| o.note.clone()),
+            reason: o.attached.as_ref().err().map(ToString::to_string).or_else(|| o.note.clone()),
         })
         .collect();
     out.extend(planning.plan.skipped.iter().map(|s| ProbeStatus {

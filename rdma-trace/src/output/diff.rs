@@ -43,21 +43,34 @@ pub struct Threshold {
     pub percent: bool,
 }
 
+/// Why a `--fail-on` threshold, or a diff against it, is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("{0:?}: expected NAME=+N% or NAME=-N")]
+    NoEquals(String),
+    #[error("{0:?}: the limit starts with + (an increase) or - (a decrease)")]
+    NoSign(String),
+    #[error("{0:?}: {1:?} is not a number")]
+    NotANumber(String, String),
+    #[error("--fail-on {threshold}: no metric {:?}; the metrics are {known:?}", threshold.metric)]
+    NoMetric { threshold: Threshold, known: Vec<String> },
+}
+
 impl std::str::FromStr for Threshold {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (metric, rule) =
-            s.split_once('=').ok_or_else(|| format!("{s:?}: expected NAME=+N% or NAME=-N"))?;
+    type Err = ThresholdError;
+    fn from_str(s: &str) -> Result<Self, ThresholdError> {
+        let (metric, rule) = s.split_once('=').ok_or_else(|| ThresholdError::NoEquals(s.to_string()))?;
         let direction = match rule.chars().next() {
             Some('+') => 1,
             Some('-') => -1,
-            _ => return Err(format!("{s:?}: the limit starts with + (an increase) or - (a decrease)")),
+            _ => return Err(ThresholdError::NoSign(s.to_string())),
         };
         let (num, percent) = match rule[1..].strip_suffix('%') {
             Some(n) => (n, true),
             None => (&rule[1..], false),
         };
-        let limit = num.parse::<f64>().map_err(|_| format!("{s:?}: {num:?} is not a number"))?;
+        let limit =
+            num.parse::<f64>().map_err(|_| ThresholdError::NotANumber(s.to_string(), num.to_string()))?;
         Ok(Threshold { metric: metric.to_string(), direction, limit, percent })
     }
 }
@@ -81,7 +94,7 @@ pub struct Diff {
     pub failed: Vec<String>,
 }
 
-pub fn diff(a: &Report, b: &Report, thresholds: &[Threshold]) -> Result<Diff, String> {
+pub fn diff(a: &Report, b: &Report, thresholds: &[Threshold]) -> Result<Diff, ThresholdError> {
     let (ma, mb) = (metrics(a), metrics(b));
     let mut out = Diff::default();
     for (k, va) in &ma {
@@ -113,8 +126,8 @@ pub fn diff(a: &Report, b: &Report, thresholds: &[Threshold]) -> Result<Diff, St
     }
     for t in thresholds {
         let Some((va, vb)) = out.metrics.get(&t.metric) else {
-            let known: Vec<&String> = out.metrics.keys().collect();
-            return Err(format!("--fail-on {t}: no metric {:?}; the metrics are {known:?}", t.metric));
+            let known = out.metrics.keys().cloned().collect();
+            return Err(ThresholdError::NoMetric { threshold: t.clone(), known });
         };
         let (Some(va), Some(vb)) = (va, vb) else {
             out.failed.push(format!("{t}: not measured in {}", if va.is_none() { "A" } else { "B" }));
@@ -198,9 +211,9 @@ mod tests {
         assert_eq!(t, Threshold { metric: "pin-p99".into(), direction: 1, limit: 20.0, percent: true });
         let t: Threshold = "completions=-5".parse().unwrap();
         assert_eq!((t.direction, t.percent, t.limit), (-1, false, 5.0));
-        assert!("pin-p99".parse::<Threshold>().unwrap_err().contains("NAME=+N%"));
-        assert!("pin-p99=20%".parse::<Threshold>().unwrap_err().contains("starts with +"));
-        assert!("pin-p99=+x%".parse::<Threshold>().unwrap_err().contains("not a number"));
+        assert!("pin-p99".parse::<Threshold>().unwrap_err().to_string().contains("NAME=+N%"));
+        assert!("pin-p99=20%".parse::<Threshold>().unwrap_err().to_string().contains("starts with +"));
+        assert!("pin-p99=+x%".parse::<Threshold>().unwrap_err().to_string().contains("not a number"));
     }
 
     #[test]
@@ -220,6 +233,6 @@ mod tests {
             diff(&a, &b, &th("pin-p99=-20%")).unwrap().failed.is_empty(),
             "a decrease rule ignores increases"
         );
-        assert!(diff(&a, &b, &th("pin-p42=+1%")).unwrap_err().contains("no metric \"pin-p42\""));
+        assert!(diff(&a, &b, &th("pin-p42=+1%")).unwrap_err().to_string().contains("no metric \"pin-p42\""));
     }
 }

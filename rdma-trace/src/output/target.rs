@@ -218,8 +218,19 @@ impl Target for CaptureFile {
     }
 }
 
+/// Why a `--max-size` value is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MaxSizeError {
+    #[error("{0:?}: the size suffix is K, M or G")]
+    Suffix(String),
+    #[error("{0:?} is not a size (such as 100M)")]
+    NotASize(String),
+    #[error("{0:?}: the size must be above 0")]
+    Zero(String),
+}
+
 /// `--max-size` values: bytes, or with a K/M/G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, MaxSizeError> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -227,14 +238,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'K' => 1u64 << 10,
                 'M' => 1 << 20,
                 'G' => 1 << 30,
-                _ => return Err(format!("{s:?}: the size suffix is K, M or G")),
+                _ => return Err(MaxSizeError::Suffix(s.to_string())),
             };
             (&t[..i], m)
         }
         _ => (t, 1),
     };
-    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size (such as 100M)"))?;
-    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("{s:?}: the size must be above 0"))
+    let n: u64 = num.trim().parse().map_err(|_| MaxSizeError::NotASize(s.to_string()))?;
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| MaxSizeError::Zero(s.to_string()))
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 /// Defined function symbols → file offset (what a uprobe attaches to), default version
 /// preferred over hidden (compat) ones.
-pub fn default_symbols(data: &[u8]) -> Result<HashMap<String, u64>, String> {
-    let elf = ElfFile64::<object::Endianness>::parse(data).map_err(|e| e.to_string())?;
+pub fn default_symbols(data: &[u8]) -> Result<HashMap<String, u64>, object::Error> {
+    let elf = ElfFile64::<object::Endianness>::parse(data)?;
     let endian = elf.endian();
-    let versions = elf.elf_section_table().versions(endian, data).map_err(|e| e.to_string())?;
+    let versions = elf.elf_section_table().versions(endian, data)?;
     let mut out: HashMap<String, (u64, bool)> = HashMap::new();
     for sym in elf.dynamic_symbols() {
         if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {

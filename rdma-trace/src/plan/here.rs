@@ -4,7 +4,7 @@
 use crate::plan::btf::BtfSource;
 use crate::plan::catalog::{CATALOG, Kind};
 use crate::plan::kernel::{self, Symbols};
-use crate::plan::select::{self, KernelView, Library, Plan, Skipped};
+use crate::plan::select::{self, KernelView, Library, LibraryError, Plan, Skipped};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -83,17 +83,17 @@ fn blocked(
 }
 
 /// The user-space libraries the catalog probes, each parsed once.
-pub fn user_libraries() -> HashMap<String, Result<Library, String>> {
+pub fn user_libraries() -> HashMap<String, Result<Library, LibraryError>> {
     let mut out = HashMap::new();
     for spec in CATALOG {
         if let Kind::Uprobe { library } = spec.kind {
             out.entry(library.to_string()).or_insert_with(|| {
-                let path = crate::plan::elfsym::find_library(library).ok_or_else(|| {
-                    format!("{library} not found (rdma-core's libibverbs is not installed)")
-                })?;
-                let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let path =
+                    crate::plan::elfsym::find_library(library).ok_or(LibraryError::NotFound(library))?;
+                let data = std::fs::read(&path)
+                    .map_err(|source| LibraryError::Read { path: path.clone(), source })?;
                 let functions = crate::plan::elfsym::default_symbols(&data)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|source| LibraryError::Elf { path: path.clone(), source })?;
                 Ok(Library { path, functions })
             });
         }

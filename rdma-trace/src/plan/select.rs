@@ -80,10 +80,34 @@ pub enum Skip {
     TooManyFields(usize),
     /// A field the catalog asks for that cannot be read here.
     #[error("field {field}: {why}")]
-    Field { field: String, why: String },
+    Field { field: String, why: FieldError },
     /// No plan could be made at all (no RDMA stack, no BTF): every probe says so.
     #[error("{0}")]
     Blocked(String),
+}
+
+/// Why one field a probe reads cannot be read on this machine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    /// The field reads from where its kind of probe cannot: "user probes read arguments
+    /// 0-5 or the return value".
+    #[error("{field}: {kind} read {reads}")]
+    WrongSource { field: &'static str, kind: &'static str, reads: &'static str },
+    #[error("no ABI entry for {0}")]
+    NoAbi(&'static str),
+    #[error("{tracepoint} has no field {name}")]
+    NoTpField { tracepoint: String, name: &'static str },
+    #[error("{tracepoint} field {name} is {size} bytes")]
+    TpFieldSize { tracepoint: String, name: &'static str, size: u32 },
+    /// BTF's words for the path.
+    #[error("{0}")]
+    Btf(String),
+}
+
+impl From<btf::BtfError> for FieldError {
+    fn from(e: btf::BtfError) -> FieldError {
+        FieldError::Btf(e.to_string())
+    }
 }
 
 impl From<btf::BtfError> for Skip {
@@ -104,6 +128,17 @@ impl Plan {
     }
 }
 
+/// Why a user-space library the catalog probes could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LibraryError {
+    #[error("{0} not found (rdma-core's libibverbs is not installed)")]
+    NotFound(&'static str),
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Elf { path: PathBuf, source: object::Error },
+}
+
 /// A shared library's exported functions (default symbol versions) and their file offsets.
 #[derive(Clone, Debug)]
 pub struct Library {
@@ -118,7 +153,7 @@ pub struct KernelView<'a> {
     /// Tracepoint record layout (`None` when the tracepoint does not exist).
     pub tracepoint: &'a dyn Fn(&str, &str) -> Option<Vec<TpField>>,
     /// Libraries by soname, or why one is unavailable.
-    pub libraries: &'a HashMap<String, Result<Library, String>>,
+    pub libraries: &'a HashMap<String, Result<Library, LibraryError>>,
 }
 
 /// Plans the probes in `wanted` (all of the catalog when empty).
@@ -182,16 +217,20 @@ fn plan_kprobe(k: &mut KernelView<'_>, spec: &'static ProbeSpec, slot: usize) ->
                     Err(_) => fetch(SRC_NONE, &[], 8),
                 });
             }
-            _ => return Err(format!("{}: entry fields read parameters or the task", f.name())),
+            _ => {
+                let (kind, reads) = ("entry fields", "parameters or the task");
+                return Err(FieldError::WrongSource { field: f.name(), kind, reads });
+            }
         };
-        let r = btf::resolve(btf, sym.name, &proto, param, f.path, &others).map_err(|e| e.to_string())?;
+        let r = btf::resolve(btf, sym.name, &proto, param, f.path, &others)?;
         Ok(fetch(SRC_ARG0 + r.arg.unwrap_or(0) as u8, &r.offsets, r.size))
     })?;
     let ret = slot_plan(spec.ret, |f| {
         if f.from != Src::Ret {
-            return Err(format!("{}: return fields read the return value", f.name()));
+            let (kind, reads) = ("return fields", "the return value");
+            return Err(FieldError::WrongSource { field: f.name(), kind, reads });
         }
-        let r = btf::resolve(btf, sym.name, &proto, None, f.path, &others).map_err(|e| e.to_string())?;
+        let r = btf::resolve(btf, sym.name, &proto, None, f.path, &others)?;
         Ok(fetch(SRC_RET, &r.offsets, r.size))
     })?;
     let mut entry = entry;
@@ -208,26 +247,26 @@ fn plan_uprobe(
 ) -> Result<Planned, Skip> {
     let lib = match k.libraries.get(library) {
         Some(Ok(l)) => l,
-        Some(Err(why)) => return Err(Skip::Library(why.clone())),
+        Some(Err(why)) => return Err(Skip::Library(why.to_string())),
         None => return Err(Skip::NotLookedUp { library: library.to_string() }),
     };
     let Some((sym, off)) = spec.symbols.iter().find_map(|s| lib.functions.get(s.name).map(|o| (s, *o)))
     else {
         return Err(Skip::NotExported { path: lib.path.display().to_string(), symbol: spec.symbols[0].name });
     };
-    let user_fetch = |f: &Field| -> Result<Fetch, String> {
+    let user_fetch = |f: &Field| -> Result<Fetch, FieldError> {
         let src = match f.from {
             Src::UserArg(n) if n < 6 => SRC_ARG0 + n,
             Src::UserRet => SRC_RET,
             _ => {
-                return Err(format!("{}: user probes read arguments 0-5 or the return value", f.name()));
+                let (kind, reads) = ("user probes", "arguments 0-5 or the return value");
+                return Err(FieldError::WrongSource { field: f.name(), kind, reads });
             }
         };
         if f.path.is_empty() {
             return Ok(fetch(src, &[], 8));
         }
-        let (off, size) =
-            crate::plan::catalog::user_abi(f.path).ok_or_else(|| format!("no ABI entry for {}", f.path))?;
+        let (off, size) = crate::plan::catalog::user_abi(f.path).ok_or(FieldError::NoAbi(f.path))?;
         Ok(fetch(src, &[off], size))
     };
     let mut entry = slot_plan(spec.entry, user_fetch)?;
@@ -257,12 +296,14 @@ fn plan_tracepoint(
         .ok_or_else(|| Skip::NoTracepoint(format!("{category}:{}", sym.name)))?;
     let mut entry = slot_plan(spec.entry, |f| {
         let Src::TpField(name) = f.from else {
-            return Err(format!("{}: tracepoint fields read the record", f.name()));
+            let (kind, reads) = ("tracepoint fields", "the record");
+            return Err(FieldError::WrongSource { field: f.name(), kind, reads });
         };
+        let tracepoint = || format!("{category}:{}", sym.name);
         let tf = crate::plan::kernel::field(&fields, name)
-            .ok_or_else(|| format!("{category}:{} has no field {name}", sym.name))?;
+            .ok_or_else(|| FieldError::NoTpField { tracepoint: tracepoint(), name })?;
         if ![1, 2, 4, 8].contains(&tf.size) {
-            return Err(format!("{category}:{} field {name} is {} bytes", sym.name, tf.size));
+            return Err(FieldError::TpFieldSize { tracepoint: tracepoint(), name, size: tf.size });
         }
         Ok(fetch(SRC_CTX, &[tf.offset], tf.size as u8))
     })?;
@@ -282,7 +323,7 @@ fn fetch(src: u8, offsets: &[u32], size: u8) -> Fetch {
 /// Each field's fetch, by `each`; a field it cannot read (why, in words) skips the probe.
 fn slot_plan(
     fields: &[Field],
-    mut each: impl FnMut(&Field) -> Result<Fetch, String>,
+    mut each: impl FnMut(&Field) -> Result<Fetch, FieldError>,
 ) -> Result<SlotPlan, Skip> {
     if fields.len() > MAX_FETCH {
         return Err(Skip::TooManyFields(fields.len()));

@@ -302,7 +302,7 @@ impl Broadcaster {
     fn take_in(
         &mut self,
         began: std::time::Instant,
-        found: Result<Vec<ProcessState>, String>,
+        found: Result<Vec<ProcessState>, crate::capture::SeedError>,
     ) -> io::Result<Option<crate::capture::State>> {
         if self.owed.is_some_and(|o| o <= began) {
             self.owed = None;
@@ -310,7 +310,7 @@ impl Broadcaster {
         let found = match found {
             Ok(f) => f,
             Err(why) => {
-                self.notices.push(ServeNotice::NotSeeded(why));
+                self.notices.push(ServeNotice::NotSeeded(why.to_string()));
                 return Ok(None);
             }
         };

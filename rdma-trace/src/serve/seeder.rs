@@ -6,18 +6,18 @@
 //! while one is under way waits for the next, so what it gets is never older than its own
 //! arrival. The broadcaster asks at most one reading at a time.
 
-use crate::capture::{ProcessState, State};
+use crate::capture::{ProcessState, SeedError, State};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::Instant;
 
 /// Reads what the kernel holds now (`live::seed::now`), for the state a subscriber gets.
-pub type Seed = Box<dyn FnMut() -> Result<Vec<ProcessState>, String> + Send>;
+pub type Seed = Box<dyn FnMut() -> Result<Vec<ProcessState>, SeedError> + Send>;
 
 /// One reading of the kernel's tables, and when it began.
 pub struct Seeding {
     pub began: Instant,
-    pub found: Result<Vec<ProcessState>, String>,
+    pub found: Result<Vec<ProcessState>, SeedError>,
 }
 
 pub struct Seeder {
@@ -59,10 +59,7 @@ impl Seeder {
                 // The thread is gone (its seed panicked): nothing more will come.
                 Err(TryRecvError::Disconnected) => {
                     self.under_way = false;
-                    self.latest = Some(Seeding {
-                        began: Instant::now(),
-                        found: Err("the thread reading the kernel's tables ended".into()),
-                    });
+                    self.latest = Some(Seeding { began: Instant::now(), found: Err(SeedError::ThreadEnded) });
                     break;
                 }
             }

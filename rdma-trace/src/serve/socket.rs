@@ -169,7 +169,7 @@ impl Listener {
                 let (notes_, slots_) = (notes.clone(), slots.clone());
                 let spawned = std::thread::Builder::new().name("rdma-trace-greet".into()).spawn(move || {
                     if let Err(why) = greet(conn, &allowed, &joins) {
-                        notes_.send(why).ok();
+                        notes_.send(why.to_string()).ok();
                     }
                     if let Ok(mut s) = slots_.lock() {
                         s.give_back(uid);
@@ -232,43 +232,60 @@ fn not_allowed(conn: &UnixStream, allowed: &[u32]) -> Option<(String, String)> {
     Some((format!("pid {} uid {}", cred.pid, cred.uid), why))
 }
 
+/// Why a subscriber was not greeted (the daemon's note names the peer: pid and uid).
+#[derive(Debug, thiserror::Error)]
+enum GreetError {
+    #[error("a subscriber's credentials: {0}")]
+    Credentials(std::io::Error),
+    #[error("refused {0}: not an allowed uid")]
+    NotAllowed(String),
+    #[error("{peer}: no hello ({source})")]
+    NoHello { peer: String, source: std::io::Error },
+    #[error("{0}: no hello line within {MAX_HELLO} bytes")]
+    TooLong(String),
+    #[error("{peer}: bad hello ({source})")]
+    BadHello { peer: String, source: serde_json::Error },
+    #[error("{peer}: hello for format {version}")]
+    OldFormat { peer: String, version: u32 },
+    #[error("the daemon is stopping")]
+    Stopping,
+}
+
 /// Checks who the peer is, reads its hello (at most `MAX_HELLO` bytes, within
 /// `HELLO_TIMEOUT`), and passes the connection on.
-fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), String> {
-    let cred = peer_cred(&conn).map_err(|e| format!("a subscriber's credentials: {e}"))?;
+fn greet(mut conn: UnixStream, allowed: &[u32], joins: &Sender<Joining>) -> Result<(), GreetError> {
+    let cred = peer_cred(&conn).map_err(GreetError::Credentials)?;
     let peer = format!("pid {} uid {}", cred.pid, cred.uid);
     if let Some((peer, why)) = not_allowed(&conn, allowed) {
         refuse(&mut conn, &why, REFUSE_WAIT);
-        return Err(format!("refused {peer}: not an allowed uid"));
+        return Err(GreetError::NotAllowed(peer));
     }
     let line = match read_hello(&conn) {
         Ok(l) => l,
-        Err(e) => {
-            refuse(&mut conn, &format!("refused: no hello ({e})"), Duration::ZERO);
-            return Err(format!("{peer}: no hello ({e})"));
+        Err(source) => {
+            refuse(&mut conn, &format!("refused: no hello ({source})"), Duration::ZERO);
+            return Err(GreetError::NoHello { peer, source });
         }
     };
     if !line.ends_with('\n') {
         refuse(&mut conn, &format!("refused: no hello line within {MAX_HELLO} bytes"), REFUSE_WAIT);
-        return Err(format!("{peer}: no hello line within {MAX_HELLO} bytes"));
+        return Err(GreetError::TooLong(peer));
     }
     let hello: Hello = match serde_json::from_str(line.trim()) {
         Ok(h) => h,
-        Err(e) => {
-            writeln!(conn, "rdma-trace daemon: refused: the first line must be a hello ({e})").ok();
-            return Err(format!("{peer}: bad hello ({e})"));
+        Err(source) => {
+            writeln!(conn, "rdma-trace daemon: refused: the first line must be a hello ({source})").ok();
+            return Err(GreetError::BadHello { peer, source });
         }
     };
     if hello.hello != "rdma-trace" || hello.version < crate::capture::VERSION {
         writeln!(conn, "rdma-trace daemon: refused: this daemon speaks format {}", crate::capture::VERSION)
             .ok();
-        return Err(format!("{peer}: hello for format {}", hello.version));
+        return Err(GreetError::OldFormat { peer, version: hello.version });
     }
     conn.set_read_timeout(None).ok();
     conn.set_write_timeout(Some(WRITE_DEADLINE)).ok();
-    joins
-        .send(Joining { out: Box::new(conn), hello, peer, uid: cred.uid })
-        .map_err(|_| "the daemon is stopping".to_string())
+    joins.send(Joining { out: Box::new(conn), hello, peer, uid: cred.uid }).map_err(|_| GreetError::Stopping)
 }
 
 /// The hello line (at most `MAX_HELLO` bytes, newline included when there was one), within

@@ -29,46 +29,64 @@ pub struct Ask {
 /// The narrowest an answer is wrapped to.
 pub const MIN_WIDTH: u16 = 40;
 
+/// Why `e` has nothing to explain on the screen shown (the panel shows the words).
+#[derive(Debug, thiserror::Error)]
+pub enum Nothing {
+    /// "MR", "mapping", "CQ", "event".
+    #[error("No {0} selected.")]
+    NoneSelected(&'static str),
+    #[error(
+        "This MR was registered before this viewer joined (it is known from the kernel's \
+         tables): its pin was not seen, so there is nothing to explain."
+    )]
+    MrBeforeJoin,
+    #[error(
+        "This mapping was made before this viewer joined: its mmap was not seen, so there is \
+         nothing to explain."
+    )]
+    MapBeforeJoin,
+    #[error("No completion of this CQ was seen.")]
+    NoCompletion,
+    /// The event's name.
+    #[error(
+        "{0} is on no explained path: `e` explains pinning, mmap and completion events \
+         (rdma-trace explain bypass|fork explain the rest from a capture)."
+    )]
+    OffPath(String),
+    /// The screen's name.
+    #[error(
+        "`e` explains the selected row of Pinning, Mmap, Completions or Events (screens 2 to \
+         5), not of {0}."
+    )]
+    Screen(&'static str),
+}
+
 /// What `e` explains on the screen shown: a topic and the story's index of the event to
 /// anchor it on, or why there is nothing to explain.
-pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), String> {
+pub fn chosen(m: &Model, ui: &Ui) -> Result<(Topic, usize), Nothing> {
     match ui.screen {
         Screen::Pinning => {
             let rows = ui::shown_mrs(m, ui);
-            let r = ui.pick(&rows).ok_or("No MR selected.")?;
-            let why = "This MR was registered before this viewer joined (it is known from the kernel's \
-                       tables): its pin was not seen, so there is nothing to explain.";
-            Ok((Topic::Mr, r.event.ok_or(why)?))
+            let r = ui.pick(&rows).ok_or(Nothing::NoneSelected("MR"))?;
+            Ok((Topic::Mr, r.event.ok_or(Nothing::MrBeforeJoin)?))
         }
         Screen::Mmap => {
             let rows = ui::shown_maps(m, ui);
-            let r = ui.pick(&rows).ok_or("No mapping selected.")?;
-            let why = "This mapping was made before this viewer joined: its mmap was not seen, so \
-                       there is nothing to explain.";
-            Ok((Topic::Mmap, r.event.ok_or(why)?))
+            let r = ui.pick(&rows).ok_or(Nothing::NoneSelected("mapping"))?;
+            Ok((Topic::Mmap, r.event.ok_or(Nothing::MapBeforeJoin)?))
         }
         Screen::Completions => {
             let rows = ui::shown_cqs(m, ui);
-            let c = ui.pick(&rows).ok_or("No CQ selected.")?;
-            Ok((Topic::Cq, c.latest.ok_or("No completion of this CQ was seen.")?))
+            let c = ui.pick(&rows).ok_or(Nothing::NoneSelected("CQ"))?;
+            Ok((Topic::Cq, c.latest.ok_or(Nothing::NoCompletion)?))
         }
         Screen::Events => {
             let shown = ui::shown_events(m, ui);
-            let sel = ui.pick(&shown).ok_or("No event selected.")?;
-            let Some(topic) = Topic::of_path(sel.path) else {
-                return Err(format!(
-                    "{} is on no explained path: `e` explains pinning, mmap and completion events \
-                     (rdma-trace explain bypass|fork explain the rest from a capture).",
-                    sel.name
-                ));
-            };
-            Ok((topic, m.index_of(sel).ok_or("No event selected.")?))
+            let sel = ui.pick(&shown).ok_or(Nothing::NoneSelected("event"))?;
+            let topic = Topic::of_path(sel.path).ok_or_else(|| Nothing::OffPath(sel.name.to_string()))?;
+            Ok((topic, m.index_of(sel).ok_or(Nothing::NoneSelected("event"))?))
         }
-        other => Err(format!(
-            "`e` explains the selected row of Pinning, Mmap, Completions or Events (screens 2 \
-             to 5), not of {}.",
-            other.name()
-        )),
+        other => Err(Nothing::Screen(other.name())),
     }
 }
 

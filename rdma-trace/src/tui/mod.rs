@@ -486,7 +486,7 @@ fn normal_key(code: KeyCode, ui: &mut Ui, model: &Model, control: &Control, repl
                     ui.asked = Some(id);
                     Panel { text, waiting: Some(id), ..Default::default() }
                 }
-                Err(why) => Panel { text: why, ..Default::default() },
+                Err(why) => Panel { text: why.to_string(), ..Default::default() },
             };
             ui.mode = Mode::Text(panel);
         }

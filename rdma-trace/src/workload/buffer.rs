@@ -21,19 +21,34 @@ pub fn hugepage_pool() -> Option<(u64, u64, u64)> {
     Some((m.hugepagesize?, m.hugepages_total?, m.hugepages_free?))
 }
 
+/// Why a buffer could not be mapped (the huge page pool, when asked for, is named).
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    #[error("--hugepages: this kernel reports no huge pages in /proc/meminfo")]
+    NoHugePages,
+    #[error(
+        "--hugepages: no huge pages available (HugePages_Total {total}, HugePages_Free 0, size \
+         {kib} KiB); reserve some first, e.g. `echo 64 > /proc/sys/vm/nr_hugepages`"
+    )]
+    NoneFree { total: u64, kib: u64 },
+    #[error(
+        "--hugepages: mmap(MAP_HUGETLB) of {mapped} bytes failed: {source} ({pool}); reserve \
+         more with /proc/sys/vm/nr_hugepages"
+    )]
+    Huge { mapped: usize, source: io::Error, pool: String },
+    #[error("mmap of {mapped} bytes failed: {source}")]
+    Map { mapped: usize, source: io::Error },
+}
+
 impl Buffer {
     /// Maps `len` bytes (rounded up to the page, or huge page, size).
-    pub fn map(len: usize, hugepages: bool) -> Result<Self, String> {
+    pub fn map(len: usize, hugepages: bool) -> Result<Self, MapError> {
         let (page, flags) = if hugepages {
             let Some((size, total, free)) = hugepage_pool() else {
-                return Err("--hugepages: this kernel reports no huge pages in /proc/meminfo".into());
+                return Err(MapError::NoHugePages);
             };
             if free == 0 {
-                return Err(format!(
-                    "--hugepages: no huge pages available (HugePages_Total {total}, HugePages_Free 0, \
-                     size {} KiB); reserve some first, e.g. `echo 64 > /proc/sys/vm/nr_hugepages`",
-                    size / 1024
-                ));
+                return Err(MapError::NoneFree { total, kib: size / 1024 });
             }
             (size as usize, libc::MAP_HUGETLB)
         } else {
@@ -60,12 +75,9 @@ impl Buffer {
                         format!("HugePages_Total {t}, HugePages_Free {f}, size {} KiB", s / 1024)
                     })
                     .unwrap_or_default();
-                return Err(format!(
-                    "--hugepages: mmap(MAP_HUGETLB) of {mapped} bytes failed: {e} ({pool}); \
-                     reserve more with /proc/sys/vm/nr_hugepages"
-                ));
+                return Err(MapError::Huge { mapped, source: e, pool });
             }
-            return Err(format!("mmap of {mapped} bytes failed: {e}"));
+            return Err(MapError::Map { mapped, source: e });
         }
         Ok(Buffer { addr: addr.cast(), len, mapped, hugepages })
     }

@@ -1,6 +1,6 @@
 //! Command line of `rdma-trace-workload`.
 
-use super::size::{Human, parse_size, parse_size_list};
+use super::size::{Human, SizeError, parse_size, parse_size_list};
 use crate::steps::{Config, Mode};
 use clap::Parser;
 
@@ -67,13 +67,13 @@ pub struct Args {
 #[derive(Debug, Clone)]
 pub struct SizeList(pub Vec<u64>);
 
-fn parse_sizes(s: &str) -> Result<SizeList, String> {
-    parse_size_list(s).map(SizeList).map_err(|e| e.to_string())
+fn parse_sizes(s: &str) -> Result<SizeList, SizeError> {
+    parse_size_list(s).map(SizeList)
 }
 
-fn parse_msg_size(s: &str) -> Result<u32, String> {
-    let n = parse_size(s).map_err(|e| e.to_string())?;
-    u32::try_from(n).map_err(|_| format!("{} is too large for one work request", Human(n)))
+fn parse_msg_size(s: &str) -> Result<u32, SizeError> {
+    let n = parse_size(s)?;
+    u32::try_from(n).map_err(|_| SizeError::TooLargeForWr(Human(n).to_string()))
 }
 
 impl Args {

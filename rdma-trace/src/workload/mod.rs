@@ -23,7 +23,7 @@ pub mod work;
 
 use crate::steps::{Config, StepName};
 use announce::{Announcer, Destination, now_ns, timed};
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use signals::{STOP, install_handlers};
 use size::Human;
 use std::sync::atomic::Ordering;
@@ -84,7 +84,7 @@ fn run_once(cfg: &Config, ann: &mut Announcer, run: u32, timeout_s: u32) -> Resu
 /// The whole program; `main` prints the error in one line.
 pub fn main_with(args: cli::Args) -> Result<()> {
     let cfg = args.config();
-    plan::validate(&cfg).map_err(|e| anyhow!(e))?;
+    plan::validate(&cfg)?;
     install_handlers();
     let dest =
         Destination::open(&cfg.announce).with_context(|| format!("opening --announce {}", cfg.announce))?;

@@ -41,24 +41,38 @@ pub fn work_plan(iterations: u32) -> Vec<Work> {
 /// (one definition, shared with the tracer's derived measures).
 pub use crate::steps::pages_spanned as pages_4k;
 
-pub fn validate(c: &Config) -> Result<(), String> {
+/// Why a run's options do not make a run: each names the option.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--mr-sizes is empty")]
+    NoSizes,
+    #[error("--iterations must be at least 1")]
+    NoIterations,
+    #[error("--msg-size must be at least 1")]
+    EmptyMessage,
+    #[error(
+        "--msg-size {msg_size} is larger than the smallest MR ({smallest} bytes): every transfer reads from the first MR and lands in the last"
+    )]
+    MessageOverMr { msg_size: u32, smallest: u64 },
+    #[error("--msg-size is limited to 1 GiB")]
+    MessageOver1G,
+}
+
+pub fn validate(c: &Config) -> Result<(), ConfigError> {
     let Some(&smallest) = c.mr_sizes.iter().min() else {
-        return Err("--mr-sizes is empty".into());
+        return Err(ConfigError::NoSizes);
     };
     if c.iterations == 0 {
-        return Err("--iterations must be at least 1".into());
+        return Err(ConfigError::NoIterations);
     }
     if c.msg_size == 0 {
-        return Err("--msg-size must be at least 1".into());
+        return Err(ConfigError::EmptyMessage);
     }
     if u64::from(c.msg_size) > smallest {
-        return Err(format!(
-            "--msg-size {} is larger than the smallest MR ({smallest} bytes): every transfer reads from the first MR and lands in the last",
-            c.msg_size
-        ));
+        return Err(ConfigError::MessageOverMr { msg_size: c.msg_size, smallest });
     }
     if c.msg_size > 1 << 30 {
-        return Err("--msg-size is limited to 1 GiB".into());
+        return Err(ConfigError::MessageOver1G);
     }
     Ok(())
 }
@@ -158,11 +172,11 @@ mod tests {
     #[test]
     fn validate_names_the_offending_option() {
         assert!(validate(&config(Mode::Events, 4, &[4096, 1 << 20])).is_ok());
-        let e = validate(&config(Mode::Events, 4, &[1024])).unwrap_err();
+        let e = validate(&config(Mode::Events, 4, &[1024])).unwrap_err().to_string();
         assert!(e.contains("--msg-size"), "{e}");
-        let e = validate(&config(Mode::Events, 0, &[4096])).unwrap_err();
+        let e = validate(&config(Mode::Events, 0, &[4096])).unwrap_err().to_string();
         assert!(e.contains("--iterations"), "{e}");
-        let e = validate(&config(Mode::Events, 1, &[])).unwrap_err();
+        let e = validate(&config(Mode::Events, 1, &[])).unwrap_err().to_string();
         assert!(e.contains("--mr-sizes"), "{e}");
     }
 

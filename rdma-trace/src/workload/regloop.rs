@@ -44,7 +44,7 @@ pub fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>>
     let mut out = Vec::new();
     for &size in &cfg.mr_sizes {
         let len = usize::try_from(size).map_err(|_| anyhow!("MR size {size} does not fit this machine"))?;
-        let buf = Buffer::map(len, cfg.hugepages).map_err(|e| anyhow!(e))?;
+        let buf = Buffer::map(len, cfg.hugepages)?;
         let mut t = Timing { size, pairs_ns: Vec::with_capacity(pairs as usize) };
         for _ in 0..pairs {
             if super::signals::STOP.load(Ordering::SeqCst) {
@@ -78,7 +78,7 @@ pub fn hold_many(cfg: &Config, ann: &mut Announcer, n: u32) -> Result<u64> {
     let mut bufs = Vec::new();
     for &size in &cfg.mr_sizes {
         let len = usize::try_from(size).map_err(|_| anyhow!("MR size {size} does not fit this machine"))?;
-        bufs.push((Buffer::map(len, cfg.hugepages).map_err(|e| anyhow!(e))?, len, size));
+        bufs.push((Buffer::map(len, cfg.hugepages)?, len, size));
     }
     let mut mrs = Vec::with_capacity(n as usize * bufs.len());
     for (buf, len, size) in &bufs {

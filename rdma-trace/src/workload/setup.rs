@@ -182,7 +182,7 @@ fn register(
     for (i, &size) in cfg.mr_sizes.iter().enumerate() {
         let len = usize::try_from(size).map_err(|_| anyhow!("MR size {size} does not fit this machine"))?;
         let (res, t) = timed(|| Buffer::map(len, cfg.hugepages));
-        let (buf, mut rec) = done(ann, StepName::MapBuffer, t, res.map_err(|e| anyhow!(e)))?;
+        let (buf, mut rec) = done(ann, StepName::MapBuffer, t, res.map_err(anyhow::Error::from))?;
         rec.buffer = Some(BufferInfo {
             index: i as u32,
             addr: buf.addr(),

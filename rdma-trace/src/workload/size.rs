@@ -12,6 +12,8 @@ pub enum SizeError {
     Zero(String),
     #[error("`{0}` is too large")]
     TooLarge(String),
+    #[error("{0} is too large for one work request")]
+    TooLargeForWr(String),
 }
 
 /// Parses one size. Units are powers of 1024; `B`, `iB` suffixes are accepted.

@@ -86,7 +86,7 @@ pub fn plan_with_verbs(name: &str) -> Plan {
 fn plan_of(
     name: &str,
     backend: btf::Backend,
-    libraries: &std::collections::HashMap<String, Result<Library, String>>,
+    libraries: &std::collections::HashMap<String, Result<Library, rdma_trace::plan::select::LibraryError>>,
 ) -> Plan {
     let dir = kernel_fixture(name);
     let mut src = BtfSource::open_with(&dir, backend).unwrap();

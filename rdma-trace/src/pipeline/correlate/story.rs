@@ -802,13 +802,23 @@ fn mapping_kind(e: &Event, pgoff: u64) -> String {
     }
 }
 
+/// Why a step file could not be read: each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StepsError {
+    #[error("reading {path}: {source}")]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: std::path::PathBuf, source: crate::event::LinesError },
+}
+
 /// Reads a step file (see `parse_steps`); errors name the file and line.
-pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    parse_steps(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, StepsError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| StepsError::Read { path: path.into(), source })?;
+    parse_steps(&text).map_err(|source| StepsError::Parse { path: path.into(), source })
 }
 
 /// Parses the companion's step records (JSON Lines); an error names the line.
-pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, String> {
+pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, crate::event::LinesError> {
     crate::event::parse_lines(text, |s: &StepRecord| s.v, crate::steps::VERSION, "step record")
 }
