@@ -40,6 +40,19 @@ impl Tmux {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    /// Waits until the screen shows every one of `needles` (20 s at most).
+    fn wait_for_all(&self, needles: &[&str]) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            let missing: Vec<&&str> = needles.iter().filter(|n| !s.contains(**n)).collect();
+            if missing.is_empty() {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "no {missing:?} on screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     fn keys(&self, keys: &str) {
         self.run(&["send-keys", "-t", "t", keys]);
     }
@@ -263,14 +276,16 @@ fn enter_shows_an_event_whole() {
             assert!(s.contains("more lines (enter"), "at {w}×{h}, the detail is cut silently:\n{s}");
         }
         t.keys("Enter");
-        let x = t.wait_for("all of it (↑↓ scroll");
         // The newest of them (selected): rxe_mmap's or ib_uverbs_mmap's entry, whose stack
-        // ends in the system call's entry.
-        for line in
-            ["mmap entered in rdma-trace-work [227]", "vm_pgoff = ", "[ib_uverbs]", "entry_SYSCALL_64"]
-        {
-            assert!(x.contains(line), "at {w}×{h}, {line:?} not in the event whole:\n{x}");
-        }
+        // ends in the system call's entry. Waited for whole: tmux can show a frame half drawn
+        // (the panel's title over the list's last lines).
+        t.wait_for_all(&[
+            "all of it (↑↓ scroll",
+            "mmap entered in rdma-trace-work [227]",
+            "vm_pgoff = ",
+            "[ib_uverbs]",
+            "entry_SYSCALL_64",
+        ]);
         t.keys("Escape");
         t.wait_gone("all of it (↑↓ scroll");
     }
