@@ -71,37 +71,3 @@ pub trait Sink {
     }
     fn flush(&mut self) -> io::Result<()>;
 }
-
-/// Several sinks as one; the first error of any of them is returned.
-impl Sink for Vec<Box<dyn Sink>> {
-    fn header(&mut self, h: &Header) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.header(h))
-    }
-    fn state(&mut self, st: &State) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.state(st))
-    }
-    fn event(&mut self, ev: &Arc<Event>) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.event(ev))
-    }
-    fn step(&mut self, st: &StepRecord) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.step(st))
-    }
-    fn stats(&mut self, st: &Stats) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.stats(st))
-    }
-    fn loss(&mut self, l: &Loss) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.loss(l))
-    }
-    fn trailer(&mut self, t: &Trailer) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.trailer(t))
-    }
-    fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.processes_gone(pids, ts_ns))
-    }
-    fn tick(&mut self) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.tick())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.iter_mut().try_for_each(|s| s.flush())
-    }
-}

@@ -9,6 +9,7 @@ use crate::cli::DaemonArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::TraceOptions;
+use crate::output::fanout::{FanOut, OnError};
 use crate::output::jsonl::Jsonl;
 use crate::output::queued::{QUEUE, Queued};
 use crate::serve::socket::Listener;
@@ -22,11 +23,9 @@ use std::sync::mpsc::Receiver;
 /// tick: who joined, who left and what they lost, who was refused).
 struct Outputs {
     broadcaster: Broadcaster,
-    /// `-o`: on its own thread behind a bounded queue, as `trace`'s outputs.
-    file: Option<Queued>,
-    /// Why writing the file failed, and the records it has not been given since: the
-    /// subscribers are served on without it.
-    file_failed: Option<(String, u64)>,
+    /// `-o`: on its own thread behind a bounded queue, as `trace`'s outputs. Left behind
+    /// when writing it fails: the subscribers are served on without it.
+    file: FanOut,
     refusals: Receiver<String>,
 }
 
@@ -39,20 +38,16 @@ impl Outputs {
 
     /// A record to the capture file, unless writing it failed before.
     fn file(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) {
-        match (&mut self.file, &mut self.file_failed) {
-            (_, Some((_, since))) => *since += 1,
-            (Some(w), None) => {
-                if let Err(e) = f(w) {
-                    self.file_lost(&e);
-                }
-            }
-            (None, None) => {}
+        f(&mut self.file).ok(); // it leaves a failed file behind; it never fails itself
+        let failed: Vec<String> = self.file.newly_failed().iter().map(|f| f.error.clone()).collect();
+        for e in failed {
+            self.file_lost(&e);
         }
     }
 
     /// The capture file failed: said once on stderr and to every subscriber (a loss record
-    /// of `output capture`, which the metrics count), and left behind.
-    fn file_lost(&mut self, e: &std::io::Error) {
+    /// of `output capture`, which the metrics count).
+    fn file_lost(&mut self, e: &str) {
         eprintln!(
             "rdma-trace daemon: writing the capture file failed: {e}; serving the subscribers on without it"
         );
@@ -65,7 +60,6 @@ impl Outputs {
             ..Default::default()
         };
         self.broadcaster.loss(&lost).ok();
-        self.file_failed = Some((e.to_string(), 1));
     }
 
     fn say(&mut self) {
@@ -180,15 +174,13 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         None => None,
     };
     let header = Header { clocks: clocks(&a.clock_peers), ..tracer.header() };
-    let file = match &a.output {
-        Some(p) => {
-            let rotation = super::trace::rotation(a.max_size.as_deref(), a.rotate)?;
-            let mut w = Jsonl::create(p, rotation).with_context(|| format!("creating {}", p.display()))?;
-            w.header(&header)?;
-            Some(Queued::new("capture", Box::new(w), QUEUE))
-        }
-        None => None,
-    };
+    let mut file = FanOut::default();
+    if let Some(p) = &a.output {
+        let rotation = super::trace::rotation(a.max_size.as_deref(), a.rotate)?;
+        let mut w = Jsonl::create(p, rotation).with_context(|| format!("creating {}", p.display()))?;
+        w.header(&header)?;
+        file.push(Queued::new("capture", Box::new(w), QUEUE), OnError::LeaveBehind);
+    }
     let mut broadcaster = Broadcaster::new(header, joins)
         .seeded_by(Box::new(crate::live::seed::now))
         .with_queue(a.subscriber_queue)
@@ -196,7 +188,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     if let Some(text) = metrics {
         broadcaster = broadcaster.with_metrics(text);
     }
-    let mut out = Outputs { broadcaster, file, file_failed: None, refusals };
+    let mut out = Outputs { broadcaster, file, refusals };
     let mut finished = tracer.run(&mut print_notice, &mut out)?;
     let t = std::time::Instant::now();
     let closed = match &finished.consumer_error {
@@ -214,16 +206,17 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         let wait = crate::units::duration(crate::serve::CLOSE_WAIT.as_nanos() as u64);
         eprintln!("rdma-trace daemon: subscriber {peer} was not reading: cut off after {wait}");
     }
-    if let Some(q) = &out.file {
+    for q in out.file.queued() {
         finished.account.note_left_out(q.name(), &q.left_out_rows);
     }
     eprint!("{}", finished.account.summary());
-    if let Some(q) = out.file.as_ref().filter(|q| q.dropped > 0) {
-        eprintln!("rdma-trace daemon: the capture file fell behind and left out {} records", q.dropped);
+    for l in out.file.left_out_lines() {
+        eprintln!("rdma-trace daemon: {l}");
     }
-    if let Some((why, since)) = &out.file_failed {
+    for f in out.file.failed() {
         eprintln!(
-            "rdma-trace daemon: the capture file failed ({why}): {since} records were not written to it"
+            "rdma-trace daemon: the capture file failed ({}): {} records were not written to it",
+            f.error, f.not_given
         );
     }
     // A stop that took over a second says where the time went.

@@ -6,6 +6,7 @@ use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
 use crate::live::trace::{Finished, TraceOptions, Tracer};
+use crate::output::fanout::{FanOut, OnError};
 use crate::output::queued::{QUEUE, Queued};
 use crate::output::target::{Rotation, parse_size};
 use crate::output::{jsonl::Jsonl, text::Text};
@@ -88,7 +89,8 @@ pub fn rotation(max_size: Option<&str>, rotate: Option<u32>) -> Result<Option<Ro
 struct Outputs {
     /// The text stream and the capture, each on its own thread behind a bounded queue: a
     /// slow terminal or disk never holds the ring reader up (what one misses is counted).
-    sinks: Vec<Queued>,
+    /// Either failing stops the run.
+    fan: FanOut,
     story: Option<StorySink>,
     /// `--redact`: kernel addresses replaced before any output sees the event.
     redact: Option<Redactor>,
@@ -96,30 +98,30 @@ struct Outputs {
 
 impl Outputs {
     fn open(a: &TraceArgs, tracer: &Tracer) -> Result<Self> {
-        let mut sinks = Vec::new();
+        let mut fan = FanOut::default();
         let to_stdout = a.output.as_deref() == Some(std::path::Path::new("-"));
         if !a.quiet && !to_stdout {
             let mut t = Text::new(std::io::stdout());
             t.stacks = a.stacks;
-            sinks.push(Queued::new("text", Box::new(t), QUEUE));
+            fan.push(Queued::new("text", Box::new(t), QUEUE), OnError::Stop);
         }
         match &a.output {
             Some(_) if to_stdout => {
                 let mut w = Jsonl::new(std::io::BufWriter::new(std::io::stdout()));
                 w.header(&header(a, tracer))?;
-                sinks.push(Queued::new("capture", Box::new(w), QUEUE));
+                fan.push(Queued::new("capture", Box::new(w), QUEUE), OnError::Stop);
             }
             Some(p) => {
                 let mut w = Jsonl::create(p, rotation(a.max_size.as_deref(), a.rotate)?)
                     .with_context(|| format!("creating {}", p.display()))?;
                 w.header(&header(a, tracer))?;
-                sinks.push(Queued::new("capture", Box::new(w), QUEUE));
+                fan.push(Queued::new("capture", Box::new(w), QUEUE), OnError::Stop);
             }
             None => {}
         }
         // The companion's step file is read at the end (it is written during the run).
         let story = a.story.then(|| StorySink(Engine::new(Vec::new(), Limits::default())));
-        Ok(Self { sinks, story, redact: a.redact.then(Redactor::default) })
+        Ok(Self { fan, story, redact: a.redact.then(Redactor::default) })
     }
 }
 
@@ -138,45 +140,28 @@ impl Sink for Outputs {
         if let Some(s) = &mut self.story {
             s.event(ev)?;
         }
-        self.each(|q| q.event(ev))
+        self.fan.event(ev)
     }
     fn step(&mut self, s: &crate::steps::StepRecord) -> std::io::Result<()> {
         if let Some(story) = &mut self.story {
             story.step(s)?;
         }
-        self.each(|q| q.step(s))
+        self.fan.step(s)
     }
     fn stats(&mut self, s: &Stats) -> std::io::Result<()> {
-        self.each(|q| q.stats(s))
+        self.fan.stats(s)
     }
     fn loss(&mut self, l: &Loss) -> std::io::Result<()> {
-        self.each(|q| q.loss(l))
+        self.fan.loss(l)
     }
     fn trailer(&mut self, t: &Trailer) -> std::io::Result<()> {
-        self.each(|q| q.trailer(t))
+        self.fan.trailer(t)
     }
     fn tick(&mut self) -> std::io::Result<()> {
-        self.each(|q| q.tick())
+        self.fan.tick()
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.each(|q| q.flush())
-    }
-}
-
-impl Outputs {
-    fn each(&mut self, f: impl Fn(&mut Queued) -> std::io::Result<()>) -> std::io::Result<()> {
-        self.sinks.iter_mut().try_for_each(f)
-    }
-
-    /// One line per output that fell behind: what it left out.
-    fn say_left_out(&self) {
-        for q in self.sinks.iter().filter(|q| q.dropped > 0) {
-            eprintln!(
-                "rdma-trace: the {} output fell behind and left out {} records (a loss record in it says where)",
-                q.name(),
-                q.dropped
-            );
-        }
+        self.fan.flush()
     }
 }
 
@@ -210,11 +195,13 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     };
     finished.stopping.push(("writing the outputs", t.elapsed()));
     // The trailer is written: what the outputs left out joins the account shown.
-    for q in &out.sinks {
+    for q in out.fan.queued() {
         finished.account.note_left_out(q.name(), &q.left_out_rows);
     }
     eprint!("{}", finished.account.summary());
-    out.say_left_out();
+    for l in out.fan.left_out_lines() {
+        eprintln!("rdma-trace: {l}");
+    }
     // A stop that took over a second says where the time went.
     if let Some(l) = crate::live::trace::stopping_line(&finished.stopping, std::time::Duration::from_secs(1))
     {

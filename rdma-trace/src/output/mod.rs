@@ -3,6 +3,7 @@
 
 pub mod connections;
 pub mod diff;
+pub mod fanout;
 pub mod flame;
 pub mod jsonl;
 pub mod metrics;
