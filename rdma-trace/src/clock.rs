@@ -6,7 +6,6 @@
 //! trip. `report` and `export` place the peer's events by it.
 
 use crate::capture::{ClockSample, Header};
-use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -47,10 +46,28 @@ struct Answer {
     realtime_ns: i64,
 }
 
+/// Why a peer's clock could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum ClockError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("no address")]
+    NoAddress,
+    #[error("no sample")]
+    NoSample,
+    #[error("no body in the answer")]
+    NoBody,
+    #[error("not a clock answer: {body:?}: {source}")]
+    NotAnAnswer { body: String, source: serde_json::Error },
+    /// The peer, the path asked, how long it was given, and its last error.
+    #[error("{peer} did not answer {PATH} within {} s: {last}", within.as_secs())]
+    NoAnswer { peer: String, within: Duration, last: Box<ClockError> },
+}
+
 /// One exchange on a fresh connection (connected before `t0`, so the connect is not in the
 /// round trip): (t0, the peer's answer, t2).
-fn exchange(peer: &str) -> Result<(i64, Answer, i64)> {
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(peer)?.next().context("no address")?;
+fn exchange(peer: &str) -> Result<(i64, Answer, i64), ClockError> {
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(peer)?.next().ok_or(ClockError::NoAddress)?;
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_nodelay(true)?;
@@ -69,15 +86,16 @@ fn exchange(peer: &str) -> Result<(i64, Answer, i64)> {
     }
     let t2 = wall_ns();
     let text = String::from_utf8_lossy(&reply);
-    let body = text.split("\r\n\r\n").nth(1).context("no body in the answer")?;
-    let a: Answer = serde_json::from_str(body).with_context(|| format!("not a clock answer: {body:?}"))?;
+    let body = text.split("\r\n\r\n").nth(1).ok_or(ClockError::NoBody)?;
+    let a: Answer = serde_json::from_str(body)
+        .map_err(|source| ClockError::NotAnAnswer { body: body.to_string(), source })?;
     Ok((t0, a, t2))
 }
 
 /// Measures `peer`'s clock against this one: `SAMPLES` exchanges, the shortest round trip
 /// kept. A peer not answering yet (its daemon still starting) is asked again until
 /// `within` has passed.
-pub fn measure(peer: &str, within: Duration) -> Result<ClockSample> {
+pub fn measure(peer: &str, within: Duration) -> Result<ClockSample, ClockError> {
     let deadline = Instant::now() + within;
     let mut best: Option<ClockSample> = None;
     let mut samples = 0;
@@ -104,13 +122,13 @@ pub fn measure(peer: &str, within: Duration) -> Result<ClockSample> {
                 std::thread::sleep(Duration::from_millis(250));
             }
             Err(e) if samples == 0 => {
-                let e = last_error.unwrap_or(e);
-                bail!("{peer} did not answer {PATH} within {} s: {e:#}", within.as_secs())
+                let last = Box::new(last_error.unwrap_or(e));
+                return Err(ClockError::NoAnswer { peer: peer.to_string(), within, last });
             }
             Err(_) => break,
         }
     }
-    let mut b = best.context("no sample")?;
+    let mut b = best.ok_or(ClockError::NoSample)?;
     b.samples = samples;
     Ok(b)
 }
