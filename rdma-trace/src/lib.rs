@@ -10,6 +10,10 @@
 //! them, the companion's steps); `clock` measures another host's clock against this one;
 //! `workload` is the companion, which imports nothing of the engine.
 
+// What no caller outside the crate uses (cmd/ and main.rs, the tests, the benches) is
+// pub(crate): the public items are the crate's surface.
+#![warn(unreachable_pub)]
+
 pub mod account;
 pub mod capture;
 pub mod cli;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// `trace --connect SOURCE`: a daemon's stream shown as if traced here; with -o, kept
 /// byte for byte as the daemon sent it. Several sources: `several`.
-pub fn run(a: &TraceArgs) -> Result<i32> {
+pub(crate) fn run(a: &TraceArgs) -> Result<i32> {
     if a.max_size.is_some() {
         bail!("--max-size does not apply to --connect (the daemon's stream is kept as it comes)");
     }

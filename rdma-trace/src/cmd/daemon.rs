@@ -39,22 +39,23 @@ impl Outputs {
     /// A record to the capture file, unless writing it failed before.
     fn file(&mut self, f: impl Fn(&mut dyn Sink) -> std::io::Result<()>) {
         f(&mut self.file).ok(); // it leaves a failed file behind; it never fails itself
-        let failed: Vec<String> = self.file.newly_failed().iter().map(|f| f.error.clone()).collect();
-        for e in failed {
-            self.file_lost(&e);
+        let failed: Vec<(String, String)> =
+            self.file.newly_failed().iter().map(|f| (f.name.clone(), f.error.clone())).collect();
+        for (name, e) in failed {
+            self.file_lost(&name, &e);
         }
     }
 
     /// The capture file failed: said once on stderr and to every subscriber (a loss record
     /// of `output capture`, which the metrics count).
-    fn file_lost(&mut self, e: &str) {
+    fn file_lost(&mut self, name: &str, e: &str) {
         eprintln!(
-            "rdma-trace daemon: writing the capture file failed: {e}; serving the subscribers on without it"
+            "rdma-trace daemon: writing the {name} file failed: {e}; serving the subscribers on without it"
         );
         let lost = Loss {
             v: crate::capture::VERSION,
             ty: "loss".into(),
-            site: LossSite::Output("capture".into()),
+            site: LossSite::Output(name.into()),
             reason: LossReason::Other(FILE_FAILED.into()),
             count: 1,
             ..Default::default()

@@ -1,11 +1,11 @@
 //! The subcommands: each gathers what the libraries return and prints it.
 
-pub mod connected;
+pub(crate) mod connected;
 pub mod daemon;
 pub mod explain;
 pub mod probes;
 pub mod report;
-pub mod start;
+pub(crate) mod start;
 pub mod story;
 pub mod trace;
 pub mod tui;

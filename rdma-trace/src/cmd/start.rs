@@ -3,7 +3,9 @@
 
 /// Starts the tracer, its notices on stderr; `None` when this process lacks the
 /// privileges (the one line was printed: exit 2).
-pub fn tracer(opts: crate::live::trace::TraceOptions) -> anyhow::Result<Option<crate::live::trace::Tracer>> {
+pub(crate) fn tracer(
+    opts: crate::live::trace::TraceOptions,
+) -> anyhow::Result<Option<crate::live::trace::Tracer>> {
     use crate::live::trace::{NotPrivileged, Tracer};
     match Tracer::start(opts, &mut print_notice) {
         Ok(t) => Ok(Some(t)),
@@ -18,7 +20,7 @@ pub fn tracer(opts: crate::live::trace::TraceOptions) -> anyhow::Result<Option<c
 }
 
 /// One line of stderr per notice.
-pub fn print_notice(n: crate::live::trace::Notice) {
+pub(crate) fn print_notice(n: crate::live::trace::Notice) {
     use crate::live::trace::Notice;
     match n {
         Notice::Blocked(why) => eprintln!("rdma-trace: {why}"),

@@ -7,7 +7,7 @@ use crate::event::EventKind;
 use crate::explain::lessons as L;
 use crate::steps::{Mode, StepName};
 
-pub fn bypass(input: &Input) -> Result<Explanation, Missing> {
+pub(super) fn bypass(input: &Input) -> Result<Explanation, Missing> {
     // The process with the most completions (the companion's, when its steps are known).
     let companion = input.steps.first().map(|s| s.process());
     let ps = input
@@ -109,7 +109,7 @@ fn receives(input: &Input, pid: crate::event::Task, recvs: u64) -> String {
     }
 }
 
-pub fn fork(input: &Input) -> Result<Explanation, Missing> {
+pub(super) fn fork(input: &Input) -> Result<Explanation, Missing> {
     let c = input.run_counts.unwrap_or_else(|| RunCounts::of(input.events));
     if c.syscalls == 0 {
         return Err(Missing::Syscalls);

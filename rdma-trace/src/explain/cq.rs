@@ -10,7 +10,7 @@ use crate::explain::lessons as L;
 use crate::steps::StepName;
 use crate::units::duration as us;
 
-pub fn cq(input: &Input) -> Result<Explanation, Missing> {
+pub(super) fn cq(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let found = chosen_completion(input);
     let Some((ps, c)) = found else {

@@ -9,10 +9,10 @@ use crate::explain::lessons::{self as L, Topic};
 use std::fmt::Write;
 
 /// Every topic's explanation of one capture (or why it has none).
-pub type Explained = Vec<(Topic, Result<Explanation, crate::explain::Missing>)>;
+pub(crate) type Explained = Vec<(Topic, Result<Explanation, crate::explain::Missing>)>;
 
 /// What one kernel's captures explain.
-pub struct KernelRun {
+pub(crate) struct KernelRun {
     /// `uname -r` of the capture's kernel (its header).
     pub kernel: String,
     /// The companion capture's file name, and every topic's explanation of it.
@@ -85,7 +85,7 @@ and the wakeup latency measured here are soft-RoCE's, not a NIC's.",
 ];
 
 /// Every guide, from the runs (one per kernel).
-pub fn guides(runs: &[KernelRun]) -> Vec<Guide> {
+pub(crate) fn guides(runs: &[KernelRun]) -> Vec<Guide> {
     PLANS.iter().map(|p| Guide { file: p.file, markdown: guide(p, runs) }).collect()
 }
 

@@ -6,7 +6,7 @@
 mod contrasts;
 mod cq;
 pub mod frames;
-pub mod guide;
+pub(crate) mod guide;
 pub mod lessons;
 mod parts;
 mod topics;

@@ -37,7 +37,7 @@ fn syscall_stage(input: &Input, i: usize, what: &str) -> Stage {
     s
 }
 
-pub fn mr(input: &Input) -> Result<Explanation, Missing> {
+pub(super) fn mr(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let pins: Vec<usize> =
         (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UmemGet], EventKind::Entry)).collect();
@@ -198,7 +198,7 @@ ibv_reg_mr failed with errno {}. The limit, not the machine's memory, refused it
     }
 }
 
-pub fn mmap(input: &Input) -> Result<Explanation, Missing> {
+pub(super) fn mmap(input: &Input) -> Result<Explanation, Missing> {
     let ev = input.events;
     let maps: Vec<usize> =
         (0..ev.len()).filter(|&i| is(&ev[i], &[ProbeId::UverbsMmap], EventKind::Entry)).collect();

@@ -21,15 +21,15 @@ use std::path::{Path, PathBuf};
 /// Instances per return probe unless `--kretprobe-instances` says otherwise: a thousand
 /// threads may wait in one probed function at once. The kernel keeps, per CPU, a slot
 /// per instance (8 bytes each), so this costs 8 KiB per CPU per return probe.
-pub const DEFAULT_INSTANCES: u32 = 1024;
+pub(crate) const DEFAULT_INSTANCES: u32 = 1024;
 /// The kernel's ceiling (`KRETPROBE_MAXACTIVE_MAX`).
-pub const MAX_INSTANCES: u32 = 4096;
+pub(crate) const MAX_INSTANCES: u32 = 4096;
 
 const GROUP_PREFIX: &str = "rdma_trace_";
 
 /// One return probe this process created in tracefs, linked to a program. Dropping it
 /// detaches the program and removes the event.
-pub struct ReturnProbe {
+pub(crate) struct ReturnProbe {
     link: Option<OwnedFd>,
     perf: Option<OwnedFd>,
     events_file: PathBuf,
@@ -49,7 +49,7 @@ fn owned(fd: i64) -> OwnedFd {
 }
 
 /// `BPF_LINK_GET_FD_BY_ID`: a descriptor for a link known by its id.
-pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+pub(crate) fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
     const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
     let mut attr = [0u64; 2];
     attr[0] = id as u64;
@@ -59,7 +59,7 @@ pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
 /// The kernel's missed count of a perf-event kprobe link. `struct bpf_link_info`: type,
 /// id, prog_id, then (8-aligned, at byte 16) perf_event { type, pad, kprobe { func_name
 /// u64, name_len, offset, addr u64, missed u64, cookie u64 } }: `missed` is word 6.
-pub fn link_missed(link: BorrowedFd<'_>) -> io::Result<u64> {
+pub(crate) fn link_missed(link: BorrowedFd<'_>) -> io::Result<u64> {
     const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     const BPF_LINK_TYPE_PERF_EVENT: u64 = 7;
     let mut info = [0u64; 12];
@@ -117,7 +117,7 @@ fn write_events(file: &Path, line: &str) -> io::Result<()> {
 
 impl ReturnProbe {
     /// Places a return probe on `symbol` with `instances` instances and links `prog` to it.
-    pub fn attach(
+    pub(crate) fn attach(
         tracefs: &Path,
         symbol: &str,
         instances: u32,
@@ -146,7 +146,7 @@ impl ReturnProbe {
     }
 
     /// The calls this probe did not see (no instance left, or the kprobe re-entered).
-    pub fn missed(&self) -> io::Result<u64> {
+    pub(crate) fn missed(&self) -> io::Result<u64> {
         match &self.link {
             Some(l) => link_missed(l.as_fd()),
             None => Err(io::Error::other("not linked")),
@@ -166,7 +166,7 @@ impl Drop for ReturnProbe {
 
 /// Removes the tracefs events of rdma-trace processes that no longer run (killed before
 /// they could clean up). Returns the events removed.
-pub fn remove_stale(tracefs: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn remove_stale(tracefs: &Path) -> io::Result<Vec<String>> {
     let file = tracefs.join("kprobe_events");
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,

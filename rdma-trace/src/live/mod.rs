@@ -2,10 +2,10 @@
 //! `source`), and run the tracer until it is told to stop.
 
 pub mod attach;
-pub mod kprobe_events;
+pub(crate) mod kprobe_events;
 pub mod privilege;
 mod run_loop;
 pub mod seed;
-pub mod spawn;
-pub mod stack_ids;
-pub mod trace;
+pub(crate) mod spawn;
+pub(crate) mod stack_ids;
+pub(crate) mod trace;

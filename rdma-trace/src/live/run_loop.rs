@@ -24,7 +24,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::MissedTickBehavior;
 
 /// Why the run stopped, and the code to exit with (the traced command's).
-pub struct Stopped {
+pub(crate) struct Stopped {
     pub why: String,
     pub code: i32,
 }

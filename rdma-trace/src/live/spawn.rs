@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 /// Starts `cmd` held at a barrier so its syscalls are watched from its first one.
 /// A tiny shell waits on a pipe (fd 3) and then execs the command, keeping the pid;
 /// writing to (or closing) the returned pipe end releases it.
-pub fn spawn_held(
+pub(crate) fn spawn_held(
     cmd: &[String],
     log: Option<&std::path::Path>,
     run_as: Option<&RunAs>,
@@ -63,7 +63,7 @@ pub fn spawn_held(
 /// the groups it is a member of. Root has CAP_IPC_LOCK, so a command run as root is never
 /// held to RLIMIT_MEMLOCK: the refusals this tool explains could not happen.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunAs {
+pub(crate) struct RunAs {
     pub name: String,
     pub uid: u32,
     pub gid: u32,
@@ -72,7 +72,7 @@ pub struct RunAs {
 impl RunAs {
     /// `--user` (a name or a uid; root or 0 keeps root), else, under sudo, the user who ran
     /// it (SUDO_UID, SUDO_GID, SUDO_USER), else none: the command runs as this process.
-    pub fn choose(user: Option<&str>) -> Result<Option<RunAs>> {
+    pub(crate) fn choose(user: Option<&str>) -> Result<Option<RunAs>> {
         if let Some(u) = user {
             let r = Self::lookup(u)?;
             return Ok((r.uid != 0).then_some(r));

@@ -6,7 +6,7 @@
 //! final `RunAccount`, which the command layer formats.
 
 use super::attach::{Loaded, Outcome};
-pub use super::run_loop::Stopped;
+pub(crate) use super::run_loop::Stopped;
 use super::run_loop::{RunLoop, event_loop, monotonic_ns, shutdown};
 use super::spawn::spawn_held;
 use crate::account::RunAccount;
@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::time::Duration;
 
-pub struct TraceOptions {
+pub(crate) struct TraceOptions {
     pub probes: Vec<String>,
     pub pids: Vec<u32>,
     pub command: Vec<String>,
@@ -43,7 +43,7 @@ pub struct TraceOptions {
 
 /// What the tracer has to tell while it starts and stops.
 #[derive(Debug)]
-pub enum Notice {
+pub(crate) enum Notice {
     /// No plan could be made at all (no RDMA stack, no BTF).
     Blocked(String),
     /// Kprobe events of killed earlier runs were removed (or could not be checked).
@@ -72,7 +72,7 @@ pub enum Notice {
 
 /// A finished run: why it stopped, its account, and the first error the event consumer
 /// returned (the run goes on after one).
-pub struct Finished {
+pub(crate) struct Finished {
     pub stopped: Stopped,
     /// When shutdown ended (CLOCK_MONOTONIC ns).
     pub ended_ns: u64,
@@ -83,14 +83,14 @@ pub struct Finished {
 }
 
 /// "stopping took 1.2 s (detaching 0.9 s, …)" when stopping took longer than `over`.
-pub fn stopping_line(phases: &[(&'static str, Duration)], over: Duration) -> Option<String> {
+pub(crate) fn stopping_line(phases: &[(&'static str, Duration)], over: Duration) -> Option<String> {
     let total: Duration = phases.iter().map(|(_, d)| *d).sum();
     let parts: Vec<String> = phases.iter().map(|(n, d)| format!("{n} {:.1} s", d.as_secs_f64())).collect();
     (total > over).then(|| format!("stopping took {:.1} s ({})", total.as_secs_f64(), parts.join(", ")))
 }
 
 /// An attached tracer, ready to run.
-pub struct Tracer {
+pub(crate) struct Tracer {
     opts: TraceOptions,
     planning: Planning,
     loaded: Loaded,
@@ -106,11 +106,11 @@ pub struct Tracer {
     ksyms: Ksyms,
 }
 
-pub use super::privilege::NotPrivileged;
+pub(crate) use super::privilege::NotPrivileged;
 
 /// Why the companion's step marker was not attached (the run goes on without it).
 #[derive(Debug, thiserror::Error)]
-pub enum StepMarkerError {
+pub(crate) enum StepMarkerError {
     #[error("where this executable is: {0}")]
     NoExe(std::io::Error),
     #[error("no companion at {} (steps are read from --steps at the end)", .0.display())]
@@ -121,7 +121,7 @@ pub enum StepMarkerError {
 
 impl Tracer {
     /// Plans, loads and attaches; starts the traced command held until `run`.
-    pub fn start(opts: TraceOptions, notice: &mut dyn FnMut(Notice)) -> Result<Self> {
+    pub(crate) fn start(opts: TraceOptions, notice: &mut dyn FnMut(Notice)) -> Result<Self> {
         super::privilege::check()?;
         // `rdma sys show` runs while the probes load (it took the 7.3 lab guest about a
         // second; after the "tracing" line it delayed the first events and stats).
@@ -205,7 +205,7 @@ impl Tracer {
     }
 
     /// The capture header of this run (its version and sequence are the writer's).
-    pub fn header(&self) -> Header {
+    pub(crate) fn header(&self) -> Header {
         let lib = self.planning.plan.probes.iter().find_map(|p| p.target.as_ref()).map(|(path, _)| path);
         Header {
             tool: format!("rdma-trace {}", env!("CARGO_PKG_VERSION")),
@@ -226,7 +226,7 @@ impl Tracer {
 
     /// Runs until told to stop, giving every event, the accounting every second and a
     /// tick every 50 ms to `sink`, then shuts down. A sink error stops the run at once.
-    pub fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
+    pub(crate) fn run(self, notice: &mut dyn FnMut(Notice), sink: &mut dyn Sink) -> Result<Finished> {
         let Self { opts, planning, mut loaded, ring, stacks, child, ksyms, .. } = self;
         let mut run = RunLoop::new(&planning, &ksyms, sink, opts.watch_verbs_users);
         run.stacks = stacks;
@@ -274,7 +274,7 @@ fn parse_copy_on_fork(text: &str) -> Option<bool> {
 }
 
 /// The step marker's row among the probes (header, summary).
-pub const STEP_MARKER_ID: &str = "companion_step";
+pub(crate) const STEP_MARKER_ID: &str = "companion_step";
 
 /// Attaches the step marker in the companion binary: the traced command's own program if
 /// it is the companion, else the one installed beside this executable.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// What an output's failure does to the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnError {
+pub(crate) enum OnError {
     /// The error is the run's: the fan-out returns it.
     Stop,
     /// The output is left behind: it is given nothing more, and what it was not given is
@@ -24,7 +24,7 @@ pub enum OnError {
 
 /// An output that failed and was left behind.
 #[derive(Debug)]
-pub struct Failed {
+pub(crate) struct Failed {
     /// The output's name ("capture").
     pub name: String,
     pub error: String,
@@ -43,33 +43,33 @@ struct Output {
 
 /// Several queued outputs as one sink.
 #[derive(Default)]
-pub struct FanOut {
+pub(crate) struct FanOut {
     outputs: Vec<Output>,
 }
 
 impl FanOut {
-    pub fn push(&mut self, queued: Queued, on_error: OnError) {
+    pub(crate) fn push(&mut self, queued: Queued, on_error: OnError) {
         self.outputs.push(Output { queued, on_error, failed: None, unsaid: false });
     }
 
     /// The outputs (what each left out, its name).
-    pub fn queued(&self) -> impl Iterator<Item = &Queued> {
+    pub(crate) fn queued(&self) -> impl Iterator<Item = &Queued> {
         self.outputs.iter().map(|o| &o.queued)
     }
 
     /// The outputs left behind since the last call, each once.
-    pub fn newly_failed(&mut self) -> Vec<&Failed> {
+    pub(crate) fn newly_failed(&mut self) -> Vec<&Failed> {
         let fresh = self.outputs.iter_mut().filter_map(|o| std::mem::take(&mut o.unsaid).then_some(&*o));
         fresh.filter_map(|o| o.failed.as_ref()).collect()
     }
 
     /// Every output left behind.
-    pub fn failed(&self) -> impl Iterator<Item = &Failed> {
+    pub(crate) fn failed(&self) -> impl Iterator<Item = &Failed> {
         self.outputs.iter().filter_map(|o| o.failed.as_ref())
     }
 
     /// One line per output that fell behind: what it left out.
-    pub fn left_out_lines(&self) -> Vec<String> {
+    pub(crate) fn left_out_lines(&self) -> Vec<String> {
         let behind = self.queued().filter(|q| q.dropped > 0);
         behind
             .map(|q| {

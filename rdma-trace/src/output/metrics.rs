@@ -38,7 +38,10 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
 
 /// The whole exposition: the story's processes (kworkers left out: their work is counted
 /// under the process that owns the CQ) and the latest per-probe accounting.
-pub fn render<'a>(processes: impl IntoIterator<Item = &'a ProcessStory>, sites: &[SiteCount]) -> String {
+pub(crate) fn render<'a>(
+    processes: impl IntoIterator<Item = &'a ProcessStory>,
+    sites: &[SiteCount],
+) -> String {
     let mut out = String::new();
     let ps: Vec<&ProcessStory> = processes.into_iter().filter(|p| !p.comm.starts_with("kworker")).collect();
     gauges(&mut out, &ps);

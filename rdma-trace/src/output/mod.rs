@@ -3,14 +3,14 @@
 
 pub mod connections;
 pub mod diff;
-pub mod fanout;
+pub(crate) mod fanout;
 pub mod flame;
 pub mod jsonl;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod perfetto;
-pub mod queued;
+pub(crate) mod queued;
 pub mod report;
 pub mod story;
-pub mod summary;
+pub(crate) mod summary;
 pub mod target;
 pub mod text;

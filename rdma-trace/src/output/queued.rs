@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Records an output may fall behind by before it loses any.
-pub const QUEUE: usize = 16_384;
+pub(crate) const QUEUE: usize = 16_384;
 
 /// What goes to the output's thread: a record of the stream, or the sink's two calls
 /// that are not records.
@@ -25,7 +25,7 @@ enum Msg {
     Flush(SyncSender<()>),
 }
 
-pub struct Queued {
+pub(crate) struct Queued {
     name: String,
     tx: Option<SyncSender<Msg>>,
     /// Events and other records left out since their last loss record got through.
@@ -43,7 +43,7 @@ pub struct Queued {
 
 impl Queued {
     /// `inner` runs on its own thread, `capacity` records behind at most.
-    pub fn new(name: &str, inner: Box<dyn Sink + Send>, capacity: usize) -> Self {
+    pub(crate) fn new(name: &str, inner: Box<dyn Sink + Send>, capacity: usize) -> Self {
         let (tx, rx) = sync_channel(capacity);
         let failed = Arc::new(Mutex::new(None));
         let f = failed.clone();
@@ -65,7 +65,7 @@ impl Queued {
     }
 
     /// The output's name ("text", "capture").
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 

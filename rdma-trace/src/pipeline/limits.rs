@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// The soft "Max locked memory" limit of `pid` in bytes; `u64::MAX` for unlimited. None if
 /// the process is gone (events are enriched after the fact) or /proc cannot be read.
-pub fn memlock_of(pid: u32) -> Option<u64> {
+pub(crate) fn memlock_of(pid: u32) -> Option<u64> {
     let limit = Process::new(pid as i32).and_then(|p| p.limits()).ok()?.max_locked_memory.soft_limit;
     Some(match limit {
         LimitValue::Unlimited => u64::MAX,

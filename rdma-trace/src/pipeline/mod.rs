@@ -7,13 +7,13 @@
 //! stream, a capture writer, the story (`correlate::engine::StorySink`). Several captures are
 //! read as one placed stream by `merge`.
 
-pub mod cgroups;
+pub(crate) mod cgroups;
 pub mod correlate;
 pub mod decode;
 pub mod enrich;
-pub mod fds;
+pub(crate) mod fds;
 pub mod ksyms;
-pub mod limits;
+pub(crate) mod limits;
 pub mod merge;
 pub mod redact;
 pub mod render;

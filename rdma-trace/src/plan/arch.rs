@@ -11,17 +11,19 @@ compile_error!(
 
 /// A kprobe placed past a function's ENDBR64 (kernels built with IBT) reports the
 /// function's address plus this: the shared kprobe programs know a function by both.
-pub const ENDBR_LEN: u64 = 4;
+pub(crate) const ENDBR_LEN: u64 = 4;
 
 /// `RLIMIT_MEMLOCK`, the index into `signal_struct.rlim[]` (include/uapi/asm-generic/
-/// resource.h; MIPS and Alpha number it 9): the catalog's `signal->rlim[8]` paths.
-pub const RLIMIT_MEMLOCK: usize = 8;
+/// resource.h; MIPS and Alpha number it 9): the catalog's `signal->rlim[8]` paths, which
+/// are string literals, checked against it by a test.
+#[cfg(test)]
+pub(crate) const RLIMIT_MEMLOCK: usize = 8;
 
 /// x86 page attribute bits (arch/x86/include/asm/pgtable_types.h) and the PAT table
 /// Linux programs (arch/x86/mm/pat/memtype.c): index = PAT<<2 | PCD<<1 | PWT.
-pub const PAGE_PWT: u64 = 1 << 3;
-pub const PAGE_PCD: u64 = 1 << 4;
-pub const PAGE_PAT: u64 = 1 << 7;
+pub(crate) const PAGE_PWT: u64 = 1 << 3;
+pub(crate) const PAGE_PCD: u64 = 1 << 4;
+pub(crate) const PAGE_PAT: u64 = 1 << 7;
 const PAT_NAMES: [&str; 8] = [
     "WB (cached)",
     "WC (write-combining)",

@@ -8,8 +8,7 @@ use crate::plan::select::{self, KernelView, Library, LibraryError, Plan, Skipped
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-pub struct Planning {
-    pub symbols: Symbols,
+pub(crate) struct Planning {
     /// /proc/kallsyms as read once for planning (the stack symbolizer reuses it).
     pub kallsyms: String,
     pub plan: Plan,
@@ -20,19 +19,18 @@ pub struct Planning {
 
 /// Resolves the plan for the running kernel (no privileges needed beyond reading
 /// /proc/kallsyms and /sys/kernel/btf).
-pub fn plan_here(wanted: &[&str]) -> Planning {
+pub(crate) fn plan_here(wanted: &[&str]) -> Planning {
     let t0 = Instant::now();
     let kallsyms = match std::fs::read_to_string("/proc/kallsyms") {
         Ok(k) => k,
         Err(e) => {
             let why = format!("cannot read /proc/kallsyms: {e}");
-            return blocked(Symbols::parse(""), String::new(), &why, why.clone(), t0, wanted);
+            return blocked(String::new(), &why, why.clone(), t0, wanted);
         }
     };
     let symbols = Symbols::parse(&kallsyms);
     if !symbols.has_rdma() {
         return blocked(
-            symbols,
             kallsyms,
             "no RDMA stack in this kernel (no ib_core in /proc/kallsyms)",
             "this kernel has no RDMA stack loaded (no ib_core in /proc/kallsyms): nothing to trace here; \
@@ -47,7 +45,7 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         Ok(b) => b,
         Err(e) => {
             let why = format!("{e}; rdma-trace needs kernel BTF (CONFIG_DEBUG_INFO_BTF)");
-            return blocked(symbols, kallsyms, "no kernel BTF", why, t0, wanted);
+            return blocked(kallsyms, "no kernel BTF", why, t0, wanted);
         }
     };
     let tp = |cat: &str, name: &str| kernel::tracepoint_format(cat, name).ok();
@@ -56,34 +54,21 @@ pub fn plan_here(wanted: &[&str]) -> Planning {
         &mut KernelView { symbols: &symbols, btf: &mut btf, tracepoint: &tp, libraries: &libraries },
         wanted,
     );
-    Planning { symbols, kallsyms, plan, blocked: None, took: t0.elapsed() }
+    Planning { kallsyms, plan, blocked: None, took: t0.elapsed() }
 }
 
 /// No plan can be made: every catalog probe is skipped with `short`, and `why` says it all.
-fn blocked(
-    symbols: Symbols,
-    kallsyms: String,
-    short: &str,
-    why: String,
-    t0: Instant,
-    wanted: &[&str],
-) -> Planning {
+fn blocked(kallsyms: String, short: &str, why: String, t0: Instant, wanted: &[&str]) -> Planning {
     let skipped = CATALOG
         .iter()
         .filter(|s| wanted.is_empty() || wanted.contains(&s.id.as_str()))
         .map(|spec| Skipped { spec, reason: crate::plan::select::Skip::Blocked(short.to_string()) })
         .collect();
-    Planning {
-        symbols,
-        kallsyms,
-        plan: Plan { probes: Vec::new(), skipped },
-        blocked: Some(why),
-        took: t0.elapsed(),
-    }
+    Planning { kallsyms, plan: Plan { probes: Vec::new(), skipped }, blocked: Some(why), took: t0.elapsed() }
 }
 
 /// The user-space libraries the catalog probes, each parsed once.
-pub fn user_libraries() -> HashMap<String, Result<Library, LibraryError>> {
+pub(crate) fn user_libraries() -> HashMap<String, Result<Library, LibraryError>> {
     let mut out = HashMap::new();
     for spec in CATALOG {
         if let Kind::Uprobe { library } = spec.kind {

@@ -2,11 +2,11 @@
 //! and the installed libibverbs → a plan per slot, or a reason to skip. Pure but for
 //! `here`, which reads this machine.
 
-pub mod arch;
+pub(crate) mod arch;
 pub mod btf;
 pub mod catalog;
 pub mod elfsym;
-pub mod here;
+pub(crate) mod here;
 pub mod kernel;
 pub mod select;
 pub mod syscalls;

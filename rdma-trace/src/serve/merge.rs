@@ -7,14 +7,14 @@ use crate::source::capture::Reader;
 use std::sync::mpsc::Sender;
 
 /// What a source's thread hands on.
-pub enum Tagged {
+pub(crate) enum Tagged {
     Record(usize, Record),
     /// The source's stream ended (why).
     Ended(usize, String),
 }
 
 /// Reads source `i` to its end on a thread of its own.
-pub fn spawn(i: usize, mut reader: Reader<Box<dyn std::io::BufRead + Send>>, tx: Sender<Tagged>) {
+pub(crate) fn spawn(i: usize, mut reader: Reader<Box<dyn std::io::BufRead + Send>>, tx: Sender<Tagged>) {
     std::thread::spawn(move || {
         for rec in reader.by_ref() {
             match rec {

@@ -12,10 +12,10 @@
 use crate::event::FieldId;
 pub mod client;
 pub mod http;
-pub mod merge;
-pub mod seeder;
+pub(crate) mod merge;
+pub(crate) mod seeder;
 pub mod socket;
-pub mod virtio;
+pub(crate) mod virtio;
 
 use crate::capture::{Header, Loss, ProcessState, SiteCount, Stats, Trailer};
 use crate::event::Event;

@@ -15,12 +15,12 @@ use std::time::Instant;
 pub type Seed = Box<dyn FnMut() -> Result<Vec<ProcessState>, SeedError> + Send>;
 
 /// One reading of the kernel's tables, and when it began.
-pub struct Seeding {
+pub(crate) struct Seeding {
     pub began: Instant,
     pub found: Result<Vec<ProcessState>, SeedError>,
 }
 
-pub struct Seeder {
+pub(crate) struct Seeder {
     ask: SyncSender<()>,
     done: Receiver<Seeding>,
     /// A reading asked for and not yet back.
@@ -31,7 +31,7 @@ pub struct Seeder {
 
 impl Seeder {
     /// The seeding thread. It ends when the seeder is dropped (after a reading under way).
-    pub fn spawn(mut seed: Seed) -> std::io::Result<Self> {
+    pub(crate) fn spawn(mut seed: Seed) -> std::io::Result<Self> {
         let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
         let (tell, done) = std::sync::mpsc::sync_channel::<Seeding>(1);
         std::thread::Builder::new().name("rdma-trace-seed".into()).spawn(move || {
@@ -48,7 +48,7 @@ impl Seeder {
 
     /// A reading that began at or after `since`, if one is back; otherwise one is asked for
     /// (unless one is under way: a joiner it cannot serve is served by the next) and `None`.
-    pub fn since(&mut self, since: Instant) -> Option<&Seeding> {
+    pub(crate) fn since(&mut self, since: Instant) -> Option<&Seeding> {
         loop {
             match self.done.try_recv() {
                 Ok(s) => {
@@ -75,7 +75,7 @@ impl Seeder {
 
     /// As `since`, waiting until `deadline` at most for a reading to come back (asking again
     /// if the one under way began too early): for joiners waiting when the run ends.
-    pub fn wait(&mut self, since: Instant, deadline: Instant) -> Option<&Seeding> {
+    pub(crate) fn wait(&mut self, since: Instant, deadline: Instant) -> Option<&Seeding> {
         while self.since(since).is_none() && self.under_way {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.done.recv_timeout(left) {
@@ -91,7 +91,7 @@ impl Seeder {
 
     /// The reading `since` or `wait` answered with, handed over whole (it serves once: every
     /// joiner it can serve is joined with it), not copied.
-    pub fn take(&mut self) -> Option<Seeding> {
+    pub(crate) fn take(&mut self) -> Option<Seeding> {
         self.latest.take()
     }
 }
@@ -107,7 +107,7 @@ impl Seeder {
 /// tracepoint named) is not added: it no longer exists. A process the story saw register
 /// or deregister about when the reading ran (`busy`) gets nothing: its events may still be
 /// on their way through the ring, and what the tables list of it would be counted twice.
-pub fn complement(
+pub(crate) fn complement(
     known: &State,
     found: Vec<ProcessState>,
     gone: &HashSet<u32>,

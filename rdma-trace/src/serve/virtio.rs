@@ -9,7 +9,7 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 /// Serves the host on `port` (on a thread of its own); broken hellos are reported on `notes`.
-pub fn serve(port: &Path, joins: Sender<Joining>, notes: Sender<String>) -> std::io::Result<()> {
+pub(crate) fn serve(port: &Path, joins: Sender<Joining>, notes: Sender<String>) -> std::io::Result<()> {
     let f = std::fs::OpenOptions::new().read(true).write(true).open(port)?;
     let name = port.display().to_string();
     std::thread::spawn(move || {

@@ -12,17 +12,17 @@ use ratatui::style::Style;
 use ratatui::text::Span;
 
 /// The space ratatui's `Table` puts between two columns.
-pub const GAP: u16 = 1;
+pub(crate) const GAP: u16 = 1;
 
 /// A cell's text and style.
-pub type Text = (String, Style);
+pub(crate) type Text = (String, Style);
 
 /// A column's shorter form of a cell (access flags as initials).
-pub type Short = fn(&str) -> String;
+pub(crate) type Short = fn(&str) -> String;
 
 /// One column of a table, and how it may give way when the table does not fit.
 #[derive(Clone, Copy, Debug)]
-pub struct Col {
+pub(crate) struct Col {
     pub header: &'static str,
     /// Its cells are cut to this many cells at most (with `…`), however wide the table.
     pub max: u16,
@@ -37,26 +37,26 @@ pub struct Col {
 impl Col {
     /// A column that keeps its full width while anything else can give way (an address,
     /// a key, a state).
-    pub const fn whole(header: &'static str) -> Self {
+    pub(crate) const fn whole(header: &'static str) -> Self {
         Col { header, max: u16::MAX, shorten: None, drop: None, abbrev: None }
     }
-    pub const fn max(self, max: u16) -> Self {
+    pub(crate) const fn max(self, max: u16) -> Self {
         Col { max, ..self }
     }
-    pub const fn shorten(self, rank: u8, to: u16) -> Self {
+    pub(crate) const fn shorten(self, rank: u8, to: u16) -> Self {
         Col { shorten: Some((rank, to)), ..self }
     }
-    pub const fn drop(self, rank: u8) -> Self {
+    pub(crate) const fn drop(self, rank: u8) -> Self {
         Col { drop: Some(rank), ..self }
     }
-    pub const fn abbrev(self, rank: u8, short: Short) -> Self {
+    pub(crate) const fn abbrev(self, rank: u8, short: Short) -> Self {
         Col { abbrev: Some((rank, short)), ..self }
     }
 }
 
 /// Which columns are shown, at which widths.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Fit {
+pub(crate) struct Fit {
     /// Indices of the shown columns, in order, and each one's width.
     pub shown: Vec<(usize, u16)>,
     /// Headers of the dropped columns.
@@ -67,7 +67,7 @@ pub struct Fit {
 
 impl Fit {
     /// Cell `i` of a row as it is shown: abbreviated if its column is, cut to `w`.
-    pub fn cell(&self, cols: &[Col], i: usize, w: u16, text: &str) -> String {
+    pub(crate) fn cell(&self, cols: &[Col], i: usize, w: u16, text: &str) -> String {
         match cols[i].abbrev {
             Some((_, short)) if self.abbreviated.contains(&i) => cut(&short(text), w),
             _ => cut(text, w),
@@ -76,12 +76,12 @@ impl Fit {
 }
 
 /// How many terminal cells `s` takes.
-pub fn width(s: &str) -> u16 {
+pub(crate) fn width(s: &str) -> u16 {
     Span::raw(s).width().min(u16::MAX as usize) as u16
 }
 
 /// `s` in at most `w` cells: whole if it fits, else shortened and ending in `…`.
-pub fn cut(s: &str, w: u16) -> String {
+pub(crate) fn cut(s: &str, w: u16) -> String {
     if width(s) <= w {
         return s.to_string();
     }
@@ -103,7 +103,7 @@ pub fn cut(s: &str, w: u16) -> String {
 }
 
 /// `s` in at most `w` cells keeping its end: whole if it fits, else `…` and its tail.
-pub fn keep_end(s: &str, w: u16) -> String {
+pub(crate) fn keep_end(s: &str, w: u16) -> String {
     if width(s) <= w {
         return s.to_string();
     }
@@ -122,7 +122,7 @@ pub fn keep_end(s: &str, w: u16) -> String {
 
 /// Styled pieces of one line in at most `w` cells: all of them if they fit; else the piece
 /// that reaches the edge ends in `…` and those after it go (each keeps its style).
-pub fn cut_spans(spans: Vec<Span<'static>>, w: u16) -> Vec<Span<'static>> {
+pub(crate) fn cut_spans(spans: Vec<Span<'static>>, w: u16) -> Vec<Span<'static>> {
     if spans.iter().map(|s| width(&s.content)).sum::<u16>() <= w {
         return spans;
     }
@@ -153,7 +153,7 @@ pub fn cut_spans(spans: Vec<Span<'static>>, w: u16) -> Vec<Span<'static>> {
 /// cell of padding each side, a one-cell divider between): whole if they fit; else the
 /// screens not shown are abbreviated ("2 Pin"), then only numbered ("2"); the shown one
 /// stays named, cut with `…` only when nothing else is left to give.
-pub fn tabs(names: &[&str], selected: usize, w: u16) -> Vec<String> {
+pub(crate) fn tabs(names: &[&str], selected: usize, w: u16) -> Vec<String> {
     let laid = |t: &[String]| t.iter().map(|s| width(s) + 2).sum::<u16>() + t.len().saturating_sub(1) as u16;
     let form = |short: usize| -> Vec<String> {
         names
@@ -191,7 +191,7 @@ enum Give {
 }
 
 /// Lay `cols` out in `avail` cells for `rows`.
-pub fn fit(cols: &[Col], rows: &[Vec<Text>], avail: u16) -> Fit {
+pub(crate) fn fit(cols: &[Col], rows: &[Vec<Text>], avail: u16) -> Fit {
     let natural_of = |i: usize, form: &dyn Fn(&str) -> String| {
         let cells = rows.iter().filter_map(|r| r.get(i)).map(|(s, _)| width(&form(s))).max().unwrap_or(0);
         cells.min(cols[i].max).max(width(cols[i].header))

@@ -9,11 +9,11 @@
 //! The screen's thread draws the latest snapshot and answers keys; `Control` carries the
 //! keys that steer a replay back.
 
-pub mod fit;
+pub(crate) mod fit;
 pub mod format;
 pub mod lesson;
 pub mod model;
-pub mod overview;
+pub(crate) mod overview;
 pub mod screens;
 pub mod ui;
 

@@ -67,7 +67,7 @@ fn more(n: usize, what: &str, screen: Screen, w: u16) -> Line<'static> {
     Line::styled(text, Style::new().add_modifier(Modifier::DIM))
 }
 
-pub fn draw(f: &mut Frame, area: Rect, m: &Model) {
+pub(crate) fn draw(f: &mut Frame, area: Rect, m: &Model) {
     let [pin, map, comp] = Layout::horizontal([Constraint::Ratio(1, 3); 3]).areas(area);
     overview_pinning(f, pin, m);
     overview_mmap(f, map, m);

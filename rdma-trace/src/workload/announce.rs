@@ -14,10 +14,10 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// Buffered bytes that trigger a flush at the next step boundary.
-pub const FLUSH_AT: usize = 256 * 1024;
+pub(crate) const FLUSH_AT: usize = 256 * 1024;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` reads.
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into `ts`, which lives on this stack.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -28,20 +28,20 @@ pub fn now_ns() -> u64 {
 }
 
 /// (pid, tid) of the calling thread.
-pub fn ids() -> (u32, u32) {
+pub(crate) fn ids() -> (u32, u32) {
     // SAFETY: getpid and gettid cannot fail.
     unsafe { (libc::getpid() as u32, libc::gettid() as u32) }
 }
 
 /// Where records go.
-pub enum Destination {
+pub(crate) enum Destination {
     Stdout(io::Stdout),
     File(File),
 }
 
 impl Destination {
     /// `-` is stdout; anything else is a file, created or truncated.
-    pub fn open(path: &str) -> io::Result<Self> {
+    pub(crate) fn open(path: &str) -> io::Result<Self> {
         if path == "-" {
             Ok(Destination::Stdout(io::stdout()))
         } else {
@@ -49,7 +49,7 @@ impl Destination {
         }
     }
 
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         match self {
             Destination::Stdout(s) => s.as_raw_fd(),
             Destination::File(f) => f.as_raw_fd(),
@@ -69,7 +69,7 @@ impl Destination {
 }
 
 /// Numbers steps within a run and buffers their records.
-pub struct Announcer {
+pub(crate) struct Announcer {
     dest: Destination,
     buf: Vec<u8>,
     run: u32,
@@ -80,43 +80,43 @@ pub struct Announcer {
 }
 
 impl Announcer {
-    pub fn new(dest: Destination) -> Self {
+    pub(crate) fn new(dest: Destination) -> Self {
         Announcer { dest, buf: Vec::with_capacity(FLUSH_AT), run: 0, step: 0, ids: ids(), names: Vec::new() }
     }
 
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         self.dest.fd()
     }
 
-    pub fn ids(&self) -> (u32, u32) {
+    pub(crate) fn ids(&self) -> (u32, u32) {
         self.ids
     }
 
     /// Starts run `run` (1-based): steps count from 1 again.
-    pub fn begin_run(&mut self, run: u32) {
+    pub(crate) fn begin_run(&mut self, run: u32) {
         self.run = run;
         self.step = 0;
         self.names.clear();
     }
 
     /// Steps announced so far in this run.
-    pub fn names(&self) -> &[StepName] {
+    pub(crate) fn names(&self) -> &[StepName] {
         &self.names
     }
 
     /// A record for the next step of this run, timed `t`.
-    pub fn next(&mut self, name: StepName, t: (u64, u64)) -> StepRecord {
+    pub(crate) fn next(&mut self, name: StepName, t: (u64, u64)) -> StepRecord {
         self.step += 1;
         StepRecord::new(self.run, self.step, name, self.ids, t)
     }
 
     /// The `start` record (run 0, step 0).
-    pub fn start_record(&self, t: (u64, u64)) -> StepRecord {
+    pub(crate) fn start_record(&self, t: (u64, u64)) -> StepRecord {
         StepRecord::new(0, 0, StepName::Start, self.ids, t)
     }
 
     /// Serializes, calls the hook, buffers; flushes if the buffer is large.
-    pub fn emit(&mut self, rec: &StepRecord) -> io::Result<()> {
+    pub(crate) fn emit(&mut self, rec: &StepRecord) -> io::Result<()> {
         let json = serde_json::to_vec(rec).map_err(io::Error::other)?;
         marker::call(&json);
         if rec.name != StepName::Start {
@@ -131,7 +131,7 @@ impl Announcer {
     }
 
     /// Writes what is buffered to the announce fd.
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -149,7 +149,7 @@ impl Drop for Announcer {
 }
 
 /// Runs `f` between two clock reads: `(result, (t_start_ns, t_end_ns))`.
-pub fn timed<T>(f: impl FnOnce() -> T) -> (T, (u64, u64)) {
+pub(crate) fn timed<T>(f: impl FnOnce() -> T) -> (T, (u64, u64)) {
     let t0 = now_ns();
     let r = f();
     let t1 = now_ns();

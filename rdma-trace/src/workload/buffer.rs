@@ -7,7 +7,7 @@
 use std::io;
 
 /// One mapping, unmapped on drop (or by [`Buffer::unmap`]).
-pub struct Buffer {
+pub(crate) struct Buffer {
     addr: *mut u8,
     len: usize,
     mapped: usize,
@@ -15,7 +15,7 @@ pub struct Buffer {
 }
 
 /// The huge page size and pool from /proc/meminfo: (page bytes, total, free).
-pub fn hugepage_pool() -> Option<(u64, u64, u64)> {
+pub(crate) fn hugepage_pool() -> Option<(u64, u64, u64)> {
     use procfs::Current;
     let m = procfs::Meminfo::current().ok()?;
     Some((m.hugepagesize?, m.hugepages_total?, m.hugepages_free?))
@@ -23,7 +23,7 @@ pub fn hugepage_pool() -> Option<(u64, u64, u64)> {
 
 /// Why a buffer could not be mapped (the huge page pool, when asked for, is named).
 #[derive(Debug, thiserror::Error)]
-pub enum MapError {
+pub(crate) enum MapError {
     #[error("--hugepages: this kernel reports no huge pages in /proc/meminfo")]
     NoHugePages,
     #[error(
@@ -42,7 +42,7 @@ pub enum MapError {
 
 impl Buffer {
     /// Maps `len` bytes (rounded up to the page, or huge page, size).
-    pub fn map(len: usize, hugepages: bool) -> Result<Self, MapError> {
+    pub(crate) fn map(len: usize, hugepages: bool) -> Result<Self, MapError> {
         let (page, flags) = if hugepages {
             let Some((size, total, free)) = hugepage_pool() else {
                 return Err(MapError::NoHugePages);
@@ -82,42 +82,38 @@ impl Buffer {
         Ok(Buffer { addr: addr.cast(), len, mapped, hugepages })
     }
 
-    pub fn addr(&self) -> u64 {
+    pub(crate) fn addr(&self) -> u64 {
         self.addr as u64
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn mapped_len(&self) -> usize {
+    pub(crate) fn mapped_len(&self) -> usize {
         self.mapped
     }
 
-    pub fn hugepages(&self) -> bool {
+    pub(crate) fn hugepages(&self) -> bool {
         self.hugepages
     }
 
     /// Fills `[0, n)` with `byte`.
-    pub fn fill(&mut self, n: usize, byte: u8) {
+    pub(crate) fn fill(&mut self, n: usize, byte: u8) {
         let n = n.min(self.len);
         // SAFETY: the mapping is readable and writable for `len` bytes and owned by self.
         unsafe { std::ptr::write_bytes(self.addr, byte, n) };
     }
 
     /// Whether `[0, n)` holds only `byte`. Reads volatile: the device wrote it, not Rust.
-    pub fn holds(&self, n: usize, byte: u8) -> bool {
+    pub(crate) fn holds(&self, n: usize, byte: u8) -> bool {
         let n = n.min(self.len);
         // SAFETY: in bounds of the mapping; volatile because RDMA writes it behind our back.
         (0..n).all(|i| unsafe { std::ptr::read_volatile(self.addr.add(i)) } == byte)
     }
 
     /// Unmaps now, returning munmap's error.
-    pub fn unmap(mut self) -> io::Result<()> {
+    pub(crate) fn unmap(mut self) -> io::Result<()> {
         let r = self.do_unmap();
         std::mem::forget(self);
         r

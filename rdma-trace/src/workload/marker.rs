@@ -7,7 +7,7 @@
 /// for the duration of the call.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn rdma_trace_step(rec: *const u8, len: usize) {
+pub(crate) extern "C" fn rdma_trace_step(rec: *const u8, len: usize) {
     // An empty asm block that "uses" both arguments: the compiler must keep the call and the
     // argument registers as they are, and it cannot see that nothing happens.
     // SAFETY: the block has no instructions; it reads the two registers and touches no memory.
@@ -22,6 +22,6 @@ pub extern "C" fn rdma_trace_step(rec: *const u8, len: usize) {
 }
 
 /// Announces `json` through the hook.
-pub fn call(json: &[u8]) {
+pub(crate) fn call(json: &[u8]) {
     rdma_trace_step(json.as_ptr(), json.len());
 }

@@ -7,19 +7,19 @@
 //! libibverbs is loaded at run time (sideway / rdma-mummy-sys), so the binary starts
 //! anywhere and says in one line when rdma-core or a device is missing.
 
-pub mod announce;
-pub mod buffer;
+pub(crate) mod announce;
+pub(crate) mod buffer;
 pub mod cli;
-pub mod marker;
+pub(crate) mod marker;
 pub mod plan;
-pub mod regloop;
-pub mod setup;
-pub mod signals;
-pub mod size;
-pub mod step;
-pub mod teardown;
-pub mod wc;
-pub mod work;
+pub(crate) mod regloop;
+pub(crate) mod setup;
+pub(crate) mod signals;
+pub(crate) mod size;
+pub(crate) mod step;
+pub(crate) mod teardown;
+pub(crate) mod wc;
+pub(crate) mod work;
 
 use crate::steps::{Config, StepName};
 use announce::{Announcer, Destination, now_ns, timed};

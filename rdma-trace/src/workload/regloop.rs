@@ -11,19 +11,19 @@ use anyhow::{Result, anyhow};
 use std::sync::atomic::Ordering;
 
 /// One size's pairs, in ns each, sorted.
-pub struct Timing {
+pub(crate) struct Timing {
     pub size: u64,
     pub pairs_ns: Vec<u64>,
 }
 
 impl Timing {
     /// The nearest-rank quantile `q` (0..=1) of the pair times.
-    pub fn quantile(&self, q: f64) -> u64 {
+    pub(crate) fn quantile(&self, q: f64) -> u64 {
         crate::units::quantile(&self.pairs_ns, q).unwrap_or(0)
     }
 
     /// The line the bench reads: `reg-loop size=… pairs=… p10_ns=… median_ns=… p90_ns=…`.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "rdma-trace-workload: reg-loop size={} pairs={} p10_ns={} median_ns={} p90_ns={} ({:.1} µs a pair)",
             self.size,
@@ -37,7 +37,7 @@ impl Timing {
 }
 
 /// Runs the loop for each size; stops early (with what it timed) on Ctrl-C.
-pub fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>> {
+pub(crate) fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>> {
     let (ctx, _, _) = open(cfg, ann)?;
     let pd = ctx.alloc_pd().map_err(|e| anyhow!("ibv_alloc_pd: {e}"))?;
     let access = mr_access(cfg);
@@ -70,7 +70,7 @@ pub fn run(cfg: &Config, ann: &mut Announcer, pairs: u32) -> Result<Vec<Timing>>
 /// stderr, holds them for `--hold-ms` (until Ctrl-C or SIGTERM without it), then
 /// deregisters them all. What a storage or KV-cache engine with many MRs looks like to a
 /// late viewer. Returns the MRs registered.
-pub fn hold_many(cfg: &Config, ann: &mut Announcer, n: u32) -> Result<u64> {
+pub(crate) fn hold_many(cfg: &Config, ann: &mut Announcer, n: u32) -> Result<u64> {
     let (ctx, _, _) = open(cfg, ann)?;
     let pd = ctx.alloc_pd().map_err(|e| anyhow!("ibv_alloc_pd: {e}"))?;
     let access = mr_access(cfg);

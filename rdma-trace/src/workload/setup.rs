@@ -28,7 +28,7 @@ const PSN_B: u32 = 0x2000;
 
 /// Everything a run holds. Fields drop in this order if a run fails before teardown:
 /// QPs, CQs, channel, MRs, buffers, PD, device.
-pub struct Resources {
+pub(crate) struct Resources {
     pub qp_a: BasicQueuePair,
     pub qp_b: BasicQueuePair,
     pub send_cq: Arc<BasicCompletionQueue>,
@@ -40,7 +40,11 @@ pub struct Resources {
     pub ctx: Arc<DeviceContext>,
 }
 
-pub fn cq_info(role: &str, cq: &BasicCompletionQueue, channel: Option<&Arc<CompletionChannel>>) -> CqInfo {
+pub(crate) fn cq_info(
+    role: &str,
+    cq: &BasicCompletionQueue,
+    channel: Option<&Arc<CompletionChannel>>,
+) -> CqInfo {
     // SAFETY: the CQ is alive (borrowed); reading its cqe field.
     let (handle, cqe) = unsafe {
         let p = cq.cq();
@@ -49,7 +53,7 @@ pub fn cq_info(role: &str, cq: &BasicCompletionQueue, channel: Option<&Arc<Compl
     CqInfo { role: role.to_string(), handle, cqe, channel_fd: channel.map(|c| c.as_raw_fd()) }
 }
 
-pub fn qp_info(role: &str, qp: &BasicQueuePair) -> QpInfo {
+pub(crate) fn qp_info(role: &str, qp: &BasicQueuePair) -> QpInfo {
     // SAFETY: the QP is alive (borrowed); only its address is taken.
     let handle = unsafe { qp.qp().as_ptr() as u64 };
     QpInfo {
@@ -61,7 +65,7 @@ pub fn qp_info(role: &str, qp: &BasicQueuePair) -> QpInfo {
     }
 }
 
-pub fn mr_info(index: usize, mr: &MemoryRegion, access: AccessFlags) -> MrInfo {
+pub(crate) fn mr_info(index: usize, mr: &MemoryRegion, access: AccessFlags) -> MrInfo {
     // SAFETY: the MR is alive (borrowed); only its address is taken.
     let handle = unsafe { mr.mr().as_ptr() as u64 };
     let addr = mr.get_ptr() as u64;
@@ -89,7 +93,7 @@ fn mtu_bytes(m: Mtu) -> u32 {
 }
 
 /// The first words of every "this machine cannot run verbs" error.
-pub const NO_RDMA: &str = "rdma-core (libibverbs) not found / no RDMA devices";
+pub(crate) const NO_RDMA: &str = "rdma-core (libibverbs) not found / no RDMA devices";
 
 /// Lists devices and opens `cfg.device`; queries its port and GID.
 pub(super) fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceContext>, Gid, Mtu)> {
@@ -166,7 +170,7 @@ pub(super) fn open(cfg: &Config, ann: &mut Announcer) -> Result<(Arc<DeviceConte
 }
 
 /// The access the MRs are registered with (`--odp` adds on-demand paging).
-pub fn mr_access(cfg: &Config) -> AccessFlags {
+pub(crate) fn mr_access(cfg: &Config) -> AccessFlags {
     let access = AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead;
     if cfg.odp { access | AccessFlags::OnDemand } else { access }
 }
@@ -295,7 +299,7 @@ fn connect(
     Ok(())
 }
 
-pub fn setup(cfg: &Config, ann: &mut Announcer) -> Result<Resources> {
+pub(crate) fn setup(cfg: &Config, ann: &mut Announcer) -> Result<Resources> {
     let (ctx, gid, mtu) = open(cfg, ann)?;
 
     let (res, t) = timed(|| ctx.alloc_pd());

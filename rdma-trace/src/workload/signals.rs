@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Set by SIGINT/SIGTERM: finish the current run, then stop.
-pub static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 /// SIGINT/SIGTERM received; the second one exits at once.
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 
@@ -25,7 +25,7 @@ extern "C" fn on_alarm(_sig: libc::c_int) {
     }
 }
 
-pub fn install_handlers() {
+pub(crate) fn install_handlers() {
     // SAFETY: the handlers only touch atomics or call async-signal-safe functions.
     unsafe {
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);

@@ -3,7 +3,7 @@
 use std::fmt;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SizeError {
+pub(crate) enum SizeError {
     #[error("empty size")]
     Empty,
     #[error("`{0}` is not a size (examples: 4096, 4K, 64KiB, 1M, 2G)")]
@@ -17,7 +17,7 @@ pub enum SizeError {
 }
 
 /// Parses one size. Units are powers of 1024; `B`, `iB` suffixes are accepted.
-pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     if t.is_empty() {
         return Err(SizeError::Empty);
@@ -43,12 +43,12 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
 }
 
 /// Parses a comma-separated list (`4K,64K,1M`), keeping the order given.
-pub fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
+pub(crate) fn parse_size_list(text: &str) -> Result<Vec<u64>, SizeError> {
     text.split(',').map(parse_size).collect()
 }
 
 /// A size written back the short way (`64K`, `16M`, `1536`).
-pub struct Human(pub u64);
+pub(crate) struct Human(pub u64);
 
 impl fmt::Display for Human {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

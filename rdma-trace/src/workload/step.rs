@@ -7,7 +7,7 @@ use anyhow::Error;
 use std::io;
 
 /// The OS error number somewhere in the error's chain.
-pub fn errno_of(e: &Error) -> Option<i32> {
+pub(crate) fn errno_of(e: &Error) -> Option<i32> {
     // sideway's error kinds are `#[error(transparent)]` over io::Error: the io::Error itself
     // is not in the chain, only its text, so fall back to the "(os error N)" it ends with.
     e.chain()
@@ -22,7 +22,7 @@ fn os_error_in(text: &str) -> Option<i32> {
 }
 
 /// `Ok(value, record)` to fill and emit, or the failure announced and returned.
-pub fn done<T, E>(
+pub(crate) fn done<T, E>(
     ann: &mut Announcer,
     name: StepName,
     t: (u64, u64),
@@ -41,7 +41,7 @@ where
 }
 
 /// Announces `rec` as failed with `e` and returns the error, naming the step.
-pub fn fail(ann: &mut Announcer, mut rec: StepRecord, e: Error) -> Error {
+pub(crate) fn fail(ann: &mut Announcer, mut rec: StepRecord, e: Error) -> Error {
     rec.ok = false;
     rec.errno = errno_of(&e);
     rec.error = Some(format!("{e:#}"));
@@ -52,7 +52,7 @@ pub fn fail(ann: &mut Announcer, mut rec: StepRecord, e: Error) -> Error {
 }
 
 /// An error from a C return code that is itself an errno (ibv_req_notify_cq, ibv_modify_qp…).
-pub fn rc_errno(rc: i32, what: &str) -> anyhow::Result<()> {
+pub(crate) fn rc_errno(rc: i32, what: &str) -> anyhow::Result<()> {
     if rc == 0 {
         Ok(())
     } else {
@@ -61,7 +61,7 @@ pub fn rc_errno(rc: i32, what: &str) -> anyhow::Result<()> {
 }
 
 /// An error from a C call that returned -1 and set errno.
-pub fn last_errno(what: &str) -> Error {
+pub(crate) fn last_errno(what: &str) -> Error {
     Error::new(io::Error::last_os_error()).context(what.to_string())
 }
 

@@ -31,7 +31,7 @@ fn destroy<T>(ann: &mut Announcer, name: StepName, obj: T, fill: impl FnOnce(&mu
     Ok(())
 }
 
-pub fn teardown(ann: &mut Announcer, r: Resources, access: AccessFlags) -> Result<()> {
+pub(crate) fn teardown(ann: &mut Announcer, r: Resources, access: AccessFlags) -> Result<()> {
     let Resources { qp_a, qp_b, send_cq, recv_cq, channel, mrs, buffers, pd, ctx } = r;
 
     let info = qp_info("a", &qp_a);

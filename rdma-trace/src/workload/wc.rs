@@ -2,7 +2,7 @@
 //! in rdma-core's verbs.h), spelled as the constants without their `IBV_WC_` prefix.
 
 /// `ibv_wc_status` name; `UNKNOWN` for values newer than this table.
-pub fn status_name(status: u32) -> &'static str {
+pub(crate) fn status_name(status: u32) -> &'static str {
     const NAMES: [&str; 24] = [
         "SUCCESS",
         "LOC_LEN_ERR",
@@ -33,7 +33,7 @@ pub fn status_name(status: u32) -> &'static str {
 }
 
 /// `ibv_wc_opcode` name; `UNKNOWN` for values newer than this table.
-pub fn opcode_name(opcode: u32) -> &'static str {
+pub(crate) fn opcode_name(opcode: u32) -> &'static str {
     match opcode {
         0 => "SEND",
         1 => "RDMA_WRITE",

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// What a run's data path did.
 #[derive(Debug, Default)]
-pub struct WorkStats {
+pub(crate) struct WorkStats {
     pub work_requests: u32,
     pub cq_events: u32,
     pub completions: u32,
@@ -194,7 +194,7 @@ fn post_recv(ann: &mut Announcer, r: &mut Resources, wr_id: u64, msg: u32) -> Re
 }
 
 /// Runs every work request of the plan.
-pub fn run_work(cfg: &Config, ann: &mut Announcer, r: &mut Resources) -> Result<WorkStats> {
+pub(crate) fn run_work(cfg: &Config, ann: &mut Announcer, r: &mut Resources) -> Result<WorkStats> {
     let events = cfg.mode == Mode::Events;
     let msg = cfg.msg_size;
     let plan = work_plan(cfg.iterations);

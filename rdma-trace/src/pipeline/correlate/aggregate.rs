@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// Latency samples kept exactly up to this many per distribution; past it, every other
 /// one is let go and the stride doubles (percentiles stay close; count, sum and max exact).
-pub const SAMPLES: usize = 1 << 20;
+pub(crate) const SAMPLES: usize = 1 << 20;
 
 /// A latency distribution: exact count, sum and max; percentiles from the samples kept.
 #[derive(Clone, Debug, Default)]
@@ -106,7 +106,7 @@ pub struct Aggregates {
 
 /// A stack by function: `ib_umem_get+0x1a/0x3c0` counts as `ib_umem_get` (one call site
 /// more or less is the same path).
-pub fn functions<S: AsRef<str>>(stack: &[S]) -> Vec<String> {
+pub(crate) fn functions<S: AsRef<str>>(stack: &[S]) -> Vec<String> {
     stack.iter().map(|f| f.as_ref().split('+').next().unwrap_or(f.as_ref()).to_string()).collect()
 }
 

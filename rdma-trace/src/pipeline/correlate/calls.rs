@@ -16,7 +16,7 @@ use std::collections::HashMap;
 pub const MAX_OPEN: usize = 256;
 
 /// The open calls of every thread, each with what its reader keeps for it (`T`).
-pub struct OpenCalls<T> {
+pub(crate) struct OpenCalls<T> {
     by_thread: HashMap<Task, Vec<(Name, T)>>,
     /// Open calls let go past `MAX_OPEN` (their returns, if any come, pair with nothing).
     pub let_go: u64,
@@ -30,14 +30,14 @@ impl<T> Default for OpenCalls<T> {
 
 /// What a return closed: its call, and the calls opened inside it that lost their returns
 /// (innermost last).
-pub struct Closed<T> {
+pub(crate) struct Closed<T> {
     pub call: T,
     pub unreturned: Vec<T>,
 }
 
 impl<T> OpenCalls<T> {
     /// A call of `name` entered on `thread`.
-    pub fn enter(&mut self, thread: Task, name: &Name, t: T) {
+    pub(crate) fn enter(&mut self, thread: Task, name: &Name, t: T) {
         let stack = self.by_thread.entry(thread).or_default();
         stack.push((name.clone(), t));
         if stack.len() > MAX_OPEN {
@@ -47,7 +47,7 @@ impl<T> OpenCalls<T> {
     }
 
     /// A return of `name` on `thread`: the call it closes, or None (its entry was lost).
-    pub fn ret(&mut self, thread: Task, name: &Name) -> Option<Closed<T>> {
+    pub(crate) fn ret(&mut self, thread: Task, name: &Name) -> Option<Closed<T>> {
         let stack = self.by_thread.get_mut(&thread)?;
         let at = stack.iter().rposition(|(n, _)| n == name)?;
         let unreturned = stack.drain(at + 1..).map(|(_, t)| t).collect();
@@ -59,21 +59,21 @@ impl<T> OpenCalls<T> {
     }
 
     /// The innermost call open on `thread`.
-    pub fn innermost(&self, thread: Task) -> Option<&T> {
+    pub(crate) fn innermost(&self, thread: Task) -> Option<&T> {
         self.by_thread.get(&thread).and_then(|s| s.last()).map(|(_, t)| t)
     }
 
-    pub fn innermost_mut(&mut self, thread: Task) -> Option<&mut T> {
+    pub(crate) fn innermost_mut(&mut self, thread: Task) -> Option<&mut T> {
         self.by_thread.get_mut(&thread).and_then(|s| s.last_mut()).map(|(_, t)| t)
     }
 
     /// Every call still open.
-    pub fn open(&self) -> impl Iterator<Item = &T> {
+    pub(crate) fn open(&self) -> impl Iterator<Item = &T> {
         self.by_thread.values().flatten().map(|(_, t)| t)
     }
 
     /// Forgets the open calls `keep` refuses (a process gone).
-    pub fn retain(&mut self, keep: impl Fn(&T) -> bool) {
+    pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
         self.by_thread.retain(|_, s| {
             s.retain(|(_, t)| keep(t));
             !s.is_empty()
@@ -82,7 +82,7 @@ impl<T> OpenCalls<T> {
 }
 
 /// Whether `e` opens a call (a function or a syscall entered); else it closes one.
-pub fn opens(e: &Event) -> bool {
+pub(crate) fn opens(e: &Event) -> bool {
     matches!(e.kind, EventKind::Entry | EventKind::SyscallEnter)
 }
 

@@ -41,7 +41,7 @@ fn mr_on_demand(s: &StepRecord) -> bool {
     s.mr.as_ref().is_some_and(|m| m.access & ON_DEMAND != 0)
 }
 
-pub fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Check> {
+pub(crate) fn checks_for(s: &StepRecord, mine: &[usize], events: &dyn Events) -> Vec<Check> {
     let mut out = Vec::new();
     match s.name {
         StepName::RegMr if !s.ok => {

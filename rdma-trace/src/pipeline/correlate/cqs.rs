@@ -51,7 +51,7 @@ pub struct QpKey {
 }
 
 /// The CQs by handle (`cq_handle`).
-pub type CqRows = BTreeMap<u64, CqStory>;
+pub(crate) type CqRows = BTreeMap<u64, CqStory>;
 
 /// One CQ and its completion path.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]

@@ -3,16 +3,16 @@
 //! and the pages a umem spans. The rest builds the story (`engine`, `story` and its rows).
 
 use crate::event::FieldId;
-pub mod aggregate;
-pub mod calls;
-pub mod checks;
-pub mod cqs;
+pub(crate) mod aggregate;
+pub(crate) mod calls;
+pub(crate) mod checks;
+pub(crate) mod cqs;
 pub mod engine;
-pub mod kept;
+pub(crate) mod kept;
 pub mod mmaps;
 pub mod pins;
 pub mod qps;
-pub mod rows;
+pub(crate) mod rows;
 pub mod story;
 
 use crate::event::{Event, EventKind, ProbeId, Value};
