@@ -47,7 +47,7 @@ pub fn read_each(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let limits = Limits { per_list: PER_LIST, ..Limits::default() };
-    merge::merge(inputs, limits, story, each)
+    Ok(merge::merge(inputs, limits, story, each)?)
 }
 
 /// The report of `files` (merged).

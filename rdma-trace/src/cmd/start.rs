@@ -6,16 +6,14 @@
 pub(crate) fn tracer(
     opts: crate::live::trace::TraceOptions,
 ) -> anyhow::Result<Option<crate::live::trace::Tracer>> {
-    use crate::live::trace::{NotPrivileged, Tracer};
+    use crate::live::trace::{TraceError, Tracer};
     match Tracer::start(opts, &mut print_notice) {
         Ok(t) => Ok(Some(t)),
-        Err(e) => match e.downcast_ref::<NotPrivileged>() {
-            Some(msg) => {
-                eprintln!("{msg}");
-                Ok(None)
-            }
-            None => Err(e),
-        },
+        Err(TraceError::NotPrivileged(msg)) => {
+            eprintln!("{msg}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -46,7 +46,7 @@ pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -
     let steps = read_steps(steps)?;
     let mut r = reader(capture, opts)?;
     let mut sink = StorySink(Engine::new(steps, Limits::default()));
-    let fed = feed(&mut r, &mut sink).with_context(|| capture.display().to_string());
+    let fed = feed(&mut r, &mut sink).map_err(unfed).with_context(|| capture.display().to_string());
     report_damage(capture, &r.report);
     fed?;
     let (story, kept, steps) = sink.0.finish();
@@ -56,6 +56,15 @@ pub fn story(capture: &Path, steps: Option<&Path>, json: bool, opts: ReadOpts) -
         print!("{}", crate::output::story::text(&story, &kept, &steps));
     }
     Ok(0)
+}
+
+/// The reader's or the sink's own error, as the cause (`main` tells bad input by the
+/// reader's error, `closed_pipe` a gone reader by the sink's).
+fn unfed(e: crate::pipeline::FeedError) -> anyhow::Error {
+    match e {
+        crate::pipeline::FeedError::Read(e) => e.into(),
+        crate::pipeline::FeedError::Write(e) => e.into(),
+    }
 }
 
 /// Whether an error is the reader of our stdout going away (`replay … | head`).
@@ -101,7 +110,8 @@ pub fn replay(file: &Path, stacks: bool, opts: ReadOpts) -> Result<i32> {
     let mut text = Text::new(std::io::stdout().lock());
     text.stacks = stacks;
     let mut r = reader(file, opts)?;
-    let res = feed(&mut r, &mut Replay { text, file }).with_context(|| file.display().to_string());
+    let res =
+        feed(&mut r, &mut Replay { text, file }).map_err(unfed).with_context(|| file.display().to_string());
     report_damage(file, &r.report);
     match res {
         Err(e) if closed_pipe(&e) => Ok(0),

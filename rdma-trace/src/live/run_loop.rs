@@ -5,6 +5,7 @@
 //! borrowed by one branch of the loop at a time.
 
 use super::attach::Loaded;
+use super::error::TraceError;
 use crate::account::{self, ProgramCost, RunAccount, Tally};
 use crate::capture::{self, Loss, SiteCount, Stats};
 use crate::capture::{LossReason, LossSite};
@@ -18,7 +19,6 @@ use crate::pipeline::ksyms::Ksyms;
 use crate::plan::here::Planning;
 use crate::sink::Sink;
 use crate::source::{AsyncRing, Leftover};
-use anyhow::Result;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::MissedTickBehavior;
@@ -339,7 +339,7 @@ pub(super) async fn event_loop(
     loaded: &mut Loaded,
     duration: Option<Duration>,
     child: &mut Option<std::process::Child>,
-) -> Result<Stopped> {
+) -> Result<Stopped, TraceError> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u32::MAX as u64)));
@@ -427,7 +427,11 @@ impl End {
 
 /// Detaches the programs, then reads the ring until every record they committed is read
 /// (or a deadline passes).
-pub(super) async fn shutdown(loaded: Loaded, ring: &mut AsyncRing, run: &mut RunLoop<'_>) -> Result<End> {
+pub(super) async fn shutdown(
+    loaded: Loaded,
+    ring: &mut AsyncRing,
+    run: &mut RunLoop<'_>,
+) -> Result<End, TraceError> {
     let t = std::time::Instant::now();
     let programs = loaded.program_costs();
     let missed = loaded.kernel_missed();

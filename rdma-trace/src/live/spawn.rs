@@ -1,6 +1,29 @@
 //! Starting the traced command so that its syscalls are watched from its first one.
 
-use anyhow::{Context, Result, bail};
+use std::io;
+use std::path::PathBuf;
+
+/// Why the traced command could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpawnError {
+    #[error("pipe: {0}")]
+    Pipe(io::Error),
+    #[error("creating {}: {error}", path.display())]
+    Log { path: PathBuf, error: io::Error },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("cannot start {command}: {error}")]
+    Start { command: String, error: io::Error },
+}
+
+/// Why `--user` names no user to run the command as.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UserError {
+    #[error("a user name: {0}")]
+    BadName(std::ffi::NulError),
+    #[error("--user {0}: no such user")]
+    NoSuchUser(String),
+}
 
 /// Starts `cmd` held at a barrier so its syscalls are watched from its first one.
 /// A tiny shell waits on a pipe (fd 3) and then execs the command, keeping the pid;
@@ -9,13 +32,13 @@ pub(crate) fn spawn_held(
     cmd: &[String],
     log: Option<&std::path::Path>,
     run_as: Option<&RunAs>,
-) -> Result<(std::process::Child, std::fs::File)> {
+) -> Result<(std::process::Child, std::fs::File), SpawnError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let mut fds = [0i32; 2];
     // SAFETY: pipe2(2) with a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", std::io::Error::last_os_error());
+        return Err(SpawnError::Pipe(io::Error::last_os_error()));
     }
     // SAFETY: both fds were just created and are owned by nobody else.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
@@ -31,7 +54,7 @@ pub(crate) fn spawn_held(
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(log)
-            .with_context(|| format!("creating {}", log.display()))?;
+            .map_err(|error| SpawnError::Log { path: log.to_path_buf(), error })?;
         c.stdin(std::process::Stdio::null()).stdout(f.try_clone()?).stderr(f);
     }
     // Looked up before the fork: only async-signal-safe calls run in the child.
@@ -54,7 +77,7 @@ pub(crate) fn spawn_held(
             Ok(())
         });
     }
-    let child = c.spawn().with_context(|| format!("cannot start {}", cmd[0]))?;
+    let child = c.spawn().map_err(|error| SpawnError::Start { command: cmd[0].clone(), error })?;
     drop(r);
     Ok((child, w))
 }
@@ -72,7 +95,7 @@ pub(crate) struct RunAs {
 impl RunAs {
     /// `--user` (a name or a uid; root or 0 keeps root), else, under sudo, the user who ran
     /// it (SUDO_UID, SUDO_GID, SUDO_USER), else none: the command runs as this process.
-    pub(crate) fn choose(user: Option<&str>) -> Result<Option<RunAs>> {
+    pub(crate) fn choose(user: Option<&str>) -> Result<Option<RunAs>, UserError> {
         if let Some(u) = user {
             let r = Self::lookup(u)?;
             return Ok((r.uid != 0).then_some(r));
@@ -94,7 +117,7 @@ impl RunAs {
     }
 
     /// A user by name, or by number.
-    fn lookup(user: &str) -> Result<RunAs> {
+    fn lookup(user: &str) -> Result<RunAs, UserError> {
         // SAFETY: passwd is plain data (integers and pointers): all zeroes is a valid value.
         let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
         let mut buf = vec![0 as libc::c_char; 16 * 1024];
@@ -103,13 +126,13 @@ impl RunAs {
             // SAFETY: getpwuid_r(3) into a passwd and a buffer of the size given.
             Ok(uid) => unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) },
             Err(_) => {
-                let name = std::ffi::CString::new(user).context("a user name")?;
+                let name = std::ffi::CString::new(user).map_err(UserError::BadName)?;
                 // SAFETY: getpwnam_r(3) into a passwd and a buffer of the size given.
                 unsafe { libc::getpwnam_r(name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) }
             }
         };
         if rc != 0 || found.is_null() {
-            bail!("--user {user}: no such user");
+            return Err(UserError::NoSuchUser(user.to_string()));
         }
         // SAFETY: getpw*_r succeeded: pw_name points into `buf`, NUL-terminated.
         let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();

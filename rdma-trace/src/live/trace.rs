@@ -17,7 +17,6 @@ use crate::plan::here::Planning;
 use crate::plan::{kernel, syscalls};
 use crate::sink::Sink;
 use crate::source::Ring;
-use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::time::Duration;
 
@@ -106,8 +105,6 @@ pub(crate) struct Tracer {
     ksyms: Ksyms,
 }
 
-pub(crate) use super::privilege::NotPrivileged;
-
 /// Why the companion's step marker was not attached (the run goes on without it).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StepMarkerError {
@@ -119,6 +116,10 @@ pub(crate) enum StepMarkerError {
     Attach(#[from] super::attach::AttachError),
 }
 
+pub(crate) use super::error::TraceError;
+
+type Result<T, E = TraceError> = std::result::Result<T, E>;
+
 impl Tracer {
     /// Plans, loads and attaches; starts the traced command held until `run`.
     pub(crate) fn start(opts: TraceOptions, notice: &mut dyn FnMut(Notice)) -> Result<Self> {
@@ -126,14 +127,14 @@ impl Tracer {
         // `rdma sys show` runs while the probes load (it took the 7.3 lab guest about a
         // second; after the "tracing" line it delayed the first events and stats).
         let copy_on_fork = std::thread::spawn(copy_on_fork);
-        kernel::ensure_tracefs().context("tracefs")?;
+        kernel::ensure_tracefs().map_err(TraceError::Tracefs)?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
         let mut planning = crate::plan::here::plan_here(&wanted);
         let explicit = !opts.pids.is_empty() || !opts.command.is_empty();
         let watch_syscalls = explicit || opts.watch_verbs_users;
         match &planning.blocked {
             // Nothing to attach and no process asked for: running on would show nothing.
-            Some(why) if !explicit => bail!("{why}"),
+            Some(why) if !explicit => return Err(TraceError::Blocked(why.clone())),
             Some(why) => notice(Notice::Blocked(format!(
                 "{why}\nrdma-trace: only the syscalls of the traced processes will be shown"
             ))),
@@ -199,7 +200,7 @@ impl Tracer {
         let ring = Ring::new(loaded.take_ring()?, opts.ring_bytes as usize)?;
         let stacks = if opts.stack_ids { Some(loaded.take_stacks()?) } else { None };
         let copy_on_fork = copy_on_fork.join().unwrap_or(None);
-        let ksyms = ksyms.join().map_err(|_| anyhow::anyhow!("parsing /proc/kallsyms failed"))?;
+        let ksyms = ksyms.join().map_err(|_| TraceError::Ksyms)?;
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
         Ok(Self { opts, planning, loaded, ring, stacks, child, probes, copy_on_fork, ksyms })
     }
@@ -242,7 +243,7 @@ impl Tracer {
                 child.as_mut().and_then(|c| c.try_wait().ok().flatten().is_none().then(|| c.id()));
             notice(Notice::Stopped { why: stopped.why.clone(), still_running });
             let end = shutdown(loaded, &mut ring, &mut run).await?;
-            Ok::<_, anyhow::Error>((stopped, end))
+            Ok::<_, TraceError>((stopped, end))
         })?;
         let account = end.account(&planning, &run);
         run.last_losses(&account);

@@ -19,7 +19,16 @@ use crate::pipeline::correlate::aggregate::Aggregates;
 use crate::pipeline::correlate::engine::{Engine, Limits};
 use crate::source::capture::Reader;
 use crate::steps::StepRecord;
-use anyhow::{Context, Result};
+
+/// A capture that could not be read while merging (bad input: its reader's error).
+#[derive(Debug, thiserror::Error)]
+#[error("reading {input}")]
+pub struct MergeError {
+    /// The capture's name.
+    pub input: String,
+    #[source]
+    pub error: crate::source::capture::ReadError,
+}
 
 /// One capture to merge: its name (for errors and notes) and its reader.
 pub struct Input {
@@ -172,7 +181,7 @@ pub fn merge(
     limits: Limits,
     story: bool,
     mut each: impl FnMut(usize, &Event),
-) -> Result<Read> {
+) -> Result<Read, MergeError> {
     let n = inputs.len();
     let mut out = Read {
         engine: Engine::new(Vec::new(), limits),
@@ -187,7 +196,7 @@ pub fn merge(
     let mut placed_events = 0;
     loop {
         for (i, s) in sources.iter_mut().enumerate() {
-            fill(i, s, &mut m, &mut out).with_context(|| s.input.name.clone())?;
+            fill(i, s, &mut m, &mut out)?;
         }
         let next = sources
             .iter()
@@ -230,10 +239,10 @@ pub fn merge(
 }
 
 /// Reads `s` until its next timed record (the untimed ones are taken in on the way).
-fn fill(i: usize, s: &mut Source, m: &mut Merge, out: &mut Read) -> Result<()> {
+fn fill(i: usize, s: &mut Source, m: &mut Merge, out: &mut Read) -> Result<(), MergeError> {
     while s.next.is_none() {
         let Some(r) = s.input.reader.next() else { return Ok(()) };
-        match r.with_context(|| format!("reading {}", s.input.name))? {
+        match r.map_err(|error| MergeError { input: s.input.name.clone(), error })? {
             Record::Header(h) => m.header(i, *h),
             Record::Stats(st) => out.aggs[i].stats(&st),
             Record::Loss(l) => out.aggs[i].loss(&l),

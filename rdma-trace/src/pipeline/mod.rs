@@ -18,12 +18,23 @@ pub mod merge;
 pub mod redact;
 pub mod render;
 
+/// Why feeding a capture to a sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The capture could not be read (bad input).
+    #[error(transparent)]
+    Read(#[from] crate::source::capture::ReadError),
+    /// The sink failed (a closed pipe included).
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
+}
+
 /// Hands every record of a capture stream to `sink`, in order. Stops at the first error of
 /// the reader or of the sink (a closed pipe included).
 pub fn feed<R: std::io::BufRead>(
     reader: &mut crate::source::capture::Reader<R>,
     sink: &mut dyn crate::sink::Sink,
-) -> anyhow::Result<()> {
+) -> Result<(), FeedError> {
     for r in reader.by_ref() {
         sink.record(r?)?;
     }

@@ -304,7 +304,7 @@ impl std::fmt::Display for Frames {
 
 /// The screen: draws the latest snapshot and answers keys until `q` (or SIGTERM). The terminal is restored on every way
 /// out, a panic included. Says how it kept up.
-pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result<Frames> {
+pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> std::io::Result<Frames> {
     use ratatui::crossterm::event::{self, Event as Input, KeyEventKind};
     use ratatui::crossterm::{execute, terminal};
     let hook = std::panic::take_hook();
@@ -324,7 +324,7 @@ pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> anyhow::Result
     let mut held = false;
     let mut frames = Frames::default();
     let (t0, mut key_read) = (Instant::now(), None::<Instant>);
-    let result = (|| -> anyhow::Result<()> {
+    let result = (|| -> std::io::Result<()> {
         loop {
             ui.paused = control.paused.load(Ordering::Relaxed);
             if let Some(m) = slot.lock().ok().and_then(|mut s| s.take()) {
