@@ -47,7 +47,7 @@ impl Default for Tally {
 }
 
 /// The counter site a record was produced at, from its header.
-pub fn site_of(h: &EventHeader) -> Option<usize> {
+pub(crate) fn site_of(h: &EventHeader) -> Option<usize> {
     let slot = h.slot as usize;
     let site = match h.kind {
         KIND_PROBE_ENTRY => slot,
@@ -80,19 +80,19 @@ impl Tally {
     pub fn delivered(&mut self, h: &EventHeader) {
         Self::bump(&mut self.delivered, Some(h));
     }
-    pub fn enrich_dropped(&mut self, h: &EventHeader) {
+    pub(crate) fn enrich_dropped(&mut self, h: &EventHeader) {
         Self::bump(&mut self.enrich_dropped, Some(h));
     }
-    pub fn undecodable(&mut self, h: Option<&EventHeader>) {
+    pub(crate) fn undecodable(&mut self, h: Option<&EventHeader>) {
         Self::bump(&mut self.undecodable, h);
     }
-    pub fn stack_lost(&mut self, h: Option<&EventHeader>) {
+    pub(crate) fn stack_lost(&mut self, h: Option<&EventHeader>) {
         Self::bump(&mut self.stack_lost, h);
     }
 
     /// Records the programs committed that the reader has not read yet. The fork follower
     /// and the in-kernel watch count hits but write no record.
-    pub fn pending(&self, counters: &[u64]) -> u64 {
+    pub(crate) fn pending(&self, counters: &[u64]) -> u64 {
         (0..COUNTER_SITES)
             .filter(|s| ![SITE_FORK, SITE_WATCH].contains(s))
             .map(|s| {
@@ -144,7 +144,7 @@ impl SiteStats {
     }
 
     /// The loss reasons with their counts, the non-zero ones.
-    pub fn loss_reasons(&self) -> Vec<(LossReason, u64)> {
+    pub(crate) fn loss_reasons(&self) -> Vec<(LossReason, u64)> {
         [
             (LossReason::MissedByKernel, self.kernel_missed),
             (LossReason::RingFull, self.ringbuf_full),
@@ -162,7 +162,7 @@ impl SiteStats {
 impl SiteStats {
     /// This account as a capture records it. `live`: mid-run, records counted but not read
     /// yet are in flight, not lost.
-    pub fn count(&self, live: bool) -> crate::capture::SiteCount {
+    pub(crate) fn count(&self, live: bool) -> crate::capture::SiteCount {
         let mut lost: std::collections::BTreeMap<LossReason, u64> = self.loss_reasons().into_iter().collect();
         let mut in_flight = 0;
         if live {
@@ -204,11 +204,11 @@ pub(crate) fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, s
 
 /// The name of a probe's row in the account: its entry ("umem_get (ib_umem_get)") or its
 /// return ("umem_get return"). One definition for the table and for what outputs left out.
-pub fn probe_row(id: &str, symbol: &str, is_return: bool) -> String {
+pub(crate) fn probe_row(id: &str, symbol: &str, is_return: bool) -> String {
     if is_return { format!("{id} return") } else { format!("{id} ({symbol})") }
 }
-pub const SYSCALLS_ENTER_ROW: &str = "syscalls enter";
-pub const SYSCALLS_EXIT_ROW: &str = "syscalls exit";
+pub(crate) const SYSCALLS_ENTER_ROW: &str = "syscalls enter";
+pub(crate) const SYSCALLS_EXIT_ROW: &str = "syscalls exit";
 pub const STEPS_ROW: &str = "companion steps (rdma_trace_step)";
 
 /// The account row an event was counted under.
@@ -242,21 +242,21 @@ pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u
 }
 
 /// Forks of watched processes, and children that could not be watched (table full).
-pub fn forks(counters: &[u64]) -> (u64, u64) {
+pub(crate) fn forks(counters: &[u64]) -> (u64, u64) {
     let at = |w: usize| counters.get(SITE_FORK * COUNTERS + w).copied().unwrap_or(0);
     (at(CNT_HITS), at(CNT_NO_SCRATCH))
 }
 
 /// Verbs users the kernel's watch added by their first verbs entry, and those it could
 /// not add (table full).
-pub fn watches(counters: &[u64]) -> (u64, u64) {
+pub(crate) fn watches(counters: &[u64]) -> (u64, u64) {
     let at = |w: usize| counters.get(SITE_WATCH * COUNTERS + w).copied().unwrap_or(0);
     (at(CNT_HITS), at(CNT_NO_SCRATCH))
 }
 
 /// One eBPF program's figures from the kernel (`bpf_prog_info`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProgramCost {
+pub(crate) struct ProgramCost {
     pub name: String,
     /// Runs and their total time: counted only while `kernel.bpf_stats_enabled` is on.
     pub run_cnt: u64,
@@ -268,7 +268,7 @@ pub struct ProgramCost {
 
 /// The runs each program's kernel skipped, as account rows (`program kprobe_entry`: lost,
 /// skipped by the kernel), for programs that had any.
-pub fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount> {
+pub(crate) fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount> {
     (programs.iter().filter(|p| p.recursion_misses > 0))
         .map(|p| crate::capture::SiteCount {
             site: LossSite::Program(p.name.clone()),
@@ -281,7 +281,7 @@ pub fn program_counts(programs: &[ProgramCost]) -> Vec<crate::capture::SiteCount
 
 /// The account of a whole run, printed at its end.
 #[derive(Clone, Debug, Default)]
-pub struct RunAccount {
+pub(crate) struct RunAccount {
     pub sites: Vec<SiteStats>,
     pub headerless: u64,
     /// Records read from the ring, and their bytes.
@@ -312,7 +312,7 @@ pub struct RunAccount {
 
 impl RunAccount {
     /// What output `name` left out, per account row (`row_of`), into each row's account.
-    pub fn note_left_out(&mut self, name: &str, rows: &std::collections::BTreeMap<String, u64>) {
+    pub(crate) fn note_left_out(&mut self, name: &str, rows: &std::collections::BTreeMap<String, u64>) {
         for (row, &n) in rows.iter().filter(|(_, n)| **n > 0) {
             let at = match self.sites.iter().position(|s| &s.site == row) {
                 Some(i) => i,
@@ -326,14 +326,14 @@ impl RunAccount {
         }
     }
 
-    pub fn delivered(&self) -> u64 {
+    pub(crate) fn delivered(&self) -> u64 {
         self.sites.iter().map(|s| s.delivered).sum()
     }
 
     /// The account as a capture records it, row by row: each probe, then what no probe's
     /// counters saw — a program's runs the kernel skipped, ring records with no header —, so
     /// that the rows' losses add up to `lost()` wherever they are shown.
-    pub fn counts(&self) -> Vec<crate::capture::SiteCount> {
+    pub(crate) fn counts(&self) -> Vec<crate::capture::SiteCount> {
         let mut out: Vec<_> = self.sites.iter().map(|s| s.count(false)).collect();
         out.extend(program_counts(&self.programs));
         if self.headerless > 0 {
@@ -347,12 +347,12 @@ impl RunAccount {
         out
     }
 
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.sites.iter().map(SiteStats::lost).sum::<u64>() + self.headerless + self.kernel_misses()
     }
 
     /// Program runs the kernel skipped (not attributable to one probe: programs are shared).
-    pub fn kernel_misses(&self) -> u64 {
+    pub(crate) fn kernel_misses(&self) -> u64 {
         self.programs.iter().map(|p| p.recursion_misses).sum()
     }
 }

@@ -35,12 +35,12 @@ fn pointer_fields(ev: &Event) -> impl Iterator<Item = crate::event::FieldId> {
 }
 
 /// Whether writing `ev` moves anything to `errors` (`split_errors`).
-pub fn has_errors(ev: &Event) -> bool {
+pub(crate) fn has_errors(ev: &Event) -> bool {
     pointer_fields(ev).any(|n| ev.field(n).and_then(rdma_trace_format::event::err_ptr).is_some())
 }
 
 /// For writing: ERR_PTR values of pointer fields move to `errors`, by name.
-pub fn split_errors(ev: &mut Event) {
+pub(crate) fn split_errors(ev: &mut Event) {
     let names: Vec<crate::event::FieldId> = pointer_fields(ev).collect();
     for name in names {
         let Some(e) = ev.field(name).and_then(rdma_trace_format::event::err_ptr) else { continue };

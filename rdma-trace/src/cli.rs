@@ -400,7 +400,7 @@ pub struct TraceArgs {
 
 /// Why a count given on the command line is refused.
 #[derive(Debug, thiserror::Error)]
-pub enum CountError {
+pub(crate) enum CountError {
     #[error("0 records could hold nothing: give 1 or more")]
     Zero,
     #[error("{0:?}: {1}")]

@@ -10,13 +10,13 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 /// The path a daemon's metrics server answers with its wall clock.
-pub const PATH: &str = "/clock";
+pub(crate) const PATH: &str = "/clock";
 
 /// Exchanges per measurement; the one with the shortest round trip is kept.
-pub const SAMPLES: u32 = 16;
+pub(crate) const SAMPLES: u32 = 16;
 
 /// A clock's time in ns.
-pub fn clock_ns(clock: libc::clockid_t) -> i64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime(2) with a valid timespec.
     unsafe { libc::clock_gettime(clock, &mut ts) };
@@ -24,7 +24,7 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
 }
 
 /// The wall clock, ns since the epoch.
-pub fn wall_ns() -> i64 {
+pub(crate) fn wall_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
@@ -146,7 +146,7 @@ pub struct Placed {
 
 /// `h`'s clock against `first`'s, from a sample either header holds of the other (the
 /// shorter round trip if both): None when neither measured the other.
-pub fn placed(first: &Header, h: &Header) -> Option<Placed> {
+pub(crate) fn placed(first: &Header, h: &Header) -> Option<Placed> {
     let of_h = first.clocks.iter().filter(|c| c.boot_id == h.boot_id).map(|c| (c, 1, &first.hostname));
     let of_first = h.clocks.iter().filter(|c| c.boot_id == first.boot_id).map(|c| (c, -1, &h.hostname));
     of_h.chain(of_first).min_by_key(|(c, _, _)| c.rtt_ns).map(|(c, sign, by)| Placed {
@@ -191,7 +191,7 @@ impl Placement {
         e.host = self.host;
     }
 
-    pub fn step(&self, s: &mut crate::steps::StepRecord) {
+    pub(crate) fn step(&self, s: &mut crate::steps::StepRecord) {
         (s.t_start_ns, s.t_end_ns) = (self.time(s.t_start_ns), self.time(s.t_end_ns));
         s.host = self.host;
     }
@@ -208,7 +208,7 @@ impl Placement {
 }
 
 /// The offset as people read it: `+12.345 ms ± 0.210 ms`.
-pub fn describe(c: &ClockSample) -> String {
+pub(crate) fn describe(c: &ClockSample) -> String {
     offset_text(c.offset_ns, c.error_ns())
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// the ring and the output queue before the writer has it (tens of ms on an emulated CPU):
 /// a 100 ms period left no room for that, and a 6.12 guest's file ended 109 ms before its
 /// kill. Half of it leaves the other half for the way there.
-pub const TICK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const TICK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A destination of the event stream. Only `event` and `flush` are required: the other
 /// records matter to a capture, not to every output.

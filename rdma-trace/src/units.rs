@@ -6,7 +6,7 @@ pub use rdma_trace_format::PAGE;
 
 /// A size, exact: in the largest of GiB/MiB/KiB it is a whole number of, else in bytes;
 /// `u64::MAX` (RLIM_INFINITY) is "unlimited".
-pub fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [(u32, &str); 3] = [(30, "GiB"), (20, "MiB"), (10, "KiB")];
     if b == u64::MAX {
         return "unlimited".into();
@@ -18,7 +18,7 @@ pub fn bytes(b: u64) -> String {
 }
 
 /// A size to one decimal in the largest unit it reaches: `1.5 MiB`, `12 B` (the report's tables).
-pub fn bytes_approx(b: u64) -> String {
+pub(crate) fn bytes_approx(b: u64) -> String {
     match b {
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
         b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
@@ -42,24 +42,24 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// A duration in a narrow column: `45µs`, `1.2ms`.
-pub fn duration_compact(ns: u64) -> String {
+pub(crate) fn duration_compact(ns: u64) -> String {
     if ns >= 1_000_000 { format!("{:.1}ms", ns as f64 / 1e6) } else { format!("{:.0}µs", ns as f64 / 1e3) }
 }
 
 /// Milliseconds to the microsecond: `0.123 ms` (step timings).
-pub fn millis(ns: u64) -> String {
+pub(crate) fn millis(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
 
 /// The q-quantile (0..=1) of `sorted` (ascending), nearest rank: the smallest value with
 /// at least q of them at or below it. `None` when there is none.
-pub fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+pub(crate) fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
     let rank = ((sorted.len() as f64) * q.clamp(0.0, 1.0)).ceil().max(1.0) as usize;
     sorted.get(rank.min(sorted.len()).checked_sub(1)?).copied()
 }
 
 /// `n` and the noun, plural unless one: "1 page", "3 pages", "1 completion event".
-pub fn count(n: u64, one: &str) -> String {
+pub(crate) fn count(n: u64, one: &str) -> String {
     if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") }
 }
 

@@ -4,7 +4,7 @@
 
 /// A kernel function on a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub function: &'static str,
     /// Its source file in the kernel tree.
     pub file: &'static str,
@@ -16,7 +16,7 @@ const fn f(function: &'static str, file: &'static str, what: &'static str) -> Fr
     Frame { function, file, what }
 }
 
-pub const FRAMES: &[Frame] = &[
+pub(crate) const FRAMES: &[Frame] = &[
     f("__x64_sys_ioctl", "fs/ioctl.c", "the ioctl(2) system call"),
     f(
         "ib_uverbs_ioctl",
@@ -186,13 +186,13 @@ pub fn function(frame: &str) -> &str {
 }
 
 /// The table's entry for a frame or function name, if it is on a path.
-pub fn lookup(frame: &str) -> Option<&'static Frame> {
+pub(crate) fn lookup(frame: &str) -> Option<&'static Frame> {
     let func = function(frame);
     FRAMES.iter().find(|f| f.function == func)
 }
 
 /// What a frame (`function+0xoff [module]`) means, if it is on a path.
-pub fn frame(frame: &str) -> Option<&'static str> {
+pub(crate) fn frame(frame: &str) -> Option<&'static str> {
     lookup(frame).map(|f| f.what)
 }
 

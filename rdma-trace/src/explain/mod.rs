@@ -16,7 +16,7 @@ pub use parts::{Explanation, Input, Missing, Named, RunCounts, Stage};
 use std::fmt::Write;
 
 /// The explanation of `topic` from what was captured; an error says what the capture lacks.
-pub fn explain(topic: Topic, input: &Input) -> Result<Explanation, Missing> {
+pub(crate) fn explain(topic: Topic, input: &Input) -> Result<Explanation, Missing> {
     let mut x = match topic {
         Topic::Mr => topics::mr(input)?,
         Topic::Mmap => topics::mmap(input)?,
@@ -33,7 +33,7 @@ pub fn explain(topic: Topic, input: &Input) -> Result<Explanation, Missing> {
 
 /// Every kernel function the explanation names: its stages' functions, and the table's
 /// functions its texts mention.
-pub fn functions_named(x: &Explanation) -> Vec<String> {
+pub(crate) fn functions_named(x: &Explanation) -> Vec<String> {
     let mut out: Vec<String> =
         x.stages.iter().flat_map(|s| s.functions.iter().map(|f| f.function.clone())).collect();
     let texts = x.stages.iter().map(|s| s.text.as_str()).chain(x.notes.iter().map(|n| n.1.as_str()));
@@ -62,7 +62,7 @@ pub fn text(x: &Explanation) -> String {
 
 /// The explanation with its prose wrapped to `width` columns (the TUI's panel): text
 /// wrapped once, where it is shown, leaves no orphan words.
-pub fn text_at(x: &Explanation, width: usize) -> String {
+pub(crate) fn text_at(x: &Explanation, width: usize) -> String {
     let mut out = String::new();
     write_text(&mut out, x, width).expect("formatting into a String cannot fail");
     out
@@ -95,7 +95,7 @@ fn write_text(out: &mut String, x: &Explanation, width: usize) -> std::fmt::Resu
 }
 
 /// Words on lines of at most `width`, each indented.
-pub fn wrap(text: &str, width: usize, indent: &str) -> String {
+pub(crate) fn wrap(text: &str, width: usize, indent: &str) -> String {
     let mut lines = Vec::new();
     let mut line = String::from(indent);
     for w in text.split_whitespace() {

@@ -12,7 +12,7 @@ use rdma_trace_common::{COUNTER_ENTRIES, COUNTERS, SlotPlan, SyscallLayout, retu
 use std::time::{Duration, Instant};
 
 /// The compiled eBPF object, embedded at build time.
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdma-trace"));
+pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdma-trace"));
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -49,14 +49,14 @@ pub struct Loaded {
 /// why disabling its slot failed too, if it did.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{why}{}", disabling.as_ref().map(|e| format!("; disabling it also failed: {e}")).unwrap_or_default())]
-pub struct AttachFailed {
+pub(crate) struct AttachFailed {
     pub why: String,
     pub disabling: Option<String>,
 }
 
 /// What happened to one planned probe.
 #[derive(Clone, Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub id: crate::plan::catalog::ProbeId,
     pub symbol: &'static str,
     pub module: String,
@@ -98,12 +98,12 @@ fn prog_info(fd: i32, name: &str) -> Option<ProgramCost> {
 }
 
 /// The per-site counters of a detached object (see `Loaded::detach_keep_counters`).
-pub struct Counters {
+pub(crate) struct Counters {
     map: PerCpuArray<MapData, u64>,
 }
 
 impl Counters {
-    pub fn read(&self) -> Result<Vec<u64>, AttachError> {
+    pub(crate) fn read(&self) -> Result<Vec<u64>, AttachError> {
         sum_counters(&self.map)
     }
 }
@@ -130,7 +130,7 @@ impl Loaded {
 
     /// As `new`, with room for `stacks` kernel stacks by id (`STACK_ID` plans; the map
     /// has one entry otherwise).
-    pub fn with_stack_map(ring_bytes: u32, stacks: u32) -> Result<Self, AttachError> {
+    pub(crate) fn with_stack_map(ring_bytes: u32, stacks: u32) -> Result<Self, AttachError> {
         let ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("STACKS", stacks)
@@ -309,7 +309,7 @@ impl Loaded {
 
     /// Loads the object and attaches every planned probe.
     /// Plans that take stacks by id (`STACK_ID`) get room for `STACK_IDS` of them.
-    pub fn attach_new(
+    pub(crate) fn attach_new(
         plan: &Plan,
         ring_bytes: u32,
         return_instances: u32,
@@ -323,7 +323,7 @@ impl Loaded {
     }
 
     /// Attaches every planned probe; one that fails is disabled and reported, the rest go on.
-    pub fn attach_plan(&mut self, plan: &Plan) -> Vec<Outcome> {
+    pub(crate) fn attach_plan(&mut self, plan: &Plan) -> Vec<Outcome> {
         let mut out = Vec::new();
         for p in &plan.probes {
             let t0 = Instant::now();
@@ -403,7 +403,7 @@ impl Loaded {
     /// time (counted while `kernel.bpf_stats_enabled` is on) and recursion misses (runs
     /// the kernel skipped because another BPF program was running on that CPU: events that
     /// no counter of ours can see).
-    pub fn program_costs(&self) -> Vec<ProgramCost> {
+    pub(crate) fn program_costs(&self) -> Vec<ProgramCost> {
         use std::os::fd::{AsFd, AsRawFd};
         let mut out = Vec::new();
         for (name, prog) in self.ebpf.programs() {
@@ -419,7 +419,7 @@ impl Loaded {
     /// Per counter site, the probe hits the kernel counted but no program saw (kprobe
     /// `missed`: re-entered, or a return probe out of instances). `None` where the kernel
     /// cannot tell (before 6.7 the link info has no such field).
-    pub fn kernel_missed(&self) -> Option<Vec<u64>> {
+    pub(crate) fn kernel_missed(&self) -> Option<Vec<u64>> {
         use std::os::fd::AsFd;
         if !self.missed_reported {
             return None;
@@ -443,7 +443,7 @@ impl Loaded {
     /// detaching still took 3.0–3.2 s on 6.12). Fewer links would: one kprobe_multi link
     /// per direction, which needs programs loaded for `BPF_TRACE_KPROBE_MULTI` (aya 0.14
     /// cannot).
-    pub fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
+    pub(crate) fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
         self.returns.clear();
         self.entry_links.clear();
         let m =
@@ -453,7 +453,7 @@ impl Loaded {
     }
 
     /// Takes the map of kernel stacks by id (once).
-    pub fn take_stacks(&mut self) -> Result<super::stack_ids::StackIds, AttachError> {
+    pub(crate) fn take_stacks(&mut self) -> Result<super::stack_ids::StackIds, AttachError> {
         let m =
             self.ebpf.take_map("STACKS").ok_or_else(|| AttachError::Map("STACKS", "already taken".into()))?;
         Ok(super::stack_ids::StackIds::new(aya::maps::StackTraceMap::try_from(m).map_err(map_err("STACKS"))?))

@@ -5,7 +5,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// The one line to print when tracing is not allowed, or None when it is.
-pub fn missing(caps: u64) -> Option<&'static str> {
+pub(crate) fn missing(caps: u64) -> Option<&'static str> {
     let has = |c: u32| caps & (1u64 << c) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         None

@@ -44,7 +44,7 @@ fn key(m: &serde_json::Value, name: &str) -> Option<u64> {
 }
 
 /// The uverbs mappings of `pid` (`/dev/infiniband/uverbsN` in /proc/<pid>/maps).
-pub fn uverbs_maps(pid: u32) -> Vec<Mapping> {
+pub(crate) fn uverbs_maps(pid: u32) -> Vec<Mapping> {
     let Ok(maps) = procfs::process::Process::new(pid as i32).and_then(|p| p.maps()) else {
         return Vec::new();
     };

@@ -8,7 +8,7 @@ use rdma_trace_common::{KIND_PROBE_ENTRY, MAX_STACK, PROBE_FIXED_LEN, ProbeHead}
 use std::collections::HashMap;
 use std::mem::offset_of;
 
-pub struct StackIds {
+pub(crate) struct StackIds {
     map: StackTraceMap<MapData>,
     /// Each id's return addresses, as the record's stack bytes (little-endian u64s); an
     /// id the map did not have is kept as `None`.
@@ -17,19 +17,19 @@ pub struct StackIds {
 }
 
 impl StackIds {
-    pub fn new(map: StackTraceMap<MapData>) -> Self {
+    pub(crate) fn new(map: StackTraceMap<MapData>) -> Self {
         StackIds { map, known: HashMap::new(), buf: Vec::new() }
     }
 
     /// Distinct stacks seen.
-    pub fn distinct(&self) -> usize {
+    pub(crate) fn distinct(&self) -> usize {
         self.known.values().filter(|s| s.is_some()).count()
     }
 
     /// `b` as if its stack had been copied: an entry record that names a stack id gets the
     /// stack's bytes after its fixed part (and its id cleared); any other record is `b`.
     /// True with it when the map did not have the id: the record goes on without a stack.
-    pub fn resolve<'a>(&'a mut self, b: &'a [u8]) -> (&'a [u8], bool) {
+    pub(crate) fn resolve<'a>(&'a mut self, b: &'a [u8]) -> (&'a [u8], bool) {
         let Some(id) = stack_id(b) else { return (b, false) };
         let map = &self.map;
         let known = self.known.entry(id).or_insert_with(|| {

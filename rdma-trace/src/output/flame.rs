@@ -15,10 +15,10 @@ pub fn folded(events: &[Event]) -> String {
 
 /// Folded stacks counted as the capture is read: a line per distinct stack, not per event.
 #[derive(Default)]
-pub struct Folded(BTreeMap<String, u64>);
+pub(crate) struct Folded(BTreeMap<String, u64>);
 
 impl Folded {
-    pub fn event(&mut self, e: &Event) {
+    pub(crate) fn event(&mut self, e: &Event) {
         if e.kind != EventKind::Entry || e.stack.is_empty() || matches!(e.path, Path::Syscall | Path::Verbs) {
             return;
         }
@@ -28,7 +28,7 @@ impl Folded {
         *self.0.entry(line).or_default() += 1;
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.0.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
     }
 }

@@ -40,7 +40,7 @@ impl<W: Target> Jsonl<W> {
     }
 
     /// The number the next record gets.
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq
     }
 

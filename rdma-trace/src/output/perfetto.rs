@@ -141,7 +141,7 @@ use crate::pipeline::correlate::calls::{self, OpenCalls};
 /// that lost its entry makes none, so the slices of a thread nest whatever was lost); the
 /// slice each event is part of; and the names of the tracks.
 #[derive(Default)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     slices: Vec<Slice>,
     /// By event index: its slice (`NONE`: none).
     slice_of: Vec<u32>,
@@ -160,7 +160,7 @@ const NONE: u32 = u32::MAX;
 
 impl Timeline {
     /// Event `i` (the index the story knows it by), in the order read.
-    pub fn event(&mut self, i: usize, e: &Event) {
+    pub(crate) fn event(&mut self, i: usize, e: &Event) {
         self.t0.get_or_insert(e.ts_ns);
         self.name(e);
         let slice = match calls::opens(e) {
@@ -193,7 +193,7 @@ impl Timeline {
     }
 
     /// Open calls let go past `MAX_OPEN` (their returns, if any come, pair with nothing).
-    pub fn let_go(&self) -> u64 {
+    pub(crate) fn let_go(&self) -> u64 {
         self.open.let_go
     }
 
@@ -244,7 +244,12 @@ impl Timeline {
     /// joins (by the indices `event` was given) as flows. `hosts`: the merged captures' host
     /// names (processes are named with theirs when there are several) and how each other
     /// boot's clock was placed (said in `otherData.clocks`).
-    pub fn write(mut self, story: &Story, hosts: &[Host], w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write(
+        mut self,
+        story: &Story,
+        hosts: &[Host],
+        w: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
         let woken = self.wakeups(story);
         posts_to_completions(&mut self, story);
         self.slices.extend(woken);

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// The JSON schema's version (docs/report.md).
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 /// Stacks shown per path.
-pub const TOP_STACKS: usize = 5;
+pub(crate) const TOP_STACKS: usize = 5;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {

@@ -6,7 +6,7 @@ use crate::account::{RunAccount, SiteStats};
 impl RunAccount {
     /// The summary: totals, the loss by reason, then one row per probe that saw anything,
     /// then what the reader, the kernel and the programs reported.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut s = self.totals();
         s.push_str(&self.table());
         s.push_str(&self.notes());

@@ -220,7 +220,7 @@ impl Target for CaptureFile {
 
 /// Why a `--max-size` value is refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MaxSizeError {
+pub(crate) enum MaxSizeError {
     #[error("{0:?}: the size suffix is K, M or G")]
     Suffix(String),
     #[error("{0:?} is not a size (such as 100M)")]
@@ -230,7 +230,7 @@ pub enum MaxSizeError {
 }
 
 /// `--max-size` values: bytes, or with a K/M/G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, MaxSizeError> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, MaxSizeError> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {

@@ -5,7 +5,7 @@ use crate::pipeline::render;
 use crate::sink::Sink;
 use std::io::Write;
 
-pub struct Text<W: Write> {
+pub(crate) struct Text<W: Write> {
     out: W,
     /// Print kernel stacks under control-path entries.
     pub stacks: bool,
@@ -14,13 +14,13 @@ pub struct Text<W: Write> {
 }
 
 impl<W: Write> Text<W> {
-    pub fn new(out: W) -> Self {
+    pub(crate) fn new(out: W) -> Self {
         Self { out, stacks: false, syscalls: true }
     }
 }
 
 /// The event's fields as `name=value` pairs, values in RDMA terms.
-pub fn fields_text(ev: &Event) -> String {
+pub(crate) fn fields_text(ev: &Event) -> String {
     let mut parts: Vec<String> =
         ev.fields.iter().map(|(k, v)| format!("{k}={}", render::field(ev, k, v))).collect();
     parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
@@ -29,7 +29,7 @@ pub fn fields_text(ev: &Event) -> String {
 }
 
 /// How an event's kind is drawn: → entry, ← return, » « a syscall's enter and exit.
-pub fn arrow(kind: EventKind) -> &'static str {
+pub(crate) fn arrow(kind: EventKind) -> &'static str {
     match kind {
         EventKind::Entry => "→",
         EventKind::Return => "←",
@@ -68,7 +68,7 @@ pub fn line(ev: &Event) -> String {
 
 /// One line for a companion step: when it ended, its name and number, how long it took,
 /// and how it went (no trailing newline).
-pub fn step_line(s: &crate::steps::StepRecord) -> String {
+pub(crate) fn step_line(s: &crate::steps::StepRecord) -> String {
     let secs = s.t_end_ns as f64 / 1e9;
     let took = s.t_end_ns.saturating_sub(s.t_start_ns) as f64 / 1e3;
     let how = match (&s.ok, s.errno, &s.error) {
@@ -89,7 +89,7 @@ pub fn step_line(s: &crate::steps::StepRecord) -> String {
 }
 
 /// One line for a loss notice (no trailing newline).
-pub fn loss_line(l: &crate::capture::Loss) -> String {
+pub(crate) fn loss_line(l: &crate::capture::Loss) -> String {
     let secs = l.ts_ns as f64 / 1e9;
     format!("{secs:>14.6} {:<10} ! {} events of {} lost: {}", "lost", l.count, l.site, l.reason)
 }

@@ -51,16 +51,16 @@ pub struct Stack<'a>(&'a [u8]);
 
 impl<'a> Stack<'a> {
     /// The return addresses as the ring holds them (8 bytes each).
-    pub fn bytes(&self) -> &'a [u8] {
+    pub(crate) fn bytes(&self) -> &'a [u8] {
         self.0
     }
-    pub fn iter(&self) -> impl Iterator<Item = u64> + 'a {
+    /// The return addresses, for the tests (the pipeline hands the bytes on whole).
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = u64> + 'a {
         self.0.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()))
     }
-    pub fn len(&self) -> usize {
-        self.0.len() / 8
-    }
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

@@ -27,10 +27,11 @@ fn comm(c: &[u8; 16]) -> crate::event::Comm {
 }
 
 /// Frames that show softirq processing (a prefix each).
-pub const SOFTIRQ_FRAMES: [&str; 4] = ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
+pub(crate) const SOFTIRQ_FRAMES: [&str; 4] =
+    ["handle_softirqs", "__do_softirq", "tasklet_action", "net_rx_action"];
 
 /// softirq when the stack shows softirq processing, kworker by thread name, else process.
-pub fn classify<S: AsRef<str>>(comm: &str, stack: &[S]) -> ExecContext {
+pub(crate) fn classify<S: AsRef<str>>(comm: &str, stack: &[S]) -> ExecContext {
     if stack.iter().any(|f| SOFTIRQ_FRAMES.iter().any(|s| f.as_ref().starts_with(s))) {
         ExecContext::Softirq
     } else if comm.starts_with("kworker") {

@@ -17,7 +17,7 @@ impl Ksyms {
     }
 
     /// `name+0xoff` (with ` [module]` for module code); the raw address when unknown.
-    pub fn symbolize(&self, addr: u64) -> String {
+    pub(crate) fn symbolize(&self, addr: u64) -> String {
         let i = self.syms.partition_point(|s| s.0 <= addr);
         if i == 0 {
             return format!("{addr:#x}");
@@ -40,7 +40,7 @@ pub struct StackCache {
 
 impl StackCache {
     /// The stack whose return addresses are `raw` (8 bytes each, as the ring holds them).
-    pub fn stack(&mut self, ksyms: &Ksyms, raw: &[u8]) -> crate::event::Stack {
+    pub(crate) fn stack(&mut self, ksyms: &Ksyms, raw: &[u8]) -> crate::event::Stack {
         if raw.is_empty() {
             return crate::event::Stack::default();
         }

@@ -23,7 +23,7 @@ use crate::steps::StepRecord;
 /// A capture that could not be read while merging (bad input: its reader's error).
 #[derive(Debug, thiserror::Error)]
 #[error("reading {input}")]
-pub struct MergeError {
+pub(crate) struct MergeError {
     /// The capture's name.
     pub input: String,
     #[source]
@@ -39,7 +39,7 @@ pub struct Input {
 impl Input {
     /// A capture file (`-` is stdin; compressed files are read as they are), read strictly
     /// or not (`--strict`).
-    pub fn file(path: &std::path::Path, strict: bool) -> std::io::Result<Input> {
+    pub(crate) fn file(path: &std::path::Path, strict: bool) -> std::io::Result<Input> {
         let input = crate::source::capture::open(path)?;
         Ok(Input { name: path.display().to_string(), reader: Reader::new(input, strict) })
     }
@@ -121,7 +121,7 @@ impl Merge {
 
     /// Moves a record of source `i` onto the first's clock and host (as it is, while `i`
     /// has no placement).
-    pub fn place(&mut self, i: usize, rec: Record) -> Record {
+    pub(crate) fn place(&mut self, i: usize, rec: Record) -> Record {
         let Some(p) = &self.placements[i] else { return rec };
         match rec {
             Record::Event(mut e) => {
@@ -176,7 +176,7 @@ fn at(r: &Record) -> Option<u64> {
 /// false: a caller that builds its own, `explain`, leaves `engine` empty) and per-input
 /// aggregates; each event also goes to `each`, with the index the story knows it by (its
 /// place in the merged run).
-pub fn merge(
+pub(crate) fn merge(
     inputs: Vec<Input>,
     limits: Limits,
     story: bool,

@@ -42,7 +42,7 @@ const VM_FLAGS: &[(u64, &str)] = &[
 
 /// Flags written as `A_B|C_D` (access flags) as their words' initials, `AB|CD`, for a
 /// narrow table: LOCAL_WRITE|REMOTE_READ is `LW|RR`. A hex remainder stays as it is.
-pub fn initials(flags: &str) -> String {
+pub(crate) fn initials(flags: &str) -> String {
     let short = |f: &str| {
         if f.starts_with("0x") {
             f.to_string()
@@ -81,7 +81,7 @@ const MLX5_MMAP_CMDS: &[(u64, &str)] = &[
     (8, "device memory (DEVICE_MEM)"),
 ];
 
-pub fn mlx5_pgoff(pgoff: u64) -> String {
+pub(crate) fn mlx5_pgoff(pgoff: u64) -> String {
     let cmd = (pgoff >> MLX5_IB_MMAP_CMD_SHIFT) & MLX5_IB_MMAP_CMD_MASK;
     let index = (pgoff & 0xff) | ((pgoff >> 16) & 0xff) << 8;
     if cmd >= MLX5_IB_MMAP_OFFSET_START {
@@ -94,7 +94,7 @@ pub fn mlx5_pgoff(pgoff: u64) -> String {
 }
 
 /// The value as stored in the event: signed for return codes, unsigned otherwise.
-pub fn store(render: Render, raw: u64, size: u8) -> Value {
+pub(crate) fn store(render: Render, raw: u64, size: u8) -> Value {
     match render {
         Render::Errno => {
             // int return values arrive in a 64-bit register: sign-extend from 32 bits.
@@ -119,7 +119,7 @@ pub fn of(ev: &crate::event::Event, name: &str) -> Render {
 }
 
 /// Field `name` of `ev`, with value `v`, as every output shows it.
-pub fn field(ev: &crate::event::Event, name: &str, v: Value) -> String {
+pub(crate) fn field(ev: &crate::event::Event, name: &str, v: Value) -> String {
     text(of(ev, name), v)
 }
 
@@ -155,14 +155,14 @@ pub fn text(render: Render, v: Value) -> String {
 }
 
 /// `enum ib_qp_state` by value.
-pub fn qp_state(v: u64) -> Option<&'static str> {
+pub(crate) fn qp_state(v: u64) -> Option<&'static str> {
     ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"].get(usize::try_from(v).ok()?).copied()
 }
 
 /// A string from outside (a process name, a path) made safe for a terminal: control
 /// characters (ESC, newline, …) are written as escapes, so they can neither move the
 /// cursor nor fake a line of output.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     if !s.chars().any(char::is_control) {
         return std::borrow::Cow::Borrowed(s);
     }

@@ -76,7 +76,7 @@ impl BtfSource {
         Ok(Self { dir: dir.to_path_buf(), vmlinux, modules: HashMap::new() })
     }
 
-    pub fn system() -> Result<Self, BtfError> {
+    pub(crate) fn system() -> Result<Self, BtfError> {
         Self::open(Path::new("/sys/kernel/btf"))
     }
 
@@ -244,7 +244,7 @@ fn member(btf: &Btf, s: &btf_rs::Struct, name: &str) -> Result<Option<(u32, Type
 }
 
 /// Resolves `path` (see `catalog::Field`) starting from a value of type `start`.
-pub fn resolve_path(
+pub(crate) fn resolve_path(
     btf: &Btf,
     start: &Type,
     path: &str,

@@ -602,7 +602,7 @@ pub static CATALOG: &[ProbeSpec] = &[
 /// Fields of libibverbs' public structs (rdma-core `infiniband/verbs.h`, x86-64 ABI):
 /// user space has no BTF, and these layouts are part of the library's stable ABI.
 /// `(path, offset, size)`; a user field's `path` names one of these.
-pub const USER_ABI: &[(&str, u32, u8)] = &[
+pub(crate) const USER_ABI: &[(&str, u32, u8)] = &[
     ("ibv_mr.addr", 16, 8),
     ("ibv_mr.length", 24, 8),
     ("ibv_mr.handle", 32, 4),
@@ -615,7 +615,7 @@ pub const USER_ABI: &[(&str, u32, u8)] = &[
     ("ibv_comp_channel.fd", 8, 4),
 ];
 
-pub fn user_abi(path: &str) -> Option<(u32, u8)> {
+pub(crate) fn user_abi(path: &str) -> Option<(u32, u8)> {
     USER_ABI.iter().find(|(p, _, _)| *p == path).map(|(_, o, s)| (*o, *s))
 }
 
@@ -627,12 +627,12 @@ const IBV_MR_RET: [Field; 3] = [
     f("rkey", UserRet, "ibv_mr.rkey", Hex),
 ];
 
-pub fn by_id(id: ProbeId) -> &'static ProbeSpec {
+pub(crate) fn by_id(id: ProbeId) -> &'static ProbeSpec {
     CATALOG.iter().find(|p| p.id == id).expect("every ProbeId has a catalog entry (tested)")
 }
 
 /// The spec of a probe named by its string id (command line, files).
-pub fn by_name(id: &str) -> Option<&'static ProbeSpec> {
+pub(crate) fn by_name(id: &str) -> Option<&'static ProbeSpec> {
     ProbeId::parse(id).map(by_id)
 }
 

@@ -13,7 +13,7 @@ pub struct Symbols {
 
 /// The text (function) symbols of a /proc/kallsyms dump: (address, name, module), the
 /// module `None` for built-in code. The one reader of that format.
-pub fn kallsyms_text(kallsyms: &str) -> impl Iterator<Item = (u64, &str, Option<&str>)> {
+pub(crate) fn kallsyms_text(kallsyms: &str) -> impl Iterator<Item = (u64, &str, Option<&str>)> {
     kallsyms.lines().filter_map(|line| {
         let mut it = line.split_ascii_whitespace();
         let (addr, ty, name) = (it.next()?, it.next()?, it.next()?);
@@ -34,22 +34,22 @@ impl Symbols {
         Self { map }
     }
 
-    pub fn module_of(&self, name: &str) -> Option<&str> {
+    pub(crate) fn module_of(&self, name: &str) -> Option<&str> {
         self.map.get(name).map(|(m, _)| m.as_str())
     }
 
     /// The function's address (0 when kallsyms hides addresses from non-root).
-    pub fn address_of(&self, name: &str) -> Option<u64> {
+    pub(crate) fn address_of(&self, name: &str) -> Option<u64> {
         self.map.get(name).map(|(_, a)| *a)
     }
 
     /// Any RDMA core code at all (built-in or loaded as a module)?
-    pub fn has_rdma(&self) -> bool {
+    pub(crate) fn has_rdma(&self) -> bool {
         self.map.contains_key("ib_register_device")
     }
 }
 
-pub const TRACEFS: &str = "/sys/kernel/tracing";
+pub(crate) const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// Makes sure tracefs is mounted (tracepoints need it); returns what it did.
 /// Major and minor of a kernel release string ("6.12.48+deb13-amd64" → (6, 12)).
@@ -59,7 +59,7 @@ pub fn parse_release(release: &str) -> Option<(u32, u32)> {
 }
 
 /// Whether the running kernel is at least `major.minor` (false if it cannot be read).
-pub fn release_at_least(major: u32, minor: u32) -> bool {
+pub(crate) fn release_at_least(major: u32, minor: u32) -> bool {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .ok()
         .and_then(|r| parse_release(&r))
@@ -94,7 +94,7 @@ pub struct TpField {
 }
 
 /// Parses a tracefs `format` file into its fields (`field:TYPE NAME[N]; offset:O; size:S;`).
-pub fn parse_format(text: &str) -> Vec<TpField> {
+pub(crate) fn parse_format(text: &str) -> Vec<TpField> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut name = None;
@@ -119,12 +119,12 @@ pub fn parse_format(text: &str) -> Vec<TpField> {
     out
 }
 
-pub fn tracepoint_format(category: &str, name: &str) -> std::io::Result<Vec<TpField>> {
+pub(crate) fn tracepoint_format(category: &str, name: &str) -> std::io::Result<Vec<TpField>> {
     let p = Path::new(TRACEFS).join("events").join(category).join(name).join("format");
     Ok(parse_format(&std::fs::read_to_string(p)?))
 }
 
-pub fn field<'a>(fields: &'a [TpField], name: &str) -> Option<&'a TpField> {
+pub(crate) fn field<'a>(fields: &'a [TpField], name: &str) -> Option<&'a TpField> {
     fields.iter().find(|f| f.name == name)
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Slots reserved for tracepoint probes (programs `tp_22`, `tp_23`).
-pub const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
+pub(crate) const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
 
 #[derive(Clone, Debug)]
 pub struct Planned {
@@ -31,14 +31,14 @@ pub struct Planned {
 }
 
 impl Planned {
-    pub fn entry_program(&self) -> String {
+    pub(crate) fn entry_program(&self) -> String {
         match self.spec.kind {
             Kind::Kprobe => "kprobe_entry".into(),
             Kind::Tracepoint { .. } => format!("tp_{}", self.slot),
             Kind::Uprobe { .. } => "uprobe_entry".into(),
         }
     }
-    pub fn return_program(&self) -> Option<String> {
+    pub(crate) fn return_program(&self) -> Option<String> {
         match self.spec.kind {
             Kind::Uprobe { .. } => self.ret.map(|_| "uprobe_return".into()),
             _ => self.ret.map(|_| "kprobe_return".into()),
@@ -123,7 +123,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn by_slot(&self, slot: usize) -> Option<&Planned> {
+    pub(crate) fn by_slot(&self, slot: usize) -> Option<&Planned> {
         self.probes.iter().find(|p| p.slot == slot)
     }
 }

@@ -12,7 +12,7 @@ pub use super::arch::{SyscallSpec, WATCHED};
 /// How a syscall argument (or a field a probe event gains after the kernel, such as
 /// `pages`) is shown: addresses, commands and flag words in hex, a result as an errno,
 /// everything else in decimal.
-pub fn render_of(id: FieldId) -> crate::plan::catalog::Render {
+pub(crate) fn render_of(id: FieldId) -> crate::plan::catalog::Render {
     use crate::plan::catalog::Render;
     use FieldId as F;
     match id {
@@ -50,7 +50,7 @@ pub fn all_nrs() -> Vec<u32> {
 }
 
 /// The raw_syscalls (and sched_process_fork) record layout from the format files.
-pub fn layout_from(
+pub(crate) fn layout_from(
     enter: &[crate::plan::kernel::TpField],
     exit: &[crate::plan::kernel::TpField],
     fork: &[crate::plan::kernel::TpField],

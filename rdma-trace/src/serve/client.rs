@@ -36,7 +36,7 @@ pub fn connect(path: &Path, want: Want) -> Result<Box<dyn BufRead + Send>, Conne
 }
 
 /// Connects with `hello` (it may ask for stand-ins of kernel addresses).
-pub fn connect_as(path: &Path, hello: Hello) -> Result<Box<dyn BufRead + Send>, ConnectError> {
+pub(crate) fn connect_as(path: &Path, hello: Hello) -> Result<Box<dyn BufRead + Send>, ConnectError> {
     let mut s = UnixStream::connect(path)
         .map_err(|source| ConnectError::Unreachable { path: path.to_path_buf(), source })?;
     let hello = serde_json::to_string(&hello).expect("a hello serializes");
@@ -62,7 +62,7 @@ pub fn connect_as(path: &Path, hello: Hello) -> Result<Box<dyn BufRead + Send>, 
 /// The stream as it is read, copied byte for byte to `out` and written through on every
 /// read: `trace --connect -o FILE` keeps the daemon's records as the daemon numbered them,
 /// and Ctrl-C loses nothing received.
-pub struct Tee<R, W> {
+pub(crate) struct Tee<R, W> {
     pub input: R,
     pub out: W,
     /// The start of a line not yet whole: written once its newline comes, so a stream
@@ -71,7 +71,7 @@ pub struct Tee<R, W> {
 }
 
 impl<R, W> Tee<R, W> {
-    pub fn new(input: R, out: W) -> Self {
+    pub(crate) fn new(input: R, out: W) -> Self {
         Tee { input, out, partial: Vec::new() }
     }
 }
@@ -97,7 +97,7 @@ impl<R: std::io::Read, W: Write> std::io::Read for Tee<R, W> {
 /// Where a stream of records comes from: a daemon's Unix socket here, a daemon on another
 /// host reached over ssh, a capture file, or `-` (standard input).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Socket(std::path::PathBuf),
     Ssh {
         destination: String,
@@ -109,12 +109,12 @@ pub enum Source {
 }
 
 /// The daemon's socket when `ssh://HOST` names none.
-pub const REMOTE_SOCKET: &str = super::socket::DEFAULT_SOCKET;
+pub(crate) const REMOTE_SOCKET: &str = super::socket::DEFAULT_SOCKET;
 
 impl Source {
     /// `ssh://[USER@]HOST[:PORT][/SOCKET]` (the socket an absolute path); `-` or a regular
     /// file, a capture; else a socket path (which may not be there yet: a daemon starting).
-    pub fn parse(spec: &Path) -> Result<Source, ConnectError> {
+    pub(crate) fn parse(spec: &Path) -> Result<Source, ConnectError> {
         let bad = |why: String| ConnectError::Unusable(why);
         let Some(rest) = spec.to_str().and_then(|s| s.strip_prefix("ssh://")) else {
             let file = spec == Path::new("-") || std::fs::metadata(spec).is_ok_and(|m| m.is_file());
@@ -150,7 +150,7 @@ impl Source {
     }
 
     /// How it is named on screen.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self {
             Source::Socket(p) | Source::File(p) => p.display().to_string(),
             Source::Ssh { destination, socket, .. } => format!("ssh://{destination}{socket}"),
@@ -158,13 +158,17 @@ impl Source {
     }
 
     /// The daemon's stream (positioned at its first record), or why not.
-    pub fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
+    pub(crate) fn open(&self, want: Want) -> Result<Box<dyn BufRead + Send>, ConnectError> {
         self.open_redacted(want, false)
     }
 
     /// The same, kernel addresses as stand-ins when `redact` (a daemon's: a capture file
     /// is read as it was written, and says in its header whether it was redacted).
-    pub fn open_redacted(&self, want: Want, redact: bool) -> Result<Box<dyn BufRead + Send>, ConnectError> {
+    pub(crate) fn open_redacted(
+        &self,
+        want: Want,
+        redact: bool,
+    ) -> Result<Box<dyn BufRead + Send>, ConnectError> {
         match self {
             Source::Socket(p) => connect_as(p, Hello { redact, ..Hello::new(want) }),
             Source::Ssh { destination, port, socket } => over_ssh(destination, *port, socket, redact),

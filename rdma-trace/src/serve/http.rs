@@ -4,7 +4,7 @@
 
 /// Request bytes read at most (the request line and headers), the time a client has to
 /// send them, and the requests answered at once (past that, 503 at once).
-pub const MAX_REQUEST: u64 = 16 << 10;
+pub(crate) const MAX_REQUEST: u64 = 16 << 10;
 const REQUEST_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 pub const MAX_IN_FLIGHT: usize = 64;
 

@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 /// Records queued per subscriber before it starts losing them.
 pub const QUEUE: usize = 65_536;
 /// Subscribers served at once; past this a new one is refused in one line.
-pub const MAX_SUBSCRIBERS: usize = 64;
+pub(crate) const MAX_SUBSCRIBERS: usize = 64;
 /// How long the end of a run waits for subscribers to be written out (their last
 /// records, the trailer) before the daemon ends regardless: a subscriber that stopped
 /// reading cannot hold SIGTERM or `--duration` back. Half a second: a daemon asked to stop
@@ -40,7 +40,7 @@ pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500
 /// it, it is joined with what the events showed, and told so.
 pub const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// As `SEED_WAIT`, for joiners still waiting when the run ends.
-pub const SEED_WAIT_AT_END: std::time::Duration = std::time::Duration::from_millis(500);
+pub(crate) const SEED_WAIT_AT_END: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a subscriber asks for in its hello line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -185,7 +185,7 @@ impl Broadcaster {
     }
 
     /// How far (records) a subscriber may fall behind before it loses records.
-    pub fn with_queue(mut self, records: usize) -> Self {
+    pub(crate) fn with_queue(mut self, records: usize) -> Self {
         self.queue = records.max(1);
         self
     }

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where the daemon listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/rdma-trace.sock";
 
 /// A subscriber has this long to say hello, all of it.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A write to a subscriber that takes longer than this ends its stream: one that stopped
 /// reading frees its thread and queue (a slow one loses records and is told, long before).
-pub const WRITE_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a refused peer's bytes are drained on its greeting thread.
 const REFUSE_WAIT: Duration = Duration::from_millis(200);
 /// The longest hello read (a real one is under 100 bytes).
@@ -65,7 +65,7 @@ impl Slots {
 }
 
 /// The peer's pid, uid and gid, from the kernel.
-pub fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
+pub(crate) fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt(2) SO_PEERCRED into a ucred of the size given.
@@ -117,7 +117,7 @@ impl Listener {
         Ok(Listener { listener, path: path.to_path_buf(), allowed })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

@@ -25,7 +25,7 @@ const HDR_SZ: u64 = 8;
 
 /// How one drain ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Drained {
+pub(crate) struct Drained {
     /// Records handed over (discarded records are not counted).
     pub records: usize,
     /// The batch limit was reached: more records are committed and waiting.
@@ -36,7 +36,7 @@ pub struct Drained {
 
 /// Waits on records still being written when the reader reached them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Waits {
+pub(crate) struct Waits {
     /// Records the reader found still being written (and waited for).
     pub records: u64,
     /// The longest such wait, from first sight to commit.
@@ -45,7 +45,7 @@ pub struct Waits {
 
 /// What was left in the ring when the reader gave up at shutdown.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Leftover {
+pub(crate) struct Leftover {
     /// Records reserved but never committed by the deadline.
     pub uncommitted: u64,
     /// Committed records behind them that could not be read.
@@ -54,7 +54,7 @@ pub struct Leftover {
 
 /// The reader's view of a ring: the two positions and the data area, mapped twice in a
 /// row (so a record that wraps is contiguous), as the kernel lays it out.
-pub struct RingView {
+pub(crate) struct RingView {
     consumer: *const AtomicU64,
     producer: *const AtomicU64,
     data: *const u8,
@@ -71,7 +71,7 @@ impl RingView {
     /// `consumer` and `producer` point at the ring's 8-byte positions, `data` at
     /// `2 * (mask + 1)` readable bytes holding the data area twice; all stay valid and
     /// writable (consumer) for the view's life.
-    pub unsafe fn new(
+    pub(crate) unsafe fn new(
         consumer: *const AtomicU64,
         producer: *const AtomicU64,
         data: *const u8,
@@ -115,7 +115,7 @@ impl RingView {
 
     /// Hands up to `limit` committed records, in order, to `f`. Stops at a record still
     /// being written (it is never skipped).
-    pub fn drain(&mut self, limit: usize, mut f: impl FnMut(&[u8])) -> Drained {
+    pub(crate) fn drain(&mut self, limit: usize, mut f: impl FnMut(&[u8])) -> Drained {
         let mut out = Drained::default();
         let mut cons = self.consumer_pos().load(Ordering::Relaxed);
         let mut handled = 0usize;
@@ -156,7 +156,7 @@ impl RingView {
     }
 
     /// Walks what is left between the consumer and the producer (after a final drain).
-    pub fn leftover(&self) -> Leftover {
+    pub(crate) fn leftover(&self) -> Leftover {
         let mut left = Leftover::default();
         let mut pos = self.consumer_pos().load(Ordering::Relaxed);
         let prod = self.producer_after_store();
@@ -241,7 +241,7 @@ impl Ring {
     }
 
     /// For async use: wait until the kernel signals data.
-    pub fn into_async(self) -> std::io::Result<AsyncRing> {
+    pub(crate) fn into_async(self) -> std::io::Result<AsyncRing> {
         // SAFETY: the ring buffer's fd stays open for as long as the AsyncFd owns `self`,
         // and is deregistered (AsyncFd drop) before the map is closed.
         let fd = unsafe { AsyncFd::register(self) }.map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -260,16 +260,16 @@ impl AsRawFd for Ring {
 /// stack symbolized) and written before the next: on an emulated CPU that is ~0.4 ms, so
 /// 4096 records held the loop for 1.6 s and a stats record came late; 256 keep a batch
 /// near 100 ms there and far below on hardware.
-pub const BATCH: usize = 256;
+pub(crate) const BATCH: usize = 256;
 
-pub struct AsyncRing {
+pub(crate) struct AsyncRing {
     fd: AsyncFd<Ring>,
     last: Drained,
 }
 
 impl AsyncRing {
     /// Waits for data (unless the last batch stopped at its limit), then reads one batch.
-    pub async fn next_batch(&mut self, f: impl FnMut(&[u8])) -> std::io::Result<Drained> {
+    pub(crate) async fn next_batch(&mut self, f: impl FnMut(&[u8])) -> std::io::Result<Drained> {
         if self.last.more {
             tokio::task::yield_now().await;
             self.last = self.fd.get_mut().view.drain(BATCH, f);
@@ -284,19 +284,19 @@ impl AsyncRing {
 
     /// Reads one batch now, without waiting (the watchdog tick: a wakeup can be missed
     /// while the reader waits on a record being written).
-    pub fn drain_now(&mut self, f: impl FnMut(&[u8])) -> Drained {
+    pub(crate) fn drain_now(&mut self, f: impl FnMut(&[u8])) -> Drained {
         self.last = self.fd.get_mut().view.drain(BATCH, f);
         self.last
     }
 
-    pub fn waits(&self) -> &Waits {
+    pub(crate) fn waits(&self) -> &Waits {
         &self.fd.get_ref().view.waits
     }
 
     /// At shutdown, with the programs detached: reads each record into `state` with `f`
     /// until `pending(state)` (records the programs committed and the reader has not read)
     /// is zero and the ring is empty, or `deadline` passes; then says what was left.
-    pub async fn finish<S>(
+    pub(crate) async fn finish<S>(
         &mut self,
         state: &mut S,
         mut f: impl FnMut(&mut S, &[u8]),

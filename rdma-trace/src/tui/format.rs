@@ -5,7 +5,7 @@ use ratatui::layout::Rect;
 use ratatui::widgets::Block;
 
 /// A bordered box whose title fits it (cut with `…` when the box is narrow).
-pub fn titled(title: &str, area: Rect) -> Block<'static> {
+pub(crate) fn titled(title: &str, area: Rect) -> Block<'static> {
     Block::bordered().title(fit::cut(title, area.width.saturating_sub(2)))
 }
 

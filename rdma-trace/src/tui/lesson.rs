@@ -14,7 +14,7 @@ use ratatui::layout::Rect;
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 
 /// The title of an explanation's box.
-pub const TITLE: &str = "explain (↑↓ scroll, e or esc close)";
+pub(crate) const TITLE: &str = "explain (↑↓ scroll, e or esc close)";
 
 /// What the screen asks the story: a topic, anchored on an event (the story's index).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,7 +27,7 @@ pub struct Ask {
 }
 
 /// The narrowest an answer is wrapped to.
-pub const MIN_WIDTH: u16 = 40;
+pub(crate) const MIN_WIDTH: u16 = 40;
 
 /// Why `e` has nothing to explain on the screen shown (the panel shows the words).
 #[derive(Debug, thiserror::Error)]

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use ui::{Mode, Panel, Screen, Ui};
 
 /// At most this many frames (and snapshots) a second.
-pub const FRAME: Duration = Duration::from_millis(33);
+pub(crate) const FRAME: Duration = Duration::from_millis(33);
 
 /// What the keys ask of the source.
 #[derive(Debug)]
@@ -77,7 +77,7 @@ impl Control {
 
 /// The pipeline's side: keeps the model and hands out snapshots.
 /// The latest snapshot, waiting for the screen.
-pub type Slot = Arc<Mutex<Option<Model>>>;
+pub(crate) type Slot = Arc<Mutex<Option<Model>>>;
 
 pub struct Feeder {
     /// The story every row on screen comes from.
@@ -98,7 +98,7 @@ const SEARCH_EVERY: Duration = Duration::from_millis(250);
 
 impl Feeder {
     /// Sends a snapshot if a frame has passed since the last (`force`: now).
-    pub fn offer(&mut self, force: bool) {
+    pub(crate) fn offer(&mut self, force: bool) {
         // Only the newest ask is answered: an older one's panel is gone.
         let ask = self.asks.try_iter().last();
         let force = force || ask.is_some();
@@ -145,14 +145,14 @@ impl Feeder {
     }
 
     /// The source ended (`why`): shown until the person quits.
-    pub fn finished(&mut self, why: String) {
+    pub(crate) fn finished(&mut self, why: String) {
         self.engine.flush();
         self.model.finished = Some(why);
         self.offer(true);
     }
 
     /// Starts over (a replay from the start).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         let source = std::mem::take(&mut self.model.source);
         self.model = Model::new(source);
         self.engine = Engine::new(Vec::new(), limits());
@@ -238,13 +238,13 @@ pub fn channel(source: String, replay: bool) -> (Feeder, Slot) {
 
 /// The story's bounds on screen: the daemon's, with a shorter reorder window (records of
 /// one ring are out of order by microseconds, so 100 ms is ample and rows show promptly).
-pub fn limits() -> Limits {
+pub(crate) fn limits() -> Limits {
     Limits { reorder_ns: 100_000_000, ..Limits::default() }
 }
 
 impl Feeder {
     /// Answers the screen until it quits (a source that ended: its story stays asked).
-    pub fn serve_until_quit(&mut self) {
+    pub(crate) fn serve_until_quit(&mut self) {
         while !self.control.quit.load(Ordering::Relaxed) {
             self.offer(false);
             std::thread::sleep(Duration::from_millis(20));
@@ -266,7 +266,7 @@ extern "C" fn on_sigterm(_: libc::c_int) {
 }
 
 /// Puts the terminal back as it was (raw mode off, main screen, cursor shown).
-pub fn restore() {
+pub(crate) fn restore() {
     use ratatui::crossterm::{cursor, execute, terminal};
     terminal::disable_raw_mode().ok();
     execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show).ok();
@@ -275,7 +275,7 @@ pub fn restore() {
 /// How the screen kept up: frames drawn over how long, and for each key the time from it
 /// being read to the frame that showed its effect being drawn.
 #[derive(Debug, Default)]
-pub struct Frames {
+pub(crate) struct Frames {
     pub drawn: u64,
     pub took: Duration,
     pub keys: Vec<Duration>,
@@ -304,7 +304,7 @@ impl std::fmt::Display for Frames {
 
 /// The screen: draws the latest snapshot and answers keys until `q` (or SIGTERM). The terminal is restored on every way
 /// out, a panic included. Says how it kept up.
-pub fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> std::io::Result<Frames> {
+pub(crate) fn screen(slot: Slot, control: Arc<Control>, replay: bool) -> std::io::Result<Frames> {
     use ratatui::crossterm::event::{self, Event as Input, KeyEventKind};
     use ratatui::crossterm::{execute, terminal};
     let hook = std::panic::take_hook();

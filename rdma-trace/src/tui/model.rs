@@ -20,7 +20,7 @@ pub use crate::pipeline::correlate::cqs::{CqStory, SAMPLES, SECONDS, Samples, cq
 
 /// Rows kept per table, events kept for the stream screen.
 pub const ROWS: usize = 512;
-pub const EVENTS: usize = 2_000;
+pub(crate) const EVENTS: usize = 2_000;
 
 /// One MR (the story's) and its process's name.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -117,7 +117,7 @@ pub struct ProcRow {
 impl ProcRow {
     /// Its container's id, first 12 hex digits (as `docker ps` shows it), where its
     /// cgroup's path names one.
-    pub fn container(&self) -> Option<&str> {
+    pub(crate) fn container(&self) -> Option<&str> {
         self.cgroup.as_deref().and_then(crate::event::container_of).map(|c| &c[..12])
     }
 }
@@ -205,7 +205,7 @@ pub struct HostLine {
 
 impl HostLine {
     /// A source not yet heard from, named by its socket.
-    pub fn waiting(socket: &std::path::Path) -> Self {
+    pub(crate) fn waiting(socket: &std::path::Path) -> Self {
         HostLine { name: socket.display().to_string(), ..Default::default() }
     }
 }
@@ -232,7 +232,7 @@ impl Model {
 
     /// The counts of a newer snapshot (events, losses, rate, how the source stands), the
     /// rows kept as they are: what a paused live screen shows.
-    pub fn counts_from(&mut self, newer: &Model) {
+    pub(crate) fn counts_from(&mut self, newer: &Model) {
         self.events_total = newer.events_total;
         self.lost_total = newer.lost_total;
         self.not_sent = newer.not_sent;
@@ -355,14 +355,14 @@ impl Model {
 
     /// A process as the screens name it: its pid, and with several hosts the host's name
     /// (`event::Task::host`).
-    pub fn who(&self, t: crate::event::Task) -> String {
+    pub(crate) fn who(&self, t: crate::event::Task) -> String {
         let host = self.hosts.get(usize::from(t.host)).filter(|_| self.hosts.len() > 1);
         t.at(host.map(|h| h.name.as_str()))
     }
 
     /// What the filter matches a process by besides its pid and name: `pid@host`, and its
     /// cgroup's path and `container:<id>` where it ran in one.
-    pub fn tags(&self, pid: crate::event::Task) -> String {
+    pub(crate) fn tags(&self, pid: crate::event::Task) -> String {
         let mut t = self.who(pid);
         if let Some(p) = self.procs.get(&pid) {
             if let Some(c) = p.container() {
@@ -385,7 +385,7 @@ impl Model {
 
     /// A loss record: the kernel side is in the stats; what a daemon could not send to
     /// this viewer is counted here.
-    pub fn loss(&mut self, l: &crate::capture::Loss) {
+    pub(crate) fn loss(&mut self, l: &crate::capture::Loss) {
         if l.site == crate::capture::LossSite::Subscriber {
             self.not_sent += l.count;
         }
@@ -400,7 +400,7 @@ impl Model {
 
     /// The loss view: what was lost, by source, site and reason, the largest first, and
     /// what a daemon did not send this view; or why nothing can be said.
-    pub fn loss_lines(&self) -> Vec<String> {
+    pub(crate) fn loss_lines(&self) -> Vec<String> {
         if !self.accounted && self.lost_total == 0 {
             return vec![
                 "This source keeps no account of loss (a format v0 file): what it lost".into(),
@@ -452,7 +452,7 @@ impl Model {
 
     /// The story index of `e`, an event the Events screen lists (from the newest held, or
     /// from what `/` found).
-    pub fn index_of(&self, e: &Event) -> Option<usize> {
+    pub(crate) fn index_of(&self, e: &Event) -> Option<usize> {
         let same = |x: &Arc<Event>| std::ptr::eq(x.as_ref(), e);
         if let Some(f) = &self.found
             && let Some(pos) = f.events.iter().position(same)
@@ -464,7 +464,7 @@ impl Model {
 
     /// Whether event `e` passes `filter`: its pid, host, container or cgroup, its name, or
     /// its fields contain it.
-    pub fn matches(&self, filter: &str, e: &Event) -> bool {
+    pub(crate) fn matches(&self, filter: &str, e: &Event) -> bool {
         filter.is_empty()
             || self.tags(e.process()).contains(filter)
             || e.comm.contains(filter)

@@ -418,7 +418,7 @@ fn histogram(s: &Samples, n: usize) -> Option<Hist> {
 
 /// A scale under a chart: `left` at its left edge, `right` at its right edge (just `left`
 /// when both do not fit).
-pub fn axis_line(left: &str, right: &str, w: u16) -> String {
+pub(crate) fn axis_line(left: &str, right: &str, w: u16) -> String {
     let gap = w.saturating_sub(fit::width(left) + fit::width(right));
     if gap == 0 {
         return fit::cut(left, w);
@@ -490,7 +490,7 @@ fn in_rows(all: &[impl AsRef<str>], w: u16, rows: u16, how: &str, style: Style) 
 
 /// An event whole, a line each: what and where, its fields, its stack (frames the catalog
 /// knows are annotated).
-pub fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
+pub(crate) fn event_detail(m: &Model, e: &crate::event::Event) -> Vec<String> {
     use crate::event::EventKind;
     // Words, not the enum's names.
     let what = match e.kind {
@@ -579,10 +579,10 @@ fn steps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 }
 
 /// The loss view's title.
-pub const LOSS_TITLE: &str = "what was lost, where and why (l or esc closes)";
+pub(crate) const LOSS_TITLE: &str = "what was lost, where and why (l or esc closes)";
 
 /// The help box's lines: a key and what it does.
-pub const HELP: [&str; 17] = [
+pub(crate) const HELP: [&str; 17] = [
     "tab / 1-6   switch screens",
     "↑↓ j k      select a row",
     "e           explain the selected row's path (MR, mapping,",

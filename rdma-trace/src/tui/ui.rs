@@ -32,12 +32,12 @@ impl Screen {
     }
 
     /// Its place among the tabs, from 0 (its number key is one more).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
     /// The screen `by` tabs on (negative: back), wrapping around.
-    pub fn turned(self, by: isize) -> Screen {
+    pub(crate) fn turned(self, by: isize) -> Screen {
         let n = Screen::ALL.len() as isize;
         Screen::ALL[(self.index() as isize + by).rem_euclid(n) as usize]
     }
@@ -61,14 +61,14 @@ pub enum Mode {
 
 impl Mode {
     /// The mode under the help box, or this one.
-    pub fn base(&self) -> &Mode {
+    pub(crate) fn base(&self) -> &Mode {
         match self {
             Mode::Help(under) => under.base(),
             m => m,
         }
     }
 
-    pub fn base_mut(&mut self) -> &mut Mode {
+    pub(crate) fn base_mut(&mut self) -> &mut Mode {
         match self {
             Mode::Help(under) => under.base_mut(),
             m => m,
@@ -111,12 +111,12 @@ pub struct Ui {
 impl Ui {
     /// The selected row of a list of `len` rows: the last when the list has shrunk below
     /// the selection, `None` when it is empty.
-    pub fn row(&self, len: usize) -> Option<usize> {
+    pub(crate) fn row(&self, len: usize) -> Option<usize> {
         len.checked_sub(1).map(|last| self.selected.min(last))
     }
 
     /// The selected item of `rows`.
-    pub fn pick<'a, T>(&self, rows: &'a [T]) -> Option<&'a T> {
+    pub(crate) fn pick<'a, T>(&self, rows: &'a [T]) -> Option<&'a T> {
         rows.get(self.row(rows.len())?)
     }
 }
@@ -130,7 +130,7 @@ impl Ui {
 
 /// The MRs the Pinning screen lists, newest first, filtered: its rows, and what `e`
 /// explains.
-pub fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
+pub(crate) fn shown_mrs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MrRow> {
     let key = |k: Option<u64>| k.map(|k| format!("{k:#x}")).unwrap_or_default();
     m.mrs
         .iter()
@@ -148,7 +148,7 @@ pub fn shown_maps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a MapRow> {
 }
 
 /// The CQs the Completions screen lists, filtered.
-pub fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
+pub(crate) fn shown_cqs<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a CqRow> {
     m.cqs
         .values()
         .filter(|c| {
@@ -167,6 +167,6 @@ pub fn shown_events<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a crate::event::Event> {
 }
 
 /// The companion's steps the Steps screen lists, newest first, filtered.
-pub fn shown_steps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a StepRow> {
+pub(crate) fn shown_steps<'a>(m: &'a Model, ui: &Ui) -> Vec<&'a StepRow> {
     m.steps.iter().rev().filter(|s| ui.admits(&[m.tags(s.pid), s.name.clone()])).collect()
 }

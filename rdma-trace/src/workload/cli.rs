@@ -77,7 +77,7 @@ fn parse_msg_size(s: &str) -> Result<u32, SizeError> {
 }
 
 impl Args {
-    pub fn config(&self) -> Config {
+    pub(crate) fn config(&self) -> Config {
         Config {
             device: self.device.clone(),
             port: self.port,

@@ -6,7 +6,7 @@ use crate::steps::{Config, Mode, StepName};
 
 /// A posted operation from QP `a` to QP `b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// RDMA WRITE into the last MR (no receive consumed, one completion on the send CQ).
     Write,
     /// SEND into a receive posted on `b` over the last MR (a send and a receive completion).
@@ -15,7 +15,7 @@ pub enum Op {
 
 /// One work request of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Work {
+pub(crate) struct Work {
     pub wr_id: u64,
     pub op: Op,
     /// Byte written over the source before posting and checked at the destination after.
@@ -26,7 +26,7 @@ pub struct Work {
 pub const RECV_WR_ID_BIT: u64 = 1 << 32;
 
 /// `--iterations` work requests, alternating RDMA WRITE and SEND (WRITE first), wr_id 1, 2, …
-pub fn work_plan(iterations: u32) -> Vec<Work> {
+pub(crate) fn work_plan(iterations: u32) -> Vec<Work> {
     (0..iterations)
         .map(|i| Work {
             wr_id: u64::from(i) + 1,
@@ -43,7 +43,7 @@ pub use crate::steps::pages_spanned as pages_4k;
 
 /// Why a run's options do not make a run: each names the option.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("--mr-sizes is empty")]
     NoSizes,
     #[error("--iterations must be at least 1")]
@@ -58,7 +58,7 @@ pub enum ConfigError {
     MessageOver1G,
 }
 
-pub fn validate(c: &Config) -> Result<(), ConfigError> {
+pub(crate) fn validate(c: &Config) -> Result<(), ConfigError> {
     let Some(&smallest) = c.mr_sizes.iter().min() else {
         return Err(ConfigError::NoSizes);
     };

@@ -149,7 +149,7 @@ impl Window {
 /// default lookback, so a scrape at any usual interval after the end has its last counts.
 pub const ENDED_KEPT_NS: u64 = 300_000_000_000;
 /// At most this many such rows.
-pub const ENDED_KEPT: usize = 256;
+pub(crate) const ENDED_KEPT: usize = 256;
 
 pub struct Engine {
     limits: Limits,
@@ -321,7 +321,10 @@ impl Engine {
     /// What `explain` reads, everything fed joined first: the events kept, in the order
     /// fed, the story with its indexes into them, the steps, and where `anchor` (an index
     /// `push` gave) is among them (none when it is no longer kept).
-    pub fn for_explain(&mut self, anchor: usize) -> (Vec<Event>, Story, Vec<StepRecord>, Option<usize>) {
+    pub(crate) fn for_explain(
+        &mut self,
+        anchor: usize,
+    ) -> (Vec<Event>, Story, Vec<StepRecord>, Option<usize>) {
         self.flush();
         let kept: Vec<usize> = self.store.by_index.iter().map(|(i, _)| *i).collect();
         let events = self.store.by_index.iter().map(|(_, e)| Event::clone(e)).collect();
@@ -346,7 +349,7 @@ impl Engine {
     }
 
     /// The steps joined after the first `seen`, oldest first, and how many there are.
-    pub fn joins_since(&self, seen: u64) -> (impl Iterator<Item = &super::story::Joined>, u64) {
+    pub(crate) fn joins_since(&self, seen: u64) -> (impl Iterator<Item = &super::story::Joined>, u64) {
         (self.builder.joins_since(seen), self.builder.joins_total())
     }
 

@@ -35,7 +35,7 @@ pub enum QueueKind {
 
 impl QueueKind {
     /// A few words, for counting mappings by kind.
-    pub fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             QueueKind::Cq => "CQ ring",
             QueueKind::Sq => "send queue",
@@ -117,7 +117,7 @@ pub struct Queue {
 
 impl Queue {
     /// In a few words, for a table column: the object and the ring's entries.
-    pub fn brief(&self) -> String {
+    pub(crate) fn brief(&self) -> String {
         let what = match (self.kind, self.object) {
             (QueueKind::Sq, Some(Object::Qp(n))) => format!("QP {n} send queue"),
             (QueueKind::Rq, Some(Object::Qp(n))) => format!("QP {n} recv queue"),
@@ -160,7 +160,7 @@ impl std::fmt::Display for Queue {
 /// A mapping named: the mapping at `start` in process `pid` is `queue` (sent again when
 /// the queue's object is learned).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Named {
+pub(crate) struct Named {
     pub pid: Task,
     pub start: u64,
     pub queue: Queue,
@@ -176,7 +176,7 @@ struct Making {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Namer {
+pub(crate) struct Namer {
     /// Per thread: the key being made, the last QP queue's call-site offset (the SQ's
     /// call comes first in rxe_qp_from_init), and the kernel CQ being created.
     making: HashMap<Task, Making>,
@@ -191,7 +191,7 @@ pub struct Namer {
 }
 
 impl Namer {
-    pub fn event(&mut self, e: &Event) -> Vec<Named> {
+    pub(crate) fn event(&mut self, e: &Event) -> Vec<Named> {
         match (e.probe(), e.kind) {
             (Some(ProbeId::RxeCreateCq), EventKind::Entry) => {
                 if let Some(cq) = e.field(FieldId::Cq) {
@@ -233,7 +233,7 @@ impl Namer {
 
     /// A companion step names what it made: the queues mapped on its thread inside it,
     /// now or when they are mapped (a step file is read before the events).
-    pub fn step(&mut self, s: &StepRecord) -> Vec<Named> {
+    pub(crate) fn step(&mut self, s: &StepRecord) -> Vec<Named> {
         let made = match (s.name, &s.cq, &s.qp) {
             (StepName::CreateCq, Some(cq), _) => Object::Cq(cq.handle),
             (StepName::CreateQp, _, Some(qp)) => Object::Qp(qp.qpn),

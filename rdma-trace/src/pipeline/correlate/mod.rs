@@ -34,7 +34,7 @@ pub struct Correlator {
 impl Correlator {
     /// Calls let go while open (past `calls::MAX_OPEN` on one thread): their returns get
     /// no latency.
-    pub fn let_go(&self) -> u64 {
+    pub(crate) fn let_go(&self) -> u64 {
         self.open.let_go
     }
 

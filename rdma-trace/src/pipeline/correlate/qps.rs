@@ -76,7 +76,7 @@ pub struct QpRow {
 
 impl QpRow {
     /// The IPv4 address in an IPv4-mapped GID (RoCE v2 over IPv4: `::ffff:a.b.c.d`).
-    pub fn dest_ipv4(&self) -> Option<std::net::Ipv4Addr> {
+    pub(crate) fn dest_ipv4(&self) -> Option<std::net::Ipv4Addr> {
         let (prefix, iid) = self.dgid?;
         let b = iid.to_le_bytes();
         (prefix == 0 && b[..4] == [0, 0, 0xff, 0xff]).then(|| std::net::Ipv4Addr::new(b[4], b[5], b[6], b[7]))
@@ -103,7 +103,7 @@ pub struct QpStory {
 
 /// The builder's side: which QPs each CQ serves.
 #[derive(Default)]
-pub struct Qps {
+pub(crate) struct Qps {
     /// (host, kernel CQ) → the QPs using it (send or receive).
     by_cq: HashMap<(u16, u64), Vec<QpKey>>,
 }
@@ -111,7 +111,13 @@ pub struct Qps {
 impl Qps {
     /// Takes in event `i` (the next in time order). For a completion, returns the QP it
     /// was joined through and whether to a post on its peer (true) or its own (false).
-    pub fn event(&mut self, story: &mut QpStory, cap: usize, i: usize, e: &Event) -> Option<(QpKey, bool)> {
+    pub(crate) fn event(
+        &mut self,
+        story: &mut QpStory,
+        cap: usize,
+        i: usize,
+        e: &Event,
+    ) -> Option<(QpKey, bool)> {
         if e.kind != EventKind::Entry {
             return None;
         }
@@ -157,7 +163,7 @@ impl Qps {
     }
 
     /// Forgets the QPs process `pid` drove (a retired process), and which CQs served them.
-    pub fn retire(&mut self, story: &mut QpStory, pid: Task) {
+    pub(crate) fn retire(&mut self, story: &mut QpStory, pid: Task) {
         let gone: Vec<QpKey> = story.rows.values().filter(|r| r.pid == pid).map(|r| r.key).collect();
         if gone.is_empty() {
             return;
@@ -260,7 +266,7 @@ impl Qps {
 
     /// The QPs as a late subscriber is told them (`capture::State`): every row, its pid
     /// and times as this story has them.
-    pub fn state(story: &QpStory) -> Vec<QpState> {
+    pub(crate) fn state(story: &QpStory) -> Vec<QpState> {
         story
             .rows
             .values()
@@ -282,7 +288,7 @@ impl Qps {
 
     /// What a daemon said existed when this story began: its QPs, their CQs, and their
     /// peers paired (with QPs seeded or seen before, on any host).
-    pub fn seed(&mut self, story: &mut QpStory, qps: &[QpState]) {
+    pub(crate) fn seed(&mut self, story: &mut QpStory, qps: &[QpState]) {
         for q in qps {
             let key = QpKey { host: q.host, qpn: q.qpn };
             let row = story.rows.entry(key).or_insert_with(|| QpRow { key, ..Default::default() });

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// A companion step, joined once the story has passed its end: the kernel events it
 /// caused, and its checks as judged then.
 #[derive(Clone, Debug)]
-pub struct Joined {
+pub(crate) struct Joined {
     pub step: StepRecord,
     pub events: Vec<usize>,
     pub checks: Vec<Check>,
@@ -72,13 +72,13 @@ pub struct Story {
 
 impl Story {
     /// The name of process `pid` as the story knows it (empty if it does not).
-    pub fn comm(&self, pid: Task) -> String {
+    pub(crate) fn comm(&self, pid: Task) -> String {
         self.processes.get(&pid).map(|p| p.comm.clone()).unwrap_or_default()
     }
 
     /// The story with its event indexes moved by `to` (an index no longer kept: `None`,
     /// and what names only it is let go): for readers that hold the events as a slice.
-    pub fn reindexed(mut self, to: &dyn Fn(usize) -> Option<usize>) -> Story {
+    pub(crate) fn reindexed(mut self, to: &dyn Fn(usize) -> Option<usize>) -> Story {
         let all = |v: &mut VecDeque<usize>| *v = v.iter().filter_map(|&i| to(i)).collect();
         for ps in self.processes.values_mut() {
             all(&mut ps.events);
