@@ -77,6 +77,7 @@ impl Tally {
             self.headerless += 1;
         }
     }
+    /// A record was delivered to the outputs; `h` is its header.
     pub fn delivered(&mut self, h: &EventHeader) {
         Self::bump(&mut self.delivered, Some(h));
     }
@@ -139,6 +140,7 @@ pub struct SiteStats {
 }
 
 impl SiteStats {
+    /// Records of this site lost, for every reason.
     pub fn lost(&self) -> u64 {
         self.loss_reasons().iter().map(|(_, n)| n).sum()
     }
@@ -209,6 +211,7 @@ pub(crate) fn probe_row(id: &str, symbol: &str, is_return: bool) -> String {
 }
 pub(crate) const SYSCALLS_ENTER_ROW: &str = "syscalls enter";
 pub(crate) const SYSCALLS_EXIT_ROW: &str = "syscalls exit";
+/// The account row of the companion's step records.
 pub const STEPS_ROW: &str = "companion steps (rdma_trace_step)";
 
 /// The account row an event was counted under.

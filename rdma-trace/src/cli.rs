@@ -37,11 +37,13 @@ kernel versions. Needs root (CAP_BPF + CAP_PERFMON).",
 output that could not be written, nothing to trace); 2 a usage error or bad input (a wrong value, a \
 missing file, a file that is no capture, a pid that does not exist, no privileges)."
 )]
+/// The command line: one subcommand.
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
+/// The subcommands (`rdma-trace --help` lists them).
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Stream RDMA kernel events (and a traced program's verbs-related syscalls) as text or JSON Lines.
@@ -194,6 +196,7 @@ completion-events), syscalls-per-completion, syscalls-per-wr, lost. Exit status:
     },
 }
 
+/// `tui`: a live run, a daemon's stream, or a capture, on screen.
 #[derive(clap::Args)]
 pub struct TuiArgs {
     /// At exit, the screen's own account: frames drawn, keys answered and how fast.
@@ -223,6 +226,7 @@ pub struct TuiArgs {
     pub command: Vec<String>,
 }
 
+/// `daemon`: trace for as long as asked and serve subscribers.
 #[derive(clap::Args)]
 pub struct DaemonArgs {
     /// The Unix socket subscribers connect to.
@@ -285,6 +289,7 @@ pub struct DaemonArgs {
     pub subscriber_queue: usize,
 }
 
+/// `explain`: one topic taught from a capture's own numbers, or from a fresh run.
 #[derive(clap::Args)]
 pub struct ExplainArgs {
     #[arg(value_enum)]
@@ -321,6 +326,7 @@ pub struct ReadOpts {
     pub follow: bool,
 }
 
+/// `trace`: attach, print the text stream, write a capture.
 #[derive(clap::Args)]
 pub struct TraceArgs {
     /// Only these probes (ids from `rdma-trace probes`); repeatable. Default: all.

@@ -170,6 +170,7 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Where source `i` is placed against the first source (`first`), from its header `h`.
     pub fn of(i: usize, first: &Header, h: &Header) -> Placement {
         let mut p =
             Placement { shift_ns: h.realtime_offset_ns - first.realtime_offset_ns, ..Default::default() };
@@ -182,10 +183,12 @@ impl Placement {
         p
     }
 
+    /// A time of this source on the first source's clock.
     pub fn time(&self, t: u64) -> u64 {
         (t as i64).saturating_add(self.shift_ns).max(0) as u64
     }
 
+    /// Moves an event onto the first source's clock and names its host.
     pub fn event(&self, e: &mut crate::event::Event) {
         e.ts_ns = self.time(e.ts_ns);
         e.host = self.host;
@@ -196,6 +199,7 @@ impl Placement {
         s.host = self.host;
     }
 
+    /// Moves a daemon's state onto the first source's clock and names its host.
     pub fn state(&self, st: &mut crate::capture::State) {
         st.ts_ns = self.time(st.ts_ns);
         st.processes.iter_mut().for_each(|p| p.host = self.host);
@@ -212,6 +216,7 @@ pub(crate) fn describe(c: &ClockSample) -> String {
     offset_text(c.offset_ns, c.error_ns())
 }
 
+/// A measured clock offset in words, with its error bar.
 pub fn offset_text(offset_ns: i64, error_ns: u64) -> String {
     let ms = |ns: f64| ns / 1e6;
     format!("{:+.3} ms ± {:.3} ms", ms(offset_ns as f64), ms(error_ns as f64))

@@ -69,5 +69,6 @@ pub trait Sink {
     fn tick(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// Writes out whatever the sink holds (the end of a run waits for it).
     fn flush(&mut self) -> io::Result<()>;
 }

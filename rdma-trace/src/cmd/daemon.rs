@@ -121,6 +121,7 @@ impl Sink for Outputs {
     }
 }
 
+/// `rdma-trace daemon`: returns the exit status.
 pub fn run(a: DaemonArgs) -> Result<i32> {
     if !a.ring_kib.is_power_of_two() || a.ring_kib < 4 {
         crate::bad_input!("--ring-kib must be a power of two ≥ 4 (got {})", a.ring_kib);

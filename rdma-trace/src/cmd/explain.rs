@@ -131,6 +131,7 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
     }))
 }
 
+/// `rdma-trace explain`: returns the exit status.
 pub fn run(a: ExplainArgs) -> Result<i32> {
     let run = match (a.files.is_empty(), a.command.is_empty()) {
         (false, true) => from_files(&a)?,

@@ -72,6 +72,7 @@ fn name(f: &Path) -> String {
     f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| f.display().to_string())
 }
 
+/// `rdma-trace report`: returns the exit status.
 pub fn report(files: &[PathBuf], json: bool, opts: ReadOpts) -> Result<i32> {
     if files.is_empty() {
         bail!("no capture given");

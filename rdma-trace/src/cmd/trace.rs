@@ -179,6 +179,7 @@ pub(super) fn trailer(f: &Finished) -> Trailer {
     }
 }
 
+/// `rdma-trace trace`: returns the exit status (a traced command's own).
 pub fn run(a: TraceArgs) -> Result<i32> {
     if !a.connect.is_empty() {
         return super::connected::run(&a);

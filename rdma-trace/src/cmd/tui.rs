@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 /// How long `--connect` keeps trying a daemon that is not there yet.
 const CONNECT_FOR: Duration = Duration::from_secs(600);
 
+/// `rdma-trace tui`: returns the exit status.
 pub fn run(a: TuiArgs) -> Result<i32> {
     use std::io::IsTerminal;
     // The screen needs a terminal to draw on and to read keys from: without one (a pipe, a

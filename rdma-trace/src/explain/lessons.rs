@@ -20,8 +20,10 @@ pub enum Topic {
 }
 
 impl Topic {
+    /// Every topic, in the order they are taught.
     pub const ALL: [Topic; 5] = [Topic::Mr, Topic::Mmap, Topic::Cq, Topic::Bypass, Topic::Fork];
 
+    /// The topic's name on the command line (`mr`, `mmap`, `cq`, `bypass`, `fork`).
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Mr => "mr",

@@ -18,6 +18,7 @@ pub struct Named {
     pub what: String,
 }
 
+/// One stage of a path as it ran: the values seen, the functions that ran, and why.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stage {
     pub title: String,
@@ -27,6 +28,7 @@ pub struct Stage {
     pub text: String,
 }
 
+/// One topic explained on one real occurrence from a capture.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Explanation {
     pub topic: String,
@@ -58,6 +60,7 @@ pub struct RunCounts {
 }
 
 impl RunCounts {
+    /// Counts `e` if it is a system call, a `madvise` (and a DONTFORK one) or a pin.
     pub fn add(&mut self, e: &Event) {
         if e.kind == EventKind::SyscallEnter {
             self.syscalls += 1;
@@ -69,6 +72,7 @@ impl RunCounts {
         self.pins += u64::from(e.is(crate::event::ProbeId::UmemGet) && e.kind == EventKind::Entry);
     }
 
+    /// The counts of a run's events.
     pub fn of(events: &[Event]) -> Self {
         let mut c = RunCounts::default();
         events.iter().for_each(|e| c.add(e));

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 /// The compiled eBPF object, embedded at build time.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rdma-trace"));
 
+/// Why the eBPF object could not be loaded, or a program or map used.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
     #[error("loading the eBPF object: {0}")]
@@ -386,6 +387,7 @@ impl Loaded {
         self.targets()?.insert(id, 1, 0).map_err(map_err("TARGETS"))
     }
 
+    /// Stops watching the syscalls of process `id`.
     pub fn unwatch(&mut self, id: u32) -> Result<(), AttachError> {
         self.targets()?.remove(&id).map_err(map_err("TARGETS"))
     }

@@ -7,6 +7,7 @@ use crate::pipeline::render::qp_state;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
+/// A queue pair of the report: its two ends and the completions joined to its posts.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct QpReport {
     pub hostname: String,
@@ -34,6 +35,7 @@ pub struct QpReport {
     pub own_p99_ns: Option<u64>,
 }
 
+/// One end of a queue pair: its host and QP number.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct QpEnd {
     pub hostname: String,

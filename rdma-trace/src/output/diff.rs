@@ -82,6 +82,7 @@ impl std::fmt::Display for Threshold {
     }
 }
 
+/// Two reports compared: their metrics side by side, the stacks only one has, the thresholds broken.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Diff {
     /// metric → (A, B).
@@ -94,6 +95,7 @@ pub struct Diff {
     pub failed: Vec<String>,
 }
 
+/// Compares report `b` with report `a` against `thresholds`.
 pub fn diff(a: &Report, b: &Report, thresholds: &[Threshold]) -> Result<Diff, ThresholdError> {
     let (ma, mb) = (metrics(a), metrics(b));
     let mut out = Diff::default();
@@ -167,6 +169,7 @@ fn delta(a: f64, b: f64) -> String {
     }
 }
 
+/// The comparison as text.
 pub fn text(d: &Diff) -> String {
     let mut out = String::new();
     write_text(&mut out, d).expect("formatting into a String cannot fail");

@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::io;
 use std::path::Path;
 
+/// The capture writer: format v1 records, one JSON line each, to a target.
 pub struct Jsonl<W: Target> {
     out: W,
     seq: u64,
@@ -29,6 +30,7 @@ impl Jsonl<CaptureFile> {
 }
 
 impl<W: Target> Jsonl<W> {
+    /// A writer to `out` (its header is written by `Sink::header`).
     pub fn new(out: W) -> Self {
         Self::starting_at(out, 0)
     }

@@ -16,6 +16,7 @@ pub(crate) const SCHEMA: u32 = 1;
 /// Stacks shown per path.
 pub(crate) const TOP_STACKS: usize = 5;
 
+/// `rdma-trace report` (docs/report.md): per capture, per path, per process.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub schema: u32,
@@ -79,6 +80,7 @@ pub struct MrReport {
     pub from_tables: bool,
 }
 
+/// What a capture says of itself: its header, trailer and loss account.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaptureInfo {
     pub file: String,
@@ -122,6 +124,7 @@ fn yes() -> bool {
     true
 }
 
+/// One path (pin, mmap, completion, …) across a capture.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PathReport {
     /// Entry events of the path's kernel probes.
@@ -136,6 +139,7 @@ pub struct PathReport {
     pub pages: Option<u64>,
 }
 
+/// A latency distribution: quantiles and a histogram.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// What is timed.
@@ -150,12 +154,14 @@ pub struct Latency {
     pub histogram: Vec<Bucket>,
 }
 
+/// One bucket of a latency histogram.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {
     pub le_ns: Option<u64>,
     pub count: u64,
 }
 
+/// A kernel stack by function, innermost first, and how often it was seen.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stack {
     pub count: u64,
@@ -163,6 +169,7 @@ pub struct Stack {
     pub frames: Vec<String>,
 }
 
+/// One process of the report: what it pinned, mapped and completed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
@@ -192,6 +199,7 @@ pub struct ProcessReport {
     pub mappings: u64,
 }
 
+/// A process's data phase: from its first post to its last completion.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DataPhase {
     /// Syscalls between the end of set-up and the start of teardown, by `name[fd kind]`,
@@ -275,6 +283,7 @@ fn capture(p: &Part) -> CaptureInfo {
     }
 }
 
+/// The report of a story, its companion steps and its captures' parts.
 pub fn build(story: &Story, steps: &[StepRecord], parts: &[Part]) -> Report {
     let mut paths: BTreeMap<Path, PathNumbers> = BTreeMap::new();
     for p in parts {

@@ -113,6 +113,7 @@ fn process<E: Events + ?Sized>(out: &mut String, ps: &ProcessStory, events: &E) 
     Ok(())
 }
 
+/// `rdma-trace story`'s text: the story of each process, its steps joined to their events.
 pub fn text<E: Events + ?Sized>(story: &Story, events: &E, steps: &[StepRecord]) -> String {
     let mut out = String::new();
     write_text(&mut out, story, events, steps).expect("formatting into a String cannot fail");

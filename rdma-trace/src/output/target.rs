@@ -56,6 +56,7 @@ enum Out {
     Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
 }
 
+/// A capture file on disk: created 0600, compressed by its name, rotated when asked.
 pub struct CaptureFile {
     base: PathBuf,
     compress: bool,
@@ -71,6 +72,7 @@ pub struct CaptureFile {
 const ZSTD_LEVEL: i32 = 3;
 
 impl CaptureFile {
+    /// Creates the file at `base` (the first of a rotation).
     pub fn create(base: &Path, rotation: Option<Rotation>) -> io::Result<Self> {
         let compress = base.extension().is_some_and(|e| e == "zst");
         let out = open(base, compress, false)?;

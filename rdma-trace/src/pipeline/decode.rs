@@ -7,6 +7,7 @@ use rdma_trace_common::{
 };
 use std::borrow::Cow;
 
+/// Why ring bytes are not a record (the loss is counted as undecodable).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("record of {0} bytes is shorter than an event header")]
@@ -66,6 +67,7 @@ impl<'a> Stack<'a> {
 }
 
 impl Raw<'_> {
+    /// The record's common header.
     pub fn header(&self) -> &EventHeader {
         match self {
             Raw::Probe { hdr, .. } | Raw::Syscall { hdr, .. } | Raw::Step { hdr, .. } => hdr,
@@ -131,6 +133,7 @@ fn syscall(b: &[u8], hdr: EventHeader) -> Result<Raw<'_>, DecodeError> {
     Ok(Raw::Syscall { hdr, is_exit: hdr.kind == KIND_SYS_EXIT, nr: e.nr, args: e.args, path })
 }
 
+/// Decodes one ring record (borrowing its bytes).
 pub fn decode(b: &[u8]) -> Result<Raw<'_>, DecodeError> {
     if b.len() < size_of::<EventHeader>() {
         return Err(DecodeError::Short(b.len()));

@@ -12,6 +12,7 @@ use crate::plan::select::Plan;
 use crate::plan::syscalls;
 use std::collections::BTreeMap;
 
+/// Turns decoded records into events: names, rendered values, symbols, fds, cgroups.
 pub struct Enricher<'a> {
     pub plan: &'a Plan,
     pub ksyms: &'a Ksyms,
@@ -47,6 +48,7 @@ pub fn step(json: &[u8]) -> Option<crate::steps::StepRecord> {
 }
 
 impl Enricher<'_> {
+    /// The event of a decoded record, or none for one that makes no event.
     pub fn event(&mut self, raw: &Raw) -> Option<Event> {
         let h = raw.header();
         let mut ev = Event {

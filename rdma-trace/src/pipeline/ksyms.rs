@@ -1,11 +1,13 @@
 //! Kernel address → `function+0xoff [module]`, from /proc/kallsyms (loaded once).
 
+/// Kernel symbols by address (from /proc/kallsyms), for stacks.
 pub struct Ksyms {
     /// (address, name, module) sorted by address.
     syms: Vec<(u64, String, Option<String>)>,
 }
 
 impl Ksyms {
+    /// The symbols of a /proc/kallsyms text.
     pub fn parse(kallsyms: &str) -> Self {
         // Addresses read as 0 without root (kptr_restrict): nothing to symbolize then.
         let mut syms: Vec<_> = crate::plan::kernel::kallsyms_text(kallsyms)

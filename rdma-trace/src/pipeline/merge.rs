@@ -67,6 +67,7 @@ pub struct Merge {
 }
 
 impl Merge {
+    /// A merge of `sources` streams, none placed yet.
     pub fn new(sources: usize) -> Self {
         Merge {
             headers: vec![None; sources],

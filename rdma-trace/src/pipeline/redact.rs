@@ -16,6 +16,7 @@ pub const KERNEL_HALF: u64 = 0xff00_0000_0000_0000;
 /// Stand-ins for kernel addresses: this base plus the order of first appearance (1, 2, …).
 pub const KERNEL_STAND_IN: u64 = 0xffff_ffff_0000_0000;
 
+/// Replaces kernel addresses with stand-ins, the same address by the same stand-in.
 #[derive(Default)]
 pub struct Redactor {
     kernel: HashMap<u64, u64>,
@@ -53,6 +54,7 @@ impl Redactor {
         }
     }
 
+    /// Redacts the kernel addresses of one event in place.
     pub fn event(&mut self, ev: &mut Event) {
         use crate::event::FieldId;
         for (name, v) in ev.fields.iter_mut() {

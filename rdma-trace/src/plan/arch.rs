@@ -61,6 +61,7 @@ const fn sc(nr: i64, name: &'static str, args: &'static [FieldId], fd_arg: Optio
     SyscallSpec { nr: nr as u32, name, args, fd_arg }
 }
 
+/// The system calls watched, with their x86-64 numbers and the arguments read.
 pub static WATCHED: &[SyscallSpec] = &[
     sc(libc::SYS_read, "read", &[F::Fd, F::Buf, F::Count], Some(0)),
     sc(libc::SYS_write, "write", &[F::Fd, F::Buf, F::Count], Some(0)),

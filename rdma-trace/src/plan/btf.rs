@@ -8,6 +8,7 @@ use btf_rs::{Btf, Type};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// Why BTF could not be read or does not have what a probe reads.
 #[derive(Debug, thiserror::Error)]
 pub enum BtfError {
     #[error("cannot read BTF {path}: {msg}")]
@@ -55,6 +56,7 @@ pub struct Resolved {
 }
 
 impl BtfSource {
+    /// The BTF of the kernel and its modules under `dir` (/sys/kernel/btf).
     pub fn open(dir: &Path) -> Result<Self, BtfError> {
         Self::open_with(dir, Backend::default())
     }
@@ -139,6 +141,7 @@ pub struct Proto {
     pub ret: Type,
 }
 
+/// The prototype of function `func`: its parameters' names and types.
 pub fn proto(btf: &Btf, func: &str) -> Result<Proto, BtfError> {
     let types = btf.resolve_types_by_name(func).map_err(|_| BtfError::NoFunction(func.into()))?;
     let f = types

@@ -85,6 +85,7 @@ pub struct Field {
     pub render: Render,
 }
 
+/// One catalog probe: where it attaches, what it reads, which path it belongs to.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
     pub id: ProbeId,
@@ -107,6 +108,7 @@ const fn f(name: &'static str, from: Src, path: &'static str, render: Render) ->
 }
 
 impl Field {
+    /// The field's name in an event.
     pub const fn name(&self) -> &'static str {
         self.id.as_str()
     }

@@ -26,6 +26,7 @@ pub(crate) fn kallsyms_text(kallsyms: &str) -> impl Iterator<Item = (u64, &str, 
 }
 
 impl Symbols {
+    /// The symbols of a /proc/kallsyms text, by name, with their modules.
     pub fn parse(kallsyms: &str) -> Self {
         let mut map = HashMap::new();
         for (addr, name, module) in kallsyms_text(kallsyms) {

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 /// Slots reserved for tracepoint probes (programs `tp_22`, `tp_23`).
 pub(crate) const TP_SLOTS: [usize; 2] = [MAX_SLOTS - 2, MAX_SLOTS - 1];
 
+/// A probe planned on this kernel: its symbol, slot and what it reads.
 #[derive(Clone, Debug)]
 pub struct Planned {
     pub spec: &'static ProbeSpec,
@@ -46,6 +47,7 @@ impl Planned {
     }
 }
 
+/// A catalog probe left out on this kernel, and why.
 #[derive(Clone, Debug)]
 pub struct Skipped {
     pub spec: &'static ProbeSpec,
@@ -116,6 +118,7 @@ impl From<btf::BtfError> for Skip {
     }
 }
 
+/// The probes planned and those skipped.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub probes: Vec<Planned>,

@@ -41,10 +41,12 @@ pub(crate) fn render_of(id: FieldId) -> crate::plan::catalog::Render {
     }
 }
 
+/// The watched system call of number `nr`.
 pub fn by_nr(nr: u64) -> Option<&'static SyscallSpec> {
     WATCHED.iter().find(|s| u64::from(s.nr) == nr)
 }
 
+/// The numbers of every watched system call.
 pub fn all_nrs() -> Vec<u32> {
     WATCHED.iter().map(|s| s.nr).collect()
 }
@@ -68,6 +70,7 @@ pub(crate) fn layout_from(
     })
 }
 
+/// Where the raw_syscalls tracepoints hold the call's number and arguments on this kernel.
 pub fn system_layout() -> std::io::Result<SyscallLayout> {
     let enter = crate::plan::kernel::tracepoint_format("raw_syscalls", "sys_enter")?;
     let exit = crate::plan::kernel::tracepoint_format("raw_syscalls", "sys_exit")?;

@@ -6,6 +6,7 @@
 /// send them, and the requests answered at once (past that, 503 at once).
 pub(crate) const MAX_REQUEST: u64 = 16 << 10;
 const REQUEST_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+/// The requests answered at once (past that, 503 at once).
 pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Serves `text()` over HTTP on `addr` (any path, GET; `/clock` answers the wall clock for a

@@ -66,6 +66,7 @@ pub struct Hello {
 }
 
 impl Hello {
+    /// A hello for this build's format, asking for `want`.
     pub fn new(want: Want) -> Self {
         Hello { hello: "rdma-trace".into(), version: crate::capture::VERSION, want, redact: false }
     }
@@ -115,6 +116,7 @@ pub enum ServeNotice {
 
 pub use seeder::Seed;
 
+/// The daemon's side: hands the stream to every subscriber, each behind its own queue.
 pub struct Broadcaster {
     format: Jsonl<Vec<u8>>,
     header: Header,

@@ -78,6 +78,7 @@ pub(crate) fn peer_cred(s: &UnixStream) -> std::io::Result<libc::ucred> {
     Ok(cred)
 }
 
+/// The daemon's Unix socket, where subscribers connect.
 pub struct Listener {
     listener: UnixListener,
     path: PathBuf,

@@ -79,6 +79,7 @@ impl Control {
 /// The latest snapshot, waiting for the screen.
 pub(crate) type Slot = Arc<Mutex<Option<Model>>>;
 
+/// The pipeline's side of the TUI: takes the stream, keeps the story, hands snapshots over.
 pub struct Feeder {
     /// The story every row on screen comes from.
     pub engine: Engine,

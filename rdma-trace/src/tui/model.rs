@@ -122,6 +122,7 @@ impl ProcRow {
     }
 }
 
+/// What the screen shows: a snapshot of the story and the run's counts.
 #[derive(Clone, Debug, Default)]
 pub struct Model {
     /// Where the events come from, and the position in a file.
@@ -375,6 +376,7 @@ impl Model {
         t
     }
 
+    /// A stream's header: its kernel, and the probes attached and skipped.
     pub fn header(&mut self, h: &Header) {
         // A v1 stream (it has a header) accounts for its loss; a v0 file cannot.
         self.accounted = true;

@@ -18,6 +18,7 @@ fn p50_p99(s: &Samples) -> String {
     format!("p50 {} p99 {}{of}", ns(s.quantile(0.5)), ns(s.quantile(0.99)))
 }
 
+/// Draws the screen `ui` shows of `m`.
 pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
     let [tabs, body, status] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(1)]).areas(f.area());

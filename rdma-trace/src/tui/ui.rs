@@ -17,9 +17,11 @@ pub enum Screen {
 }
 
 impl Screen {
+    /// Every screen, in the order of their keys (1 to 6).
     pub const ALL: [Screen; 6] =
         [Screen::Overview, Screen::Pinning, Screen::Mmap, Screen::Completions, Screen::Events, Screen::Steps];
 
+    /// The screen's name in the tab bar.
     pub const fn name(self) -> &'static str {
         match self {
             Screen::Overview => "Overview",

@@ -19,6 +19,7 @@ pub const SECONDS: usize = 60;
 pub struct Samples(pub std::sync::Arc<VecDeque<u64>>);
 
 impl Samples {
+    /// Adds a sample, dropping the oldest past the capacity.
     pub fn push(&mut self, v: u64) {
         push_capped(std::sync::Arc::make_mut(&mut self.0), SAMPLES, v);
     }

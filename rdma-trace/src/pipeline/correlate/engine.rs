@@ -151,6 +151,7 @@ pub const ENDED_KEPT_NS: u64 = 300_000_000_000;
 /// At most this many such rows.
 pub(crate) const ENDED_KEPT: usize = 256;
 
+/// The story builder: attributes and joins every event once; every view reads it.
 pub struct Engine {
     limits: Limits,
     steps: Vec<StepRecord>,

@@ -6,6 +6,7 @@ use crate::event::Event;
 
 /// Events a story can look up by the index it gives them (the order they were fed in).
 pub trait Events {
+    /// The event the story knows by index `i`, if it is still kept.
     fn ev(&self, i: usize) -> Option<&Event>;
     /// Every event still kept, with its index, in the order fed.
     fn all(&self) -> Box<dyn Iterator<Item = (usize, &Event)> + '_>;

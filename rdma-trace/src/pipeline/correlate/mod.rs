@@ -24,6 +24,7 @@ struct OpenCall {
     range: Option<(u64, u64)>,
 }
 
+/// Pairs each return with its entry on the same thread (latency), live.
 #[derive(Default)]
 pub struct Correlator {
     /// The functions open on each thread (syscalls are not calls here: their exits carry

@@ -31,6 +31,7 @@ pub struct Completion {
     pub wakeup_latency_ns: Option<u64>,
 }
 
+/// One process's story: its calls, pins, MRs, mappings and completions.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ProcessStory {
     pub pid: Task,
@@ -150,6 +151,7 @@ pub const BUCKETS_NS: [u64; 16] = [
 ];
 
 impl Histogram {
+    /// Counts one latency.
     pub fn observe(&mut self, ns: u64) {
         if self.counts.is_empty() {
             self.counts = vec![0; BUCKETS_NS.len() + 1];

@@ -39,6 +39,8 @@ pub struct StepJoin {
     pub checks: Vec<Check>,
 }
 
+/// What the engine knows of a run: its processes, CQs, QPs, the companion's steps joined
+/// to their events, and what it let go of.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Story {
     pub processes: BTreeMap<Task, ProcessStory>,
