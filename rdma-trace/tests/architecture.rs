@@ -420,3 +420,29 @@ fn a_circle_is_found_and_named_and_floors_stop_at_it() {
     assert!(!drawn.contains("a/"), "a module in a circle stands on no floor: {drawn}");
     assert!(said(&circles(&tops), &tops).contains("a/ → b.rs"));
 }
+
+/// No top-level folder of a crate holds over a quarter of its lines: a room that does holds
+/// several jobs (issue 43: `output/` once held 24 %, the TUI and explain among them).
+#[test]
+fn no_folder_holds_over_a_quarter_of_the_lines() {
+    for (dir, name) in [("rdma-trace", "rdma_trace"), ("rdma-trace-format", "rdma_trace_format")] {
+        let t = tree(dir, name);
+        let lines = |rel: &str| std::fs::read_to_string(t.src.join(rel)).map_or(0, |s| s.lines().count());
+        let mut per_top: BTreeMap<String, usize> = BTreeMap::new();
+        let mut total = 0;
+        for rel in t.modules.values() {
+            let n = lines(rel);
+            total += n;
+            if rel.contains('/') {
+                *per_top.entry(top(rel)).or_default() += n;
+            }
+        }
+        assert!(total > 1000, "{dir}: {total} lines read: the tree was not found");
+        let over: Vec<String> = per_top
+            .iter()
+            .filter(|(_, n)| **n * 4 > total)
+            .map(|(d, n)| format!("{d}: {n} of {total} lines ({:.0} %)", *n as f64 * 100.0 / total as f64))
+            .collect();
+        assert!(over.is_empty(), "{dir}: a folder holds over a quarter of the lines: {over:?}");
+    }
+}
