@@ -311,6 +311,29 @@ pub(crate) struct RunAccount {
     pub programs: Vec<ProgramCost>,
     /// False where the kernel cannot report kprobe missed counts (before 6.7).
     pub kernel_missed_known: bool,
+    /// The links the run held: each is a registration the kernel undoes at detach, one at
+    /// a time, which is most of what a stop costs.
+    pub links: Links,
+}
+
+/// The links a run held, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Links {
+    /// Kernel function entries (and returns aya placed).
+    pub kernel: usize,
+    /// Kernel function returns placed through tracefs.
+    pub returns: usize,
+    /// User-space probes (libibverbs, the companion's step marker).
+    pub user: usize,
+    /// Tracepoints (system calls, forks and exits, the catalog's).
+    pub tracepoints: usize,
+}
+
+impl Links {
+    /// All of them.
+    pub(crate) fn total(&self) -> usize {
+        self.kernel + self.returns + self.user + self.tracepoints
+    }
 }
 
 impl RunAccount {

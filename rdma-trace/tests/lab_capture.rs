@@ -93,6 +93,18 @@ fn lab_capture_has_header_stats_and_trailer() {
     assert_eq!(h.hostname, trimmed("/proc/sys/kernel/hostname"));
     assert!(h.command_line.iter().any(|a| a == "-o"), "{:?}", h.command_line);
     let attached = |id: &str| h.probes.iter().any(|p| p.id == id && p.attached);
+    // The links the summary says the run held: an entry and a return for each kernel
+    // function attached (a return aya placed counts as an entry link, so the sum holds).
+    let kernel_probes = rdma_trace::plan::catalog::CATALOG
+        .iter()
+        .filter(|s| matches!(s.kind, rdma_trace::plan::catalog::Kind::Kprobe) && attached(s.id.as_str()))
+        .count();
+    let links = stderr.lines().find_map(|l| l.trim().strip_prefix("links: ")).expect("a links line");
+    let n = |after: &str| -> usize {
+        let at = links.find(after).unwrap_or_else(|| panic!("{after:?} in {links:?}"));
+        links[..at].rsplit([' ', '(']).next().and_then(|w| w.parse().ok()).expect("a count")
+    };
+    assert_eq!(n(" kernel entries") + n(" returns through tracefs"), 2 * kernel_probes, "{links}");
     assert!(attached("umem_get") && attached("comp_handler") && attached("ibv_reg_mr"), "{:?}", h.probes);
     assert!(
         h.probes.iter().filter(|p| !p.attached).all(|p| p.reason.is_some()),

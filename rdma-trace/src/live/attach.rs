@@ -41,6 +41,9 @@ pub struct Loaded {
     /// The kernel reports kprobe misses per link (6.7+), checked once.
     missed_reported: bool,
     returns: Vec<(usize, ReturnProbe)>,
+    /// User-space probe and tracepoint links (aya holds them in their programs).
+    user_links: usize,
+    tracepoint_links: usize,
     /// Instances per return probe (`r<N>:`).
     pub return_instances: u32,
     ebpf: Ebpf,
@@ -140,6 +143,8 @@ impl Loaded {
             entry_links: Vec::new(),
             missed_reported: crate::plan::kernel::release_at_least(6, 7),
             returns: Vec::new(),
+            user_links: 0,
+            tracepoint_links: 0,
             return_instances: kprobe_events::DEFAULT_INSTANCES,
             ebpf,
         })
@@ -226,9 +231,9 @@ impl Loaded {
 
     fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), AttachError> {
         let p: &mut TracePoint = self.typed_program(prog)?;
-        p.attach(category, name)
-            .map(|_| ())
-            .map_err(|source| AttachError::Program { name: prog.into(), source })
+        p.attach(category, name).map_err(|source| AttachError::Program { name: prog.into(), source })?;
+        self.tracepoint_links += 1;
+        Ok(())
     }
 
     fn attach_uprobe(
@@ -244,8 +249,9 @@ impl Loaded {
             cookie: Some(slot as u64),
         };
         p.attach(point, path, UProbeScope::AllProcesses)
-            .map(|_| ())
-            .map_err(|source| AttachError::Program { name: prog.into(), source })
+            .map_err(|source| AttachError::Program { name: prog.into(), source })?;
+        self.user_links += 1;
+        Ok(())
     }
 
     /// The companion's step marker (`step_marker` on its `rdma_trace_step`), in every
@@ -258,8 +264,9 @@ impl Loaded {
             cookie: None,
         };
         p.attach(point, binary, UProbeScope::AllProcesses)
-            .map(|_| ())
-            .map_err(|source| AttachError::Program { name: prog.into(), source })
+            .map_err(|source| AttachError::Program { name: prog.into(), source })?;
+        self.user_links += 1;
+        Ok(())
     }
 
     /// Tells the shared kprobe programs which slot this function is: its kallsyms address,
@@ -445,6 +452,16 @@ impl Loaded {
     /// detaching still took 3.0–3.2 s on 6.12). Fewer links would: one kprobe_multi link
     /// per direction, which needs programs loaded for `BPF_TRACE_KPROBE_MULTI` (aya 0.14
     /// cannot).
+    /// The links held now, by kind.
+    pub(crate) fn links(&self) -> crate::account::Links {
+        crate::account::Links {
+            kernel: self.entry_links.len(),
+            returns: self.returns.len(),
+            user: self.user_links,
+            tracepoints: self.tracepoint_links,
+        }
+    }
+
     pub(crate) fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
         self.returns.clear();
         self.entry_links.clear();

@@ -395,6 +395,7 @@ pub(super) struct End {
     left: Leftover,
     programs: Vec<ProgramCost>,
     missed: Option<Vec<u64>>,
+    links: crate::account::Links,
     waits: crate::source::Waits,
     pub(super) stopping: Vec<(&'static str, Duration)>,
 }
@@ -421,6 +422,7 @@ impl End {
             watches_failed,
             programs: self.programs.clone(),
             kernel_missed_known: self.missed.is_some(),
+            links: self.links,
         }
     }
 }
@@ -435,12 +437,21 @@ pub(super) async fn shutdown(
     let t = std::time::Instant::now();
     let programs = loaded.program_costs();
     let missed = loaded.kernel_missed();
+    let links = loaded.links();
     let counters = loaded.detach_keep_counters()?;
     let detached = t.elapsed();
     let pending = |run: &RunLoop| counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0);
     let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
     let stopping = vec![("detaching", detached), ("draining the ring", t.elapsed() - detached)];
-    Ok(End { counters: counters.read()?, left, programs, missed, waits: ring.waits().clone(), stopping })
+    Ok(End {
+        counters: counters.read()?,
+        left,
+        programs,
+        missed,
+        links,
+        waits: ring.waits().clone(),
+        stopping,
+    })
 }
 
 /// How long shutdown waits for records still being written after the programs detach.

@@ -103,6 +103,17 @@ impl RunAccount {
                 self.uncommitted_at_exit, self.blocked_at_exit
             ));
         }
+        let l = &self.links;
+        if l.total() > 0 {
+            s.push_str(&format!(
+                "  links: {} held ({} kernel entries, {} returns through tracefs, {} user-space, {} tracepoints)\n",
+                l.total(),
+                l.kernel,
+                l.returns,
+                l.user,
+                l.tracepoints
+            ));
+        }
         if self.ring_records > 0 {
             s.push_str(&format!(
                 "  ring: {} records, {} bytes ({} bytes a record)\n",
@@ -295,6 +306,18 @@ mod tests {
         assert!(text.contains("  1 tries to watch a verbs process failed (watch table full)"), "{text}");
         let quiet = RunAccount { kernel_missed_known: true, ..Default::default() }.summary();
         assert!(!quiet.contains("watch"), "nothing said by a run that watches nothing: {quiet}");
+    }
+
+    #[test]
+    fn the_links_held_are_said_by_kind_and_not_when_there_were_none() {
+        use crate::account::Links;
+        let links = Links { kernel: 20, returns: 18, user: 10, tracepoints: 6 };
+        let text = RunAccount { links, kernel_missed_known: true, ..Default::default() }.summary();
+        let line =
+            "  links: 54 held (20 kernel entries, 18 returns through tracefs, 10 user-space, 6 tracepoints)";
+        assert!(text.contains(line), "{text}");
+        let none = RunAccount { kernel_missed_known: true, ..Default::default() }.summary();
+        assert!(!none.contains("links:"), "{none}");
     }
 
     #[test]
