@@ -79,6 +79,8 @@ struct Own {
     /// Bytes the programs wrote to the ring, and the events, over the rounds that said.
     ring_bytes: u64,
     ring_events: u64,
+    /// The links the run held (rdma-trace's summary), the most any round said.
+    links: u64,
 }
 
 /// What one kernel's run measured.
@@ -133,6 +135,7 @@ impl Results {
             o.lost += v["lost"].as_u64().unwrap_or(0);
             o.bpf_runs += v["bpf_runs"].as_u64().unwrap_or(0);
             o.bpf_ns += v["bpf_ns"].as_u64().unwrap_or(0);
+            o.links = o.links.max(v["links"].as_u64().unwrap_or(0));
             if let Some(b) = v["ring_bytes"].as_u64().filter(|b| *b > 0) {
                 o.ring_bytes += b;
                 o.ring_events += v["events"].as_u64().unwrap_or(0);
@@ -202,9 +205,9 @@ impl Results {
         s.push_str("(median and worst), the tracer's CPU time over all the workloads, the events it saw in ");
         s.push_str("each round, what it lost, and its BPF programs' mean cost per run by the kernel's own ");
         s.push_str("stats (`run_time_ns / run_cnt`, all its programs together), and the bytes its programs ");
-        s.push_str("wrote to the ring per event (rdma-trace's own count).\n\n");
-        s.push_str("| configuration | attach | stop (median, worst) | tracer CPU | events each round | lost | BPF ns per run | ring bytes per event |\n");
-        s.push_str("|---|---|---|---|---|---|---|---|\n");
+        s.push_str("wrote to the ring per event and the links it held, each undone at detach (rdma-trace's own counts).\n\n");
+        s.push_str("| configuration | attach | stop (median, worst) | tracer CPU | events each round | lost | BPF ns per run | ring bytes per event | links |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|---|\n");
         for cfg in CONFIGS.iter().filter(|c| **c != "none") {
             let Some(o) = self.own.get(*cfg) else { continue };
             let events: Vec<String> = o.events.iter().map(u64::to_string).collect();
@@ -215,7 +218,7 @@ impl Results {
             let stop = format!("{}, {:.0} ms", ms(&o.stop_ms), spread(&o.stop_ms).1);
             let ring = (o.ring_events > 0).then(|| o.ring_bytes / o.ring_events);
             s.push_str(&format!(
-                "| {cfg} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {cfg} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 if own { ms(&o.attach_ms) } else { "–".into() },
                 if own { stop } else { "–".into() },
                 if own { ms(&o.cpu_ms) } else { "–".into() },
@@ -223,6 +226,7 @@ impl Results {
                 o.lost,
                 per_run.map(|p| format!("{p:.0} ({} runs)", o.bpf_runs)).unwrap_or("–".into()),
                 ring.map(|b| b.to_string()).unwrap_or("–".into()),
+                if o.links > 0 { o.links.to_string() } else { "–".into() },
             ));
         }
         if let Some(f) = self.own.get("flood") {
@@ -254,7 +258,7 @@ impl Results {
                 json!({
                     "config": cfg, "attach_ms": o.attach_ms, "stop_ms": o.stop_ms, "cpu_ms": o.cpu_ms,
                     "events": o.events, "lost": o.lost, "bpf_runs": o.bpf_runs, "bpf_ns": o.bpf_ns,
-                    "ring_bytes": o.ring_bytes,
+                    "ring_bytes": o.ring_bytes, "links": o.links,
                 })
             })
             .collect();
@@ -363,7 +367,7 @@ mod tests {
 {"round":2,"config":"none","workload":"mr-4K","value":120,"unit":"ns"}
 {"round":2,"config":"bt-stream","workload":"mr-4K","value":320,"unit":"ns"}
 {"round":2,"config":"rt-kernel","workload":"mr-4K","value":0,"unit":"ns"}
-{"round":1,"config":"rt-kernel","attach_ms":900,"stop_ms":300,"cpu_ms":50,"events":12,"lost":0,"bpf_runs":10,"bpf_ns":5000,"ring_bytes":2400}
+{"round":1,"config":"rt-kernel","attach_ms":900,"stop_ms":300,"cpu_ms":50,"events":12,"lost":0,"bpf_runs":10,"bpf_ns":5000,"ring_bytes":2400,"links":54}
 "#;
 
     #[test]
@@ -381,7 +385,9 @@ mod tests {
         assert_eq!(span("us", 1587.0, 1498.0, 1782.0), "1.6 ms, 1.5–1.8");
         assert_eq!(span("ns", 6.13e9, 5.23e9, 7.52e9), "6.1 s, 5.2–7.5");
         assert!(
-            md.contains("| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) | 200 |"),
+            md.contains(
+                "| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) | 200 | 54 |"
+            ),
             "{md}"
         );
     }

@@ -177,17 +177,19 @@ one() {
     rt-*)
       events=$(tail -1 "$work/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
       lost=$(tail -1 "$work/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
-      grep "program .* per run\|stopping took\|ring: \|stacks by id" "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
+      grep "program .* per run\|stopping took\|ring: \|stacks by id\|links: " "$dir/err" | sed "s/^ */[bench] $cfg round $r: /"
       # "ring: N records, B bytes (…)": what the programs wrote to the ring.
       ring=$(sed -n 's/^ *ring: [0-9]* records, \([0-9]*\) bytes.*/\1/p' "$dir/err" | tail -1)
+      # "links: N held (…)": what the kernel undoes at detach, one at a time.
+      links=$(sed -n 's/^ *links: \([0-9]*\) held.*/\1/p' "$dir/err" | tail -1)
       ;;
   esac
   while read -r w v unit; do
     printf '{"round":%d,"config":"%s","workload":"%s","value":%s,"unit":"%s"}\n' "$r" "$cfg" "$w" "$v" "$unit" >>"$RES"
   done <"$M"
   set -- $bpf
-  printf '{"round":%d,"config":"%s","attach_ms":%d,"stop_ms":%d,"cpu_ms":%d,"events":%d,"lost":%d,"bpf_runs":%d,"bpf_ns":%d,"ring_bytes":%d}\n' \
-    "$r" "$cfg" "$ready" "$stop" "$cpu" "${events:-0}" "${lost:-0}" "$1" "$2" "${ring:-0}" >>"$RES"
+  printf '{"round":%d,"config":"%s","attach_ms":%d,"stop_ms":%d,"cpu_ms":%d,"events":%d,"lost":%d,"bpf_runs":%d,"bpf_ns":%d,"ring_bytes":%d,"links":%d}\n' \
+    "$r" "$cfg" "$ready" "$stop" "$cpu" "${events:-0}" "${lost:-0}" "$1" "$2" "${ring:-0}" "${links:-0}" >>"$RES"
   echo "[bench] round $r $cfg: attach ${ready} ms, stop ${stop} ms, cpu ${cpu} ms, events ${events:-0} (lost ${lost:-0}), bpf $1 runs $2 ns; $(tr '\n' ' ' <"$M")"
   # Keep what proves the counts, not the bulk.
   [ -f "$work/out" ] && [ "$(stat -c %s "$work/out")" -le 4000000 ] && cp "$work/out" "$dir/out"
