@@ -320,3 +320,42 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     }
     Ok(Outcome { elapsed: start.elapsed(), oopses })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::GuestCrash;
+
+    /// The last console lines of the 6.12 pair guest that crashed in CI (stop 56's run):
+    /// soft-RoCE's send path, no BPF or kprobe frame.
+    const RXE_CRASH: &str = "\
+[   46.826777]  rxe_xmit_packet+0x27a/0x300 [rdma_rxe]
+[   46.826954]  send_common_ack.isra.0+0x58/0xb0 [rdma_rxe]
+[   46.827093]  rxe_receiver+0x1d5c/0x24e0 [rdma_rxe]
+[   46.827257]  do_task+0x68/0x1f0 [rdma_rxe]
+[   46.827317]  process_one_work+0x18b/0x340
+[   46.827767]  </TASK>
+[   46.827861] Modules linked in: crc32_generic virtio_net mlx5_ib rdma_rxe ib_uverbs ib_core 9p
+[   46.828915] ---[ end trace 0000000000000000 ]---
+[   46.829134] RIP: 0010:net_rx_action+0xef/0x420
+[   46.830059] Kernel panic - not syncing: Fatal exception in interrupt";
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_crash_outside_tracing_says_where_and_may_be_booted_again() {
+        let c = GuestCrash::of(&lines(RXE_CRASH), String::new());
+        assert!(!c.in_tracing);
+        assert_eq!(c.at.as_deref(), Some("0010:net_rx_action+0xef/0x420"));
+    }
+
+    #[test]
+    fn a_crash_with_a_bpf_or_kprobe_frame_is_ours_to_answer_for() {
+        for frame in ["bpf_prog_6deef7357e7b4530_kprobe_entry+0x2c/0x6e", "kprobe_ftrace_handler+0x110/0x1d0"]
+        {
+            let tail = RXE_CRASH.replace("process_one_work+0x18b/0x340", frame);
+            assert!(GuestCrash::of(&lines(&tail), String::new()).in_tracing, "{frame}");
+        }
+    }
+}
