@@ -158,17 +158,18 @@ fn test_list(exes: &[TestExe], group: &str, filter: &str) -> String {
 /// lab's kernel, not the tool: see `qemu::GuestCrash`), saying so and returning a note for
 /// the summary. A second crash, or one in tracing code, is the result.
 fn again_after_crash<T>(what: &str, run: impl Fn() -> Result<T>) -> (Result<T>, Option<String>) {
-    match run() {
-        Err(e) if e.downcast_ref::<super::qemu::GuestCrash>().is_some_and(|c| !c.in_tracing) => {
-            let at = e.downcast_ref::<super::qemu::GuestCrash>().and_then(|c| c.at.clone());
-            let at = at.unwrap_or_else(|| "no RIP line".into());
+    let first = run();
+    let crash = first.as_ref().err().and_then(|e| e.downcast_ref::<super::qemu::GuestCrash>());
+    match crash {
+        Some(c) if !c.in_tracing => {
+            let at = c.at.clone().unwrap_or_else(|| "no RIP line".into());
             step(&format!(
                 "lab: WARNING: {what}: the guest kernel crashed outside BPF and kprobes (RIP: {at}); \
                  booting it once more"
             ));
             (run(), Some(format!("{what} booted twice: the first boot's kernel crashed at {at}")))
         }
-        r => (r, None),
+        _ => (first, None),
     }
 }
 
@@ -293,6 +294,8 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let guests = super::prepare(&series)?;
     let mut lines = Vec::new();
     let (mut passed, mut failed) = (0, 0);
+    // Boots run again after a guest kernel crash outside tracing (`again_after_crash`).
+    let mut reruns = 0;
     let rounds = a.repeat.max(1);
     let filter = a.only.as_deref().unwrap_or(group);
     let pair_filter = a.only.as_deref().unwrap_or(PAIR);
@@ -340,7 +343,8 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
                 })
                 .collect()
         });
-        for (g, (res, mut note, single_time)) in guests.iter().zip(singles) {
+        for (g, (res, single_note, single_time)) in guests.iter().zip(singles) {
+            let mut notes: Vec<String> = single_note.into_iter().collect();
             let pair_start = Instant::now();
             let res = match res {
                 Ok(mut t) if pair_total > 0 => {
@@ -348,7 +352,7 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
                     let what = format!("{} pair", g.series.name());
                     let (p, pair_note) =
                         again_after_crash(&what, || run_pair_series(g, &pairs, pair_filter, left));
-                    note = note.or(pair_note);
+                    notes.extend(pair_note);
                     match p {
                         Ok(p) => {
                             t.passed += p.passed;
@@ -389,7 +393,8 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
                     format!("{} round {round} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)
                 }
             };
-            if let Some(n) = note.take() {
+            reruns += notes.len();
+            for n in notes {
                 line.push_str(&format!("\n    NOTE: {n}"));
             }
             println!("vm-test: {line}");
@@ -400,7 +405,12 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     for l in &lines {
         println!("  {l}");
     }
-    println!("vm-test: {passed} passed, {failed} failed ({} s)", start.elapsed().as_secs());
+    let rerun = if reruns > 0 {
+        format!("; {reruns} boot(s) run again after a guest kernel crash outside tracing (NOTE lines above)")
+    } else {
+        String::new()
+    };
+    println!("vm-test: {passed} passed, {failed} failed ({} s){rerun}", start.elapsed().as_secs());
     if failed > 0 {
         bail!("vm-test failed");
     }
