@@ -404,37 +404,37 @@ pub struct Event {
 /// lab capture), without copying the event.
 #[derive(Serialize)]
 pub struct Numbered<'a> {
-    v: u32,
-    seq: u64,
-    ts_ns: u64,
-    kind: EventKind,
-    name: &'a Name,
+    pub(crate) v: u32,
+    pub(crate) seq: u64,
+    pub(crate) ts_ns: u64,
+    pub(crate) kind: EventKind,
+    pub(crate) name: &'a Name,
     #[serde(skip_serializing_if = "Option::is_none")]
-    symbol: &'a Option<Key>,
-    path: Path,
-    pid: u32,
-    tid: u32,
-    comm: &'a str,
-    cpu: u32,
-    fields: &'a Fields,
+    pub(crate) symbol: &'a Option<Key>,
+    pub(crate) path: Path,
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) comm: &'a str,
+    pub(crate) cpu: u32,
+    pub(crate) fields: &'a Fields,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    unreadable: &'a [String],
+    pub(crate) unreadable: &'a [String],
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    not_followed: &'a [String],
+    pub(crate) not_followed: &'a [String],
     #[serde(skip_serializing_if = "<[Frame]>::is_empty")]
-    stack: &'a [Frame],
+    pub(crate) stack: &'a [Frame],
     #[serde(skip_serializing_if = "Option::is_none")]
-    context: Option<ExecContext>,
+    pub(crate) context: Option<ExecContext>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    fd_kind: &'a Option<FdKind>,
+    pub(crate) fd_kind: &'a Option<FdKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    latency_ns: Option<u64>,
+    pub(crate) latency_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup_id: Option<u64>,
+    pub(crate) cgroup_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup: &'a Option<Frame>,
+    pub(crate) cgroup: &'a Option<Frame>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    errors: &'a BTreeMap<String, KernelError>,
+    pub(crate) errors: &'a BTreeMap<String, KernelError>,
 }
 
 impl<'a> Numbered<'a> {

@@ -41,6 +41,16 @@ impl FdKind {
         }
     }
 
+    /// As a capture writes it: the three names are the kinds, anything else a path.
+    pub fn read(s: &str) -> FdKind {
+        match s {
+            "uverbs" => FdKind::Uverbs,
+            "comp_channel" => FdKind::CompChannel,
+            "rdma_cm" => FdKind::RdmaCm,
+            other => FdKind::Other(other.to_string().into()),
+        }
+    }
+
     /// One of the RDMA kinds (what the data phase and the report count by kind).
     pub fn is_rdma(&self) -> bool {
         !matches!(self, FdKind::Other(_))
@@ -63,11 +73,6 @@ impl Serialize for FdKind {
 impl<'de> Deserialize<'de> for FdKind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = std::borrow::Cow::<str>::deserialize(d)?;
-        Ok(match s.as_ref() {
-            "uverbs" => FdKind::Uverbs,
-            "comp_channel" => FdKind::CompChannel,
-            "rdma_cm" => FdKind::RdmaCm,
-            other => FdKind::Other(other.to_string().into()),
-        })
+        Ok(FdKind::read(&s))
     }
 }

@@ -36,9 +36,13 @@ pub mod event;
 pub mod fd;
 pub mod fields;
 pub mod loss;
+/// Open for the fuzzer, which holds it to serde's reading.
+#[doc(hidden)]
+pub mod quick;
 pub mod reader;
 pub mod stack;
 pub mod steps;
+mod write;
 
 /// The page size of the architecture the programs are built for (x86-64): what a pin
 /// charges per page and what `vm_pgoff` counts in.

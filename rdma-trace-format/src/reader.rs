@@ -167,7 +167,10 @@ pub fn parse_line(line: &str) -> Result<Record, LineError> {
     let e = LineError::Json;
     Ok(match record_type(line) {
         None => {
-            let mut ev: Event = serde_json::from_str(line).map_err(e)?;
+            let mut ev = match crate::quick::event(line) {
+                Some(ev) => ev,
+                None => serde_json::from_str::<Event>(line).map_err(e)?,
+            };
             capture::join_errors(&mut ev);
             Record::Event(std::sync::Arc::new(ev))
         }
@@ -316,24 +319,14 @@ impl<R: BufRead> Iterator for Reader<R> {
                     self.line += 1;
                     self.offset += self.buf.len() as u64;
                     let cut = self.buf.last() != Some(&b'\n');
-                    let text = match std::str::from_utf8(&self.buf) {
-                        Ok(t) => t.trim_end_matches('\n').to_owned(),
-                        Err(e) => {
-                            let why = format!("not UTF-8 ({e})");
-                            if let Some(r) = self.damaged(why) {
-                                return Some(r);
-                            }
-                            continue;
-                        }
-                    };
-                    if text.trim().is_empty() {
-                        continue;
-                    }
-                    let parsed = parse_line(&text);
+                    // The line is read where it lies, then the buffer is given back.
+                    let line = std::mem::take(&mut self.buf);
+                    let parsed = record(&line, cut);
+                    self.buf = line;
                     let out = match parsed {
-                        Ok(rec) => self.accept(rec),
-                        Err(why) if cut => self.damaged(format!("cut short (no newline): {why}")),
-                        Err(why) => self.damaged(why.to_string()),
+                        None => None,
+                        Some(Ok(rec)) => self.accept(rec),
+                        Some(Err(why)) => self.damaged(why),
                     };
                     if let Some(r) = out {
                         return Some(r);
@@ -343,6 +336,22 @@ impl<R: BufRead> Iterator for Reader<R> {
         }
         None
     }
+}
+
+/// The record of one line (its newline still on, if it had one): None for a blank line,
+/// or why it is damaged.
+fn record(line: &[u8], cut: bool) -> Option<Result<Record, String>> {
+    let text = match std::str::from_utf8(line) {
+        Ok(t) => t.trim_end_matches('\n'),
+        Err(e) => return Some(Err(format!("not UTF-8 ({e})"))),
+    };
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(
+        parse_line(text)
+            .map_err(|why| if cut { format!("cut short (no newline): {why}") } else { why.to_string() }),
+    )
 }
 
 /// The events of a whole capture (v0 or v1) held in memory, strictly: the first damaged

@@ -78,6 +78,22 @@ impl Serialize for Stack {
 /// seen makes nothing new.
 static READ: Mutex<Option<Stacks<()>>> = Mutex::new(None);
 
+impl Stack {
+    /// The stack these frames' text names, shared with every stack read before it with the
+    /// same frames (while kept): what a reader makes of a capture's `"stack"`.
+    pub(crate) fn read<T: AsRef<str> + Hash>(frames: &[T]) -> Stack {
+        if frames.is_empty() {
+            return Stack::default();
+        }
+        let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        let read = read.get_or_insert_with(Stacks::default);
+        let same = |_: &(), s: &Stack, f: &[T]| {
+            s.len() == f.len() && s.iter().zip(f).all(|(a, b)| **a == *b.as_ref())
+        };
+        read.get_or_make(frames, same, |f| ((), f.iter().map(|t| t.as_ref().into()).collect()))
+    }
+}
+
 impl<'de> Deserialize<'de> for Stack {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -91,16 +107,7 @@ impl<'de> Deserialize<'de> for Stack {
                 while let Some(f) = seq.next_element_seed(FrameText)? {
                     frames.push(f);
                 }
-                if frames.is_empty() {
-                    return Ok(Stack::default());
-                }
-                let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
-                let read = read.get_or_insert_with(Stacks::default);
-                let same = |_: &(), s: &Stack, f: &[std::borrow::Cow<str>]| {
-                    s.len() == f.len() && s.iter().zip(f).all(|(a, b)| **a == **b)
-                };
-                Ok(read
-                    .get_or_make(&frames[..], same, |f| ((), f.iter().map(|t| t.as_ref().into()).collect())))
+                Ok(Stack::read(&frames))
             }
         }
         d.deserialize_seq(V)

@@ -20,6 +20,8 @@ pub struct Jsonl<W: Target> {
     header: Option<Header>,
     /// The accounting so far, for the trailer that closes a rotated file.
     last_stats: Option<Stats>,
+    /// An event's line, written by hand (`Numbered::write`), kept between events.
+    event_line: Vec<u8>,
 }
 
 impl Jsonl<CaptureFile> {
@@ -38,7 +40,7 @@ impl<W: Target> Jsonl<W> {
     /// A stream whose first record is number `seq` (a daemon numbers its shared stream,
     /// and each subscriber's preamble just before the point it joined).
     pub fn starting_at(out: W, seq: u64) -> Self {
-        Self { out, seq, dirty: false, header: None, last_stats: None }
+        Self { out, seq, dirty: false, header: None, last_stats: None, event_line: Vec::new() }
     }
 
     /// The number the next record gets.
@@ -66,6 +68,11 @@ impl<W: Target> Jsonl<W> {
     fn line<T: Serialize>(&mut self, rec: &T) -> io::Result<()> {
         let res = serde_json::to_writer(&mut self.out, rec).map_err(io::Error::from);
         let res = res.and_then(|()| self.out.write_all(b"\n"));
+        self.numbered(res)
+    }
+
+    /// A record was written (or failed to be, `res`): it took its number either way.
+    fn numbered(&mut self, res: io::Result<()>) -> io::Result<()> {
         self.seq += 1;
         self.dirty = true;
         res.map_err(|e| self.named(e))
@@ -121,7 +128,12 @@ impl<W: Target> Sink for Jsonl<W> {
             capture::split_errors(&mut e);
             self.line(&e)?;
         } else {
-            self.line(&rdma_trace_format::event::Numbered::new(ev, capture::VERSION, self.seq))?;
+            self.event_line.clear();
+            rdma_trace_format::event::Numbered::new(ev, capture::VERSION, self.seq)
+                .write(&mut self.event_line);
+            self.event_line.push(b'\n');
+            let res = self.out.write_all(&self.event_line);
+            self.numbered(res)?;
         }
         self.rotate_if_due()
     }

@@ -11,21 +11,41 @@ pub(crate) struct Text<W: Write> {
     pub stacks: bool,
     /// Print syscall events.
     pub syscalls: bool,
+    /// The line being written, kept between events.
+    line: String,
 }
 
 impl<W: Write> Text<W> {
     pub(crate) fn new(out: W) -> Self {
-        Self { out, stacks: false, syscalls: true }
+        Self { out, stacks: false, syscalls: true, line: String::new() }
     }
 }
 
 /// The event's fields as `name=value` pairs, values in RDMA terms.
 pub(crate) fn fields_text(ev: &Event) -> String {
-    let mut parts: Vec<String> =
-        ev.fields.iter().map(|(k, v)| format!("{k}={}", render::field(ev, k, v))).collect();
-    parts.extend(ev.unreadable.iter().map(|k| format!("{k}=<unreadable>")));
-    parts.extend(ev.not_followed.iter().map(|k| format!("{k}=<null/err>")));
-    parts.join(" ")
+    let mut s = String::new();
+    write_fields(&mut s, ev).expect("a String takes every write");
+    s
+}
+
+/// `fields_text`, written at the end of `out`.
+fn write_fields(out: &mut String, ev: &Event) -> std::fmt::Result {
+    use std::fmt::Write as _;
+    let mut sep = "";
+    for (k, v) in &ev.fields {
+        write!(out, "{sep}{k}=")?;
+        render::write_field(out, ev, k, v)?;
+        sep = " ";
+    }
+    for k in &ev.unreadable {
+        write!(out, "{sep}{k}=<unreadable>")?;
+        sep = " ";
+    }
+    for k in &ev.not_followed {
+        write!(out, "{sep}{k}=<null/err>")?;
+        sep = " ";
+    }
+    Ok(())
 }
 
 /// How an event's kind is drawn: → entry, ← return, » « a syscall's enter and exit.
@@ -40,12 +60,20 @@ pub(crate) fn arrow(kind: EventKind) -> &'static str {
 
 /// One line for an event (no trailing newline).
 pub fn line(ev: &Event) -> String {
+    let mut s = String::with_capacity(160);
+    write_line(&mut s, ev).expect("a String takes every write");
+    s
+}
+
+/// `line`, written at the end of `s`.
+fn write_line(s: &mut String, ev: &Event) -> std::fmt::Result {
+    use std::fmt::Write as _;
     let secs = ev.ts_ns as f64 / 1e9;
     let arrow = arrow(ev.kind);
     let comm = render::printable(&ev.comm);
-    let mut s = format!("{secs:>14.6} {:<10} {arrow} {:<14} {comm}[{}/{}]", ev.path, ev.name, ev.pid, ev.tid);
+    write!(s, "{secs:>14.6} {:<10} {arrow} {:<14} {comm}[{}/{}]", ev.path, ev.name, ev.pid, ev.tid)?;
     if let Some(c) = ev.container() {
-        s.push_str(&format!(" @container:{}", &c[..12]));
+        write!(s, " @container:{}", &c[..12])?;
     }
     if let Some(c) = ev.context
         && ev.path == Path::Completion
@@ -53,17 +81,16 @@ pub fn line(ev: &Event) -> String {
         s.push_str(&format!(" ctx={c:?}").to_lowercase());
     }
     if let Some(fd) = &ev.fd_kind {
-        s.push_str(&format!(" [{}]", render::printable(fd.as_str())));
+        write!(s, " [{}]", render::printable(fd.as_str()))?;
     }
-    let fields = fields_text(ev);
-    if !fields.is_empty() {
+    if !ev.fields.is_empty() || !ev.unreadable.is_empty() || !ev.not_followed.is_empty() {
         s.push(' ');
-        s.push_str(&fields);
+        write_fields(s, ev)?;
     }
     if let Some(l) = ev.latency_ns {
-        s.push_str(&format!(" took={:.1}µs", l as f64 / 1e3));
+        write!(s, " took={:.1}µs", l as f64 / 1e3)?;
     }
-    s
+    Ok(())
 }
 
 /// One line for a companion step: when it ended, its name and number, how long it took,
@@ -103,7 +130,10 @@ impl<W: Write> Sink for Text<W> {
         if is_sys && !self.syscalls {
             return Ok(());
         }
-        writeln!(self.out, "{}", line(ev))?;
+        self.line.clear();
+        write_line(&mut self.line, ev).expect("a String takes every write");
+        self.line.push('\n');
+        self.out.write_all(self.line.as_bytes())?;
         if self.stacks && ev.kind == EventKind::Entry {
             for f in &ev.stack {
                 writeln!(self.out, "{:>16}{f}", "")?;

@@ -123,30 +123,52 @@ pub(crate) fn field(ev: &crate::event::Event, name: &str, v: Value) -> String {
     text(of(ev, name), v)
 }
 
+/// `field`, written at the end of `out`.
+pub(crate) fn write_field(
+    out: &mut String,
+    ev: &crate::event::Event,
+    name: &str,
+    v: Value,
+) -> std::fmt::Result {
+    write_text(out, of(ev, name), v)
+}
+
 /// Human text for a value.
 pub fn text(render: Render, v: Value) -> String {
+    let mut s = String::new();
+    write_text(&mut s, render, v).expect("a String takes every write");
+    s
+}
+
+/// `text`, written at the end of `out` (no string of its own for a plain number).
+fn write_text(out: &mut String, render: Render, v: Value) -> std::fmt::Result {
+    use std::fmt::Write as _;
     let u = v.as_u64();
     match render {
-        Render::Hex => format!("{u:#x}"),
-        Render::Dec if u == u64::MAX => "unlimited".into(),
-        Render::Dec => u.to_string(),
+        Render::Hex => write!(out, "{u:#x}"),
+        Render::Dec if u == u64::MAX => write!(out, "unlimited"),
+        Render::Dec => write!(out, "{u}"),
         Render::Errno => {
             let s = u as i64;
-            if s < 0 { format!("{s} ({})", errno_name(-s)) } else { s.to_string() }
+            if s < 0 { write!(out, "{s} ({})", errno_name(-s)) } else { write!(out, "{s}") }
         }
         Render::PtrOrErr => match err_ptr(u) {
-            Some(e) => format!("ERR_PTR({e} {})", errno_name(-e)),
-            None => format!("{u:#x}"),
+            Some(e) => write!(out, "ERR_PTR({e} {})", errno_name(-e)),
+            None => write!(out, "{u:#x}"),
         },
-        Render::Access => bits(u, ACCESS),
-        Render::VmFlags => bits(u, VM_FLAGS),
-        Render::PgProt => format!("{u:#x} {}", cache_mode(u)),
-        Render::Mlx5Pgoff => mlx5_pgoff(u),
-        Render::Fd => (u as u32 as i32).to_string(),
-        Render::QpState => qp_state(u).map_or_else(|| u.to_string(), str::to_string),
+        Render::Access => write!(out, "{}", bits(u, ACCESS)),
+        Render::VmFlags => write!(out, "{}", bits(u, VM_FLAGS)),
+        Render::PgProt => write!(out, "{u:#x} {}", cache_mode(u)),
+        Render::Mlx5Pgoff => write!(out, "{}", mlx5_pgoff(u)),
+        Render::Fd => write!(out, "{}", u as u32 as i32),
+        Render::QpState => match qp_state(u) {
+            Some(name) => write!(out, "{name}"),
+            None => write!(out, "{u}"),
+        },
         Render::GidHalf => {
             let b = u.to_le_bytes();
-            format!(
+            write!(
+                out,
                 "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
             )
