@@ -1,5 +1,6 @@
 //! The command line, written to teach: each subcommand says what it shows in RDMA terms.
 
+use crate::live::detach::HELPER as DETACH_HELPER;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -63,8 +64,9 @@ every process seen using verbs. Subscribers connect to the Unix socket (`rdma-tr
 no root or RDMA needed on their side): each gets a capture header, the state of what is pinned and mapped \
 per process when it joined, then the live records (format v1, docs/event-format.md). A subscriber that \
 falls behind loses records and is told how many; it never slows the daemon or the others. Only root, the \
-daemon's user and the uids given with --allow-uid may subscribe (SO_PEERCRED). SIGINT/SIGTERM: detach, \
-drain, send every subscriber the trailer, exit 0."
+daemon's user and the uids given with --allow-uid may subscribe (SO_PEERCRED). SIGINT/SIGTERM: switch the \
+probes off, drain, send every subscriber the trailer, exit 0 (a helper detaches the probes after the \
+daemon has exited)."
     )]
     Daemon(DaemonArgs),
     /// Watch the three paths on screens: live here, a daemon, or a capture replayed.
@@ -193,6 +195,19 @@ completion-events), syscalls-per-completion, syscalls-per-wr, lost. Exit status:
         flamegraph: Option<PathBuf>,
         #[command(flatten)]
         read: ReadOpts,
+    },
+    /// Not for people: the helper a stopped live run starts to detach its probes after it
+    /// has exited (`live/detach.rs`).
+    #[command(name = DETACH_HELPER, hide = true)]
+    DetachAfterExit {
+        /// The read end of a pipe whose writer is the run: its end means the run exited.
+        #[arg(long)]
+        wait_fd: i32,
+        /// The tracefs `kprobe_events` the return probes are in (none: no return probes).
+        #[arg(long)]
+        events_file: Option<PathBuf>,
+        /// The return probes' events (`group/name`), removed once detached.
+        events: Vec<String>,
     },
 }
 

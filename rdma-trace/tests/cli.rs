@@ -1,5 +1,8 @@
 //! The command line as a user types it.
 
+mod common;
+
+use common::detach_helper_running;
 use std::path::Path;
 use std::process::Command;
 
@@ -229,6 +232,13 @@ fn ctrl_c_under_a_syscall_flood_stops_at_once_and_accounts_for_every_committed_e
         "the capture ends with a trailer giving the same count: {trailer}"
     );
     assert_eq!(delivered, rows.iter().map(|r| r.2).sum::<u64>(), "{err}");
+    // The links were handed to a helper that lets them go after the tracer's exit: it
+    // ends too (within seconds; another root test's helper may run beside it).
+    let t0 = std::time::Instant::now();
+    while detach_helper_running() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "a detach helper still runs after 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     std::fs::remove_dir_all(dir).ok();
 }
 

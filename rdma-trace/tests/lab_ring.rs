@@ -79,6 +79,16 @@ fn traced_with(dir: &std::path::Path, extra: &[&str], workload: impl FnOnce(u32)
 struct Hogs(Vec<Child>);
 
 impl Hogs {
+    /// A syscall flood: `dd bs=1` from /dev/zero to /dev/null until killed.
+    fn dd_flood() -> Self {
+        Self(vec![
+            std::process::Command::new("dd")
+                .args(["if=/dev/zero", "of=/dev/null", "bs=1", "status=none"])
+                .spawn()
+                .expect("dd"),
+        ])
+    }
+
     fn start() -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         Self(
@@ -154,12 +164,7 @@ fn lab_ring_overflow_is_accounted_exactly_per_probe() {
     // until killed (with a count it could end during the tracer's 7-8 s plan in the guest,
     // and the ring then overflowed on the scenario alone); held as a hog, so that a failing
     // assertion while tracing still kills it.
-    let flood = Hogs(vec![
-        std::process::Command::new("dd")
-            .args(["if=/dev/zero", "of=/dev/null", "bs=1", "status=none"])
-            .spawn()
-            .expect("dd"),
-    ]);
+    let flood = Hogs::dd_flood();
     let pid = flood.0[0].id().to_string();
     let (stderr, capture) = traced(&dir, &["--ring-kib", "4", "--pid", &pid]);
     drop(flood);
@@ -225,6 +230,107 @@ fn kprobe_events() -> String {
     std::fs::read_to_string("/sys/kernel/tracing/kprobe_events").expect("kprobe_events")
 }
 
+/// `kprobe_events` once no line holds `mine` and no detach helper runs, or at `within`.
+fn events_gone(mine: &str, within: Duration) -> String {
+    let t0 = Instant::now();
+    loop {
+        let now = kprobe_events();
+        if (!now.contains(mine) && !detach_helper_running()) || t0.elapsed() > within {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Ctrl-C under a syscall flood, with every catalog probe attached: the prompt is back
+/// within a second, the capture holds every event the ring held and its account is whole,
+/// and the probes are detached and their tracefs events removed after the tracer exited.
+#[test]
+#[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
+fn lab_ring_sigint_under_a_flood_returns_at_once_and_the_probes_go_after() {
+    let dir = out_dir("stop-under-flood");
+    let flood = Hogs::dd_flood();
+    let pid = flood.0[0].id().to_string();
+    // On the guest's memory, as a user's disk would take it: the 9p share under TCG took
+    // 3-4 s to take the writer's queue at the stop.
+    let capture = std::path::Path::new("/tmp/stop-under-flood.jsonl");
+    let tr_err = dir.join("rdma-trace.stderr");
+    let mut tracer = std::process::Command::new(tracer_bin())
+        .args(["trace", "-q", "-o"])
+        .arg(capture)
+        .args(["--pid", &pid])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&tr_err).unwrap())
+        .spawn()
+        .expect("start rdma-trace");
+    wait_for(&tr_err, "rdma-trace: tracing", &mut tracer, 180).expect("rdma-trace attaches");
+    std::thread::sleep(Duration::from_secs(3));
+    let me = tracer.id();
+    interrupt(&tracer);
+    let t0 = Instant::now();
+    let st = wait_timeout(&mut tracer, 60);
+    let stop = t0.elapsed();
+    // Read at once: the return probes' events are the helper's to remove, after the exit.
+    let at_exit = kprobe_events();
+    drop(flood);
+    let stderr = std::fs::read_to_string(&tr_err).unwrap();
+    assert!(st.success(), "rdma-trace exit {st}:\n{stderr}");
+    let mine = format!("rdma_trace_{me}/");
+    let placed_returns = stderr.lines().find_map(|l| l.trim().strip_prefix("links: ")).expect("a links line");
+    let t1 = Instant::now();
+    let left = events_gone(&mine, Duration::from_secs(180));
+    let detached = t1.elapsed();
+    std::fs::write(
+        dir.join("stop-time.txt"),
+        format!(
+            "SIGINT to exit {:.3} s; the helper done {:.1} s after ({placed_returns})\n{}\n",
+            stop.as_secs_f64(),
+            detached.as_secs_f64(),
+            stderr.lines().find(|l| l.contains("stopping took")).unwrap_or("(stopping took under 1 s)")
+        ),
+    )
+    .unwrap();
+    eprintln!(
+        "stop under a flood: SIGINT to exit {stop:?}; links let go {detached:?} after ({placed_returns})"
+    );
+    assert!(
+        !left.contains(&mine) && !detach_helper_running(),
+        "the helper detaches and removes the events:\n{left}"
+    );
+    std::fs::copy(capture, dir.join("capture.jsonl")).expect("the capture kept with the artifacts");
+    let records: Vec<rdma_trace::capture::Record> =
+        rdma_trace::source::capture::Reader::new(std::fs::read(capture).unwrap().as_slice(), true)
+            .collect::<Result<_, _>>()
+            .expect("capture reads");
+    assert!(
+        matches!(records.last(), Some(rdma_trace::capture::Record::Trailer(_))),
+        "the capture ends with its trailer"
+    );
+    let table = rows(&stderr);
+    let flooded = table.iter().find(|r| r.0 == "syscalls enter").map_or(0, |r| r.1);
+    assert!(flooded > 1000, "the flood is traced:\n{stderr}");
+    for (name, hits, d, l) in &table {
+        assert_eq!(*hits, d + l, "{name}: hits = delivered + lost\n{stderr}");
+    }
+    // What must hold is that the detach is not on the path: the tracer handed the links
+    // over (it did not detach in place), they were still attached when it had exited, and
+    // the helper let them go after.
+    assert!(
+        !stderr.contains("detaching the probes before exiting") && !stderr.contains(", detaching "),
+        "the tracer detached in place:\n{stderr}"
+    );
+    assert!(
+        at_exit.contains(&mine),
+        "the return probes are still placed when the tracer has exited:\n{at_exit}"
+    );
+    // The goal is a second. Under TCG draining the full 4 MiB ring alone takes 0.6-2.4 s,
+    // and the hand-over 0.1-1.0 s, as much as the other kernel's guest beside it leaves
+    // (2026-12-07: SIGINT to exit 1.45-4.09 s over 18 runs, from 13.8-15.5 s when the stop
+    // waited for the detach). The bound only keeps that old wait from coming back; each
+    // run's figures are in stop-time.txt.
+    assert!(stop <= Duration::from_secs(8), "SIGINT to exit took {stop:?} (goal 1 s):\n{stderr}");
+}
+
 #[test]
 #[ignore = "lab: needs the soft-RoCE guest (cargo xtask vm-test)"]
 fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
@@ -255,8 +361,8 @@ fn lab_ring_return_probe_out_of_instances_is_counted_as_missed() {
             finish(s1, c1, "pingpong 1");
             finish(s2, c2, "pingpong 2");
         });
-    let left = kprobe_events();
-    assert!(!left.contains(&mine), "the tracer removes its kprobe events on exit:\n{left}");
+    let left = events_gone(&mine, Duration::from_secs(120));
+    assert!(!left.contains(&mine), "the tracer's helper removes its kprobe events after it exits:\n{left}");
 
     let table = rows(&stderr);
     let row = |name: &str| {

@@ -220,3 +220,9 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     }
     Ok(finished.stopped.code)
 }
+
+/// `__detach-after-exit`: the helper of a stopped run (`live/detach.rs`). Exits 0, or 1 if
+/// some return probe's event could not be removed (a later run removes it).
+pub fn detach_after_exit(wait_fd: i32, events_file: Option<&std::path::Path>, events: &[String]) -> i32 {
+    i32::from(crate::live::detach::helper(wait_fd, events_file, events) > 0)
+}

@@ -101,7 +101,7 @@ fn prog_info(fd: i32, name: &str) -> Option<ProgramCost> {
     })
 }
 
-/// The per-site counters of a detached object (see `Loaded::detach_keep_counters`).
+/// The per-site counters of a switched-off object (see `Loaded::switch_off`).
 pub(crate) struct Counters {
     map: PerCpuArray<MapData, u64>,
 }
@@ -443,15 +443,6 @@ impl Loaded {
         Some(out)
     }
 
-    /// Detaches every program and closes the object, keeping only the counters: after this
-    /// nothing new is produced, so the ring can be drained to the last committed record.
-    ///
-    /// Closing the links is most of a stop: 3–6 s for ~40 links in the TCG lab guest. The
-    /// kernel unregisters each perf probe under `event_mutex`, waiting out a tracepoint
-    /// grace period there, so closing them on threads of their own does not help (tried:
-    /// detaching still took 3.0–3.2 s on 6.12). Fewer links would: one kprobe_multi link
-    /// per direction, which needs programs loaded for `BPF_TRACE_KPROBE_MULTI` (aya 0.14
-    /// cannot).
     /// The links held now, by kind.
     pub(crate) fn links(&self) -> crate::account::Links {
         crate::account::Links {
@@ -462,13 +453,48 @@ impl Loaded {
         }
     }
 
-    pub(crate) fn detach_keep_counters(mut self) -> Result<Counters, AttachError> {
-        self.returns.clear();
-        self.entry_links.clear();
+    /// Switches every program off without detaching it: each plan slot inactive (the
+    /// probe programs return before counting or writing) and the watch table empty (the
+    /// syscall, fork and exit programs find nobody to follow). Takes the counters.
+    /// Records committed before this are still read; the step marker is not switched off,
+    /// and a record it commits later is counted (in the drain's account) like any other.
+    pub(crate) fn switch_off(&mut self) -> Result<Counters, AttachError> {
+        let mut plans: Array<&mut MapData, SlotPlan> =
+            Array::try_from(self.map_mut("PLANS")?).map_err(map_err("PLANS"))?;
+        for site in 0..plans.len() {
+            let mut plan = plans.get(&site, 0).map_err(map_err("PLANS"))?;
+            if plan.active != 0 {
+                plan.active = 0;
+                plans.set(site, plan, 0).map_err(map_err("PLANS"))?;
+            }
+        }
+        let mut targets = self.targets()?;
+        let watched: Vec<u32> = targets.keys().filter_map(Result::ok).collect();
+        for id in watched {
+            // An entry its task's exit removed meanwhile is gone already.
+            targets.remove(&id).ok();
+        }
         let m =
             self.ebpf.take_map("STATS").ok_or_else(|| AttachError::Map("STATS", "already taken".into()))?;
-        drop(self.ebpf);
         Ok(Counters { map: PerCpuArray::try_from(m).map_err(map_err("STATS"))? })
+    }
+
+    /// Lets the links go after this process exits (`detach::after_exit`), or, if the
+    /// helper cannot be started, here and now. Says which.
+    pub(crate) fn let_go(mut self) -> Result<(), std::io::Error> {
+        let mut events = super::detach::Events { file: Default::default(), names: Vec::new() };
+        for (_, r) in &self.returns {
+            let (file, name) = r.event();
+            events.file = file.to_path_buf();
+            events.names.push(name.to_string());
+        }
+        let handed = super::detach::after_exit(&events);
+        if handed.is_ok() {
+            for (_, r) in &mut self.returns {
+                r.leave_event();
+            }
+        }
+        handed
     }
 
     /// Takes the map of kernel stacks by id (once).

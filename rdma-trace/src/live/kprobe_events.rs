@@ -154,13 +154,33 @@ impl ReturnProbe {
     }
 }
 
+impl ReturnProbe {
+    /// Its event (`group/name`) and the `kprobe_events` it is in.
+    pub(crate) fn event(&self) -> (&Path, &str) {
+        (&self.events_file, &self.event)
+    }
+
+    /// Leaves its event to whoever closes the last descriptor of its link
+    /// (`detach::after_exit`): dropping it then removes nothing.
+    pub(crate) fn leave_event(&mut self) {
+        self.event.clear();
+    }
+}
+
+/// Removes an event (`group/name`) this process or one before it wrote to `file`.
+pub(crate) fn remove(file: &Path, event: &str) -> io::Result<()> {
+    write_events(file, &format!("-:{event}"))
+}
+
 impl Drop for ReturnProbe {
     fn drop(&mut self) {
         // The link and the perf event go first: an event in use cannot be removed.
         self.link.take();
         self.perf.take();
         // Best effort: an event left behind is removed by the next run (`remove_stale`).
-        write_events(&self.events_file, &format!("-:{}", self.event)).ok();
+        if !self.event.is_empty() {
+            remove(&self.events_file, &self.event).ok();
+        }
     }
 }
 
@@ -186,8 +206,12 @@ pub(crate) fn remove_stale(tracefs: &Path) -> io::Result<Vec<String>> {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        write_events(&file, &format!("-:{event}"))?;
-        removed.push(event.to_string());
+        match remove(&file, event) {
+            Ok(()) => removed.push(event.to_string()),
+            // Still in use: a helper is detaching it after its run exited (`detach`).
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+            Err(e) => return Err(e),
+        }
     }
     Ok(removed)
 }

@@ -1,7 +1,7 @@
 //! The tracer's run: the ring read in bounded batches on one thread, each record through
 //! decode → enrich → correlate to the sink (`RunLoop::record`), the timers' ticks and
 //! stats between batches (`RunLoop::periodic`), and at shutdown the ring drained until
-//! every record the detached programs committed is read. One owner of the run's state,
+//! every record the switched-off programs committed is read. One owner of the run's state,
 //! borrowed by one branch of the loop at a time.
 
 use super::attach::Loaded;
@@ -427,10 +427,11 @@ impl End {
     }
 }
 
-/// Detaches the programs, then reads the ring until every record they committed is read
-/// (or a deadline passes).
+/// Switches the programs off, reads the ring until every record they committed is read
+/// (or a deadline passes), then lets the links go: after this process exits, by a helper
+/// (`detach`), so nobody waits for the kernel's detach; here, if that helper cannot start.
 pub(super) async fn shutdown(
-    loaded: Loaded,
+    mut loaded: Loaded,
     ring: &mut AsyncRing,
     run: &mut RunLoop<'_>,
 ) -> Result<End, TraceError> {
@@ -438,11 +439,23 @@ pub(super) async fn shutdown(
     let programs = loaded.program_costs();
     let missed = loaded.kernel_missed();
     let links = loaded.links();
-    let counters = loaded.detach_keep_counters()?;
-    let detached = t.elapsed();
+    let counters = loaded.switch_off()?;
+    // A program that read its plan just before the switch finishes within microseconds.
+    tokio::time::sleep(SWITCH_GRACE).await;
+    let off = t.elapsed();
     let pending = |run: &RunLoop| counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0);
     let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
-    let stopping = vec![("detaching", detached), ("draining the ring", t.elapsed() - detached)];
+    let drained = t.elapsed();
+    let handed = loaded.let_go();
+    if let Err(e) = &handed {
+        eprintln!("rdma-trace: detaching the probes before exiting: no helper to do it after ({e})");
+    }
+    let letting_go = if handed.is_ok() { "handing the links over" } else { "detaching" };
+    let stopping = vec![
+        ("switching off", off),
+        ("draining the ring", drained - off),
+        (letting_go, t.elapsed() - drained),
+    ];
     Ok(End {
         counters: counters.read()?,
         left,
@@ -454,5 +467,8 @@ pub(super) async fn shutdown(
     })
 }
 
-/// How long shutdown waits for records still being written after the programs detach.
+/// How long the programs are given to finish a run begun before they were switched off.
+const SWITCH_GRACE: Duration = Duration::from_millis(20);
+
+/// How long shutdown waits for records still being written after the switch-off.
 const HELD_DEADLINE: Duration = Duration::from_secs(1);

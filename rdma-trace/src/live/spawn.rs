@@ -1,6 +1,7 @@
 //! Starting the traced command so that its syscalls are watched from its first one.
 
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
 /// Why the traced command could not be started.
@@ -25,6 +26,17 @@ pub(crate) enum UserError {
     NoSuchUser(String),
 }
 
+/// A pipe, both ends close-on-exec: (read, write).
+pub(crate) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2(2) writes two descriptors into the array given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and belong to nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// Starts `cmd` held at a barrier so its syscalls are watched from its first one.
 /// A tiny shell waits on a pipe (fd 3) and then execs the command, keeping the pid;
 /// writing to (or closing) the returned pipe end releases it.
@@ -33,15 +45,10 @@ pub(crate) fn spawn_held(
     log: Option<&std::path::Path>,
     run_as: Option<&RunAs>,
 ) -> Result<(std::process::Child, std::fs::File), SpawnError> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2(2) with a valid two-int array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SpawnError::Pipe(io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+    let (r, w) = cloexec_pipe().map_err(SpawnError::Pipe)?;
+    let w = std::fs::File::from(w);
     let rfd = r.as_raw_fd();
     let mut c = std::process::Command::new("/bin/sh");
     c.arg("-c").arg("read _ <&3; exec 3<&-; exec \"$0\" \"$@\"").args(cmd);

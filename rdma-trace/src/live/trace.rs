@@ -1,8 +1,9 @@
 //! The tracer: attach, stream events through decode → enrich → correlate to the caller
 //! until Ctrl-C, SIGTERM, the duration, or the traced command's exit. Nothing captured
-//! is lost at shutdown: the programs are detached, then the ring is read until every
+//! is lost at shutdown: the programs are switched off, then the ring is read until every
 //! record they committed has arrived (or a deadline passes, and what was missing is
-//! counted under its probe). It prints nothing: what it has to say are `Notice`s and the
+//! counted under its probe); the links are let go after this process exits
+//! (`detach.rs`), so nobody waits for the kernel's detach. It prints nothing: what it has to say are `Notice`s and the
 //! final `RunAccount`, which the command layer formats.
 
 use super::attach::{Loaded, Outcome};

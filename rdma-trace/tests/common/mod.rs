@@ -137,7 +137,8 @@ pub fn wait_timeout(child: &mut Child, secs: u64) -> std::process::ExitStatus {
             child.kill().ok();
             return child.wait().expect("wait");
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // Fine enough to time a stop by (the flood test's goal is a second).
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -522,4 +523,13 @@ pub fn trace_to_capture(dir: &Path, name: &str, cmd: &[&str]) -> (std::process::
     let lost = tool_losses(&stderr);
     assert!(lost.is_empty(), "{lost:?}\n{stderr}");
     (st, stderr)
+}
+
+/// Whether a stopped tracer's detach helper (`rdma-trace __detach-after-exit`, which lets
+/// its probes go after it exited) still runs.
+pub fn detach_helper_running() -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"__detach-after-exit"))
+    })
 }
