@@ -189,7 +189,22 @@ fn pair_send_bw_each_end_in_its_own_kernel() {
         .filter(|e| e.is(ProbeId::UmemGet) && e.kind == EventKind::Entry && e.comm == "ib_send_bw")
         .filter_map(|e| e.field(FieldId::Size))
         .collect();
-    assert!(pinned.iter().any(|&s| s >= 65_536), "host {me}: no 64 KiB pin by ib_send_bw: {pinned:?}");
+    if !pinned.iter().any(|&s| s >= 65_536) {
+        // Say everything the capture holds of pinning, and what the tracer said, so a rare
+        // failure can be read from the gate's log alone.
+        let pins: Vec<String> = mine
+            .events
+            .iter()
+            .filter(|e| e.is(ProbeId::UmemGet))
+            .map(|e| format!("{:?} {:?} pid {} size {:?}", e.kind, e.comm, e.pid, e.field(FieldId::Size)))
+            .collect();
+        let said = std::fs::read_to_string(dir.join("rdma-trace.stderr")).unwrap_or_default();
+        panic!(
+            "host {me}: no 64 KiB pin by ib_send_bw: {pinned:?}\nevery ib_umem_get: {pins:#?}\n\
+             {} events in all\nrdma-trace said:\n{said}",
+            mine.events.len()
+        );
+    }
     let completions = mine.events.iter().filter(|e| e.is(ProbeId::CompHandler)).count();
     assert!(completions > 0, "host {me}: no completion handled in this kernel");
 
