@@ -276,3 +276,35 @@ fn every_registration_path_reads_its_own_parameters() {
         }
     }
 }
+
+#[test]
+fn mlx5_mmap_numbers_are_the_lab_kernels_own() {
+    use rdma_trace::plan::mlx5::{self, Check};
+    let mut tlp = Vec::new();
+    for k in [K612, K73] {
+        let mut src = BtfSource::open(&kernel_fixture(k)).unwrap();
+        let n = mlx5::constants().len();
+        assert_eq!(mlx5::check(src.module("mlx5_ib")), Check::Agrees(n), "{k}");
+        let module = src.module("mlx5_ib").unwrap();
+        // The check reads the kernel's numbers: a wrong or missing one is named.
+        let wrong =
+            mlx5::differences(&[("MLX5_IB_MMAP_WC_PAGE", 4), ("MLX5_IB_MMAP_NO_SUCH", 1)], module).unwrap();
+        assert_eq!(
+            wrong,
+            [
+                "MLX5_IB_MMAP_WC_PAGE is 2 in this kernel, rdma-trace decodes it as 4",
+                "MLX5_IB_MMAP_NO_SUCH is not in this kernel's mlx5_ib"
+            ],
+            "{k}"
+        );
+        // The dynamic entries' kinds drift: 7.3 added a TLP VAR page.
+        let kinds = mlx5::enumerators(module, "MLX5_IB_MMAP_TYPE_").unwrap();
+        assert_eq!(kinds.get("MLX5_IB_MMAP_TYPE_UAR_WC"), Some(&3), "{k}: {kinds:?}");
+        assert_eq!(kinds.get("MLX5_IB_MMAP_TYPE_UAR_NC"), Some(&4), "{k}: {kinds:?}");
+        tlp.push(kinds.contains_key("MLX5_IB_MMAP_TYPE_TLP_VAR"));
+    }
+    assert_eq!(tlp, [false, true]);
+    // A kernel without mlx5_ib loaded has nothing to check.
+    let mut src = BtfSource::open(&kernel_fixture(K73)).unwrap();
+    assert_eq!(mlx5::check(src.module("no_such_module")), Check::NotLoaded);
+}

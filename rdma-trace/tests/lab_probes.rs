@@ -201,6 +201,12 @@ fn lab_probes_plan_attaches_every_probe() {
     }
     let umem = umem_symbol();
     assert!(out.lines().any(|l| l.starts_with("umem_get") && l.contains(umem)), "umem_get on {umem}:\n{out}");
+    // mlx5_ib is loaded in the lab without a device: the mmap numbers rdma-trace decodes
+    // were held against this kernel's own.
+    let n = rdma_trace::plan::mlx5::constants().len();
+    let agree =
+        format!("mlx5 mmap offsets: the {n} numbers rdma-trace decodes agree with this kernel's mlx5_ib");
+    assert!(out.lines().any(|l| l == agree), "no line {agree:?} in:\n{out}");
 }
 
 #[test]

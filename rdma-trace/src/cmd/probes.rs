@@ -73,6 +73,9 @@ pub fn run(attach: bool, json: bool) -> anyhow::Result<i32> {
     for (s, sym) in planning.plan.skipped.iter().zip(&skipped_syms) {
         writeln!(out, "{:<w_id$} {:<w_sym$} {:<w_mod$} {:<9} {}", s.spec.id, sym, "-", "skipped", s.reason)?;
     }
+    if let Some(check) = &planning.mlx5 {
+        writeln!(out, "{check}")?;
+    }
     writeln!(
         out,
         "(plan resolved from /proc/kallsyms and /sys/kernel/btf in {} ms)",

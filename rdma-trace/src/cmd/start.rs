@@ -30,6 +30,7 @@ pub(crate) fn print_notice(n: crate::live::trace::Notice) {
             eprintln!("rdma-trace: cannot check kprobe_events for stale events: {e}")
         }
         Notice::Skipped { id, reason } => eprintln!("rdma-trace: skip {id:<13} {reason}"),
+        Notice::Mlx5(check) => eprintln!("rdma-trace: {check}"),
         Notice::Attach(o) => match &o.attached {
             Err(e) => {
                 eprintln!("rdma-trace: skip {:<13} {} ({}): attach failed: {e}", o.id, o.symbol, o.module)

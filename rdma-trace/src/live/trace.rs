@@ -53,6 +53,9 @@ pub(crate) enum Notice {
         id: crate::plan::catalog::ProbeId,
         reason: crate::plan::select::Skip,
     },
+    /// This kernel's mlx5_ib numbers differ from what rdma-trace decodes, or could not be
+    /// read (said only then).
+    Mlx5(crate::plan::mlx5::Check),
     /// A planned probe that did not attach, or attached not as asked.
     Attach(Outcome),
     /// The companion's step marker: the binary it was attached in, or why not.
@@ -142,6 +145,10 @@ impl Tracer {
             None => {
                 for s in &planning.plan.skipped {
                     notice(Notice::Skipped { id: s.spec.id, reason: s.reason.clone() });
+                }
+                use crate::plan::mlx5::Check;
+                if let Some(c @ (Check::Differs(_) | Check::Unreadable(_))) = planning.mlx5.take() {
+                    notice(Notice::Mlx5(c));
                 }
             }
         }

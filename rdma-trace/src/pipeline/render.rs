@@ -63,36 +63,6 @@ fn bits(v: u64, table: &[(u64, &str)]) -> String {
     if names.is_empty() { "0".into() } else { names.join("|") }
 }
 
-/// How mlx5_ib_mmap reads `vm_pgoff` (drivers/infiniband/hw/mlx5/mlx5_ib.h, main.c):
-/// command = (pgoff >> MLX5_IB_MMAP_CMD_SHIFT) & MLX5_IB_MMAP_CMD_MASK, index = the low
-/// byte, extended by bits 16..24 for UAR pages. Commands from MLX5_IB_MMAP_OFFSET_START (9)
-/// up are keys of dynamically allocated entries (rdma_user_mmap_entry).
-const MLX5_IB_MMAP_CMD_SHIFT: u64 = 8;
-const MLX5_IB_MMAP_CMD_MASK: u64 = 0xff;
-const MLX5_IB_MMAP_OFFSET_START: u64 = 9;
-const MLX5_MMAP_CMDS: &[(u64, &str)] = &[
-    (0, "UAR doorbell page (REGULAR_PAGE, best-effort write-combining)"),
-    (1, "contiguous pages (GET_CONTIGUOUS_PAGES)"),
-    (2, "UAR/BlueFlame page, write-combining (WC_PAGE)"),
-    (3, "UAR page, non-cached (NC_PAGE)"),
-    (5, "HCA core clock (CORE_CLOCK)"),
-    (6, "allocated write-combining UAR (ALLOC_WC)"),
-    (7, "clock info page (CLOCK_INFO)"),
-    (8, "device memory (DEVICE_MEM)"),
-];
-
-pub(crate) fn mlx5_pgoff(pgoff: u64) -> String {
-    let cmd = (pgoff >> MLX5_IB_MMAP_CMD_SHIFT) & MLX5_IB_MMAP_CMD_MASK;
-    let index = (pgoff & 0xff) | ((pgoff >> 16) & 0xff) << 8;
-    if cmd >= MLX5_IB_MMAP_OFFSET_START {
-        return format!("{pgoff:#x} (mmap entry key: dynamic UAR / VAR / device memory)");
-    }
-    match MLX5_MMAP_CMDS.iter().find(|(c, _)| *c == cmd) {
-        Some((_, what)) => format!("{pgoff:#x} ({what}, index {index})"),
-        None => format!("{pgoff:#x} (unknown mlx5 mmap command {cmd})"),
-    }
-}
-
 /// The value as stored in the event: signed for return codes, unsigned otherwise.
 pub(crate) fn store(render: Render, raw: u64, size: u8) -> Value {
     match render {
@@ -159,7 +129,7 @@ fn write_text(out: &mut String, render: Render, v: Value) -> std::fmt::Result {
         Render::Access => write!(out, "{}", bits(u, ACCESS)),
         Render::VmFlags => write!(out, "{}", bits(u, VM_FLAGS)),
         Render::PgProt => write!(out, "{u:#x} {}", cache_mode(u)),
-        Render::Mlx5Pgoff => write!(out, "{}", mlx5_pgoff(u)),
+        Render::Mlx5Pgoff => write!(out, "{}", crate::plan::mlx5::pgoff(u)),
         Render::Fd => write!(out, "{}", u as u32 as i32),
         Render::QpState => match qp_state(u) {
             Some(name) => write!(out, "{name}"),
@@ -239,24 +209,6 @@ mod tests {
             text(Render::VmFlags, Value::U(0x4044400 | 0xb)),
             "READ|WRITE|SHARED|PFNMAP|IO|DONTEXPAND|DONTDUMP"
         );
-    }
-
-    #[test]
-    fn mlx5_mmap_offsets_from_kernel_constants() {
-        // libmlx5 maps UAR page 1 write-combining: pgoff = (MLX5_IB_MMAP_WC_PAGE << 8) | 1.
-        assert_eq!(
-            mlx5_pgoff((2 << 8) | 1),
-            "0x201 (UAR/BlueFlame page, write-combining (WC_PAGE), index 1)"
-        );
-        assert_eq!(mlx5_pgoff(3 << 8), "0x300 (UAR page, non-cached (NC_PAGE), index 0)");
-        assert_eq!(mlx5_pgoff(5 << 8), "0x500 (HCA core clock (CORE_CLOCK), index 0)");
-        // Index above 255 uses bits 16..24: UAR 0x105 as REGULAR_PAGE.
-        assert_eq!(
-            mlx5_pgoff((1 << 16) | 5),
-            "0x10005 (UAR doorbell page (REGULAR_PAGE, best-effort write-combining), index 261)"
-        );
-        assert!(mlx5_pgoff(9 << 8).contains("mmap entry key"));
-        assert!(mlx5_pgoff(4 << 8).contains("unknown mlx5 mmap command 4"));
     }
 
     #[test]

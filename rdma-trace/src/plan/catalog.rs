@@ -685,6 +685,7 @@ pub fn markdown() -> String {
             s.push_str(&format!("- at return:\n{}", show(p.ret)));
         }
     }
+    s.push_str(&super::mlx5::markdown());
     s
 }
 

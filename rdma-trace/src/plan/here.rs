@@ -4,6 +4,7 @@
 use crate::plan::btf::BtfSource;
 use crate::plan::catalog::{CATALOG, Kind};
 use crate::plan::kernel::{self, Symbols};
+use crate::plan::mlx5;
 use crate::plan::select::{self, KernelView, Library, LibraryError, Plan, Skipped};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -14,6 +15,9 @@ pub(crate) struct Planning {
     pub plan: Plan,
     /// Why no plan could be made at all (no RDMA stack, no BTF).
     pub blocked: Option<String>,
+    /// The mlx5 mmap numbers rdma-trace decodes, held against this kernel's mlx5_ib
+    /// (none when blocked).
+    pub mlx5: Option<mlx5::Check>,
     pub took: Duration,
 }
 
@@ -54,7 +58,8 @@ pub(crate) fn plan_here(wanted: &[&str]) -> Planning {
         &mut KernelView { symbols: &symbols, btf: &mut btf, tracepoint: &tp, libraries: &libraries },
         wanted,
     );
-    Planning { kallsyms, plan, blocked: None, took: t0.elapsed() }
+    let mlx5 = Some(mlx5::check(btf.module("mlx5_ib")));
+    Planning { kallsyms, plan, blocked: None, mlx5, took: t0.elapsed() }
 }
 
 /// No plan can be made: every catalog probe is skipped with `short`, and `why` says it all.
@@ -64,7 +69,13 @@ fn blocked(kallsyms: String, short: &str, why: String, t0: Instant, wanted: &[&s
         .filter(|s| wanted.is_empty() || wanted.contains(&s.id.as_str()))
         .map(|spec| Skipped { spec, reason: crate::plan::select::Skip::Blocked(short.to_string()) })
         .collect();
-    Planning { kallsyms, plan: Plan { probes: Vec::new(), skipped }, blocked: Some(why), took: t0.elapsed() }
+    Planning {
+        kallsyms,
+        plan: Plan { probes: Vec::new(), skipped },
+        blocked: Some(why),
+        mlx5: None,
+        took: t0.elapsed(),
+    }
 }
 
 /// The user-space libraries the catalog probes, each parsed once.

@@ -8,5 +8,6 @@ pub mod catalog;
 pub mod elfsym;
 pub(crate) mod here;
 pub mod kernel;
+pub mod mlx5;
 pub mod select;
 pub mod syscalls;

@@ -1,4 +1,4 @@
-//! What a uverbs mapping maps. mlx5 says it in the offset (`render::mlx5_pgoff`). Soft-RoCE
+//! What a uverbs mapping maps. mlx5 says it in the offset (`plan::mlx5::pgoff`). Soft-RoCE
 //! hands each queue buffer a key when the queue is made (`rxe_create_mmap_info`, probe
 //! `rxe_mmap_info`), returns it in the create command's reply, and the provider library
 //! mmaps the key at once (`rxe_mmap` looks it up by user context and `vm_pgoff << 12`).

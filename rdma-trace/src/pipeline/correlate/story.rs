@@ -796,7 +796,7 @@ impl Builder {
 /// What a mapping's offset selects, from the driver on its stack.
 fn mapping_kind(e: &Event, pgoff: u64) -> String {
     if e.stack.iter().any(|f| f.contains("[mlx5_ib]")) {
-        crate::pipeline::render::mlx5_pgoff(pgoff)
+        crate::plan::mlx5::pgoff(pgoff)
     } else if e.stack.iter().any(|f| f.contains("[rdma_rxe]")) {
         "queue buffer (rxe: the offset is the queue's key)".to_string()
     } else {
