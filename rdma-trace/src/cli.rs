@@ -97,6 +97,28 @@ attach on any kernel with the module loaded but fire only with a ConnectX NIC.")
         #[arg(long)]
         json: bool,
     },
+    /// Check every stage on a real device: the companion workload traced and judged (root).
+    #[command(
+        long_about = "Run the companion workload (rdma-trace-workload, beside rdma-trace) on a device, \
+traced, and check every stage the TUI would show: which probes fired and which did not, every MR joined \
+with its pages, keys and the memlock limit, every mapping named (on mlx5, each doorbell page \
+write-combining or uncached), the completion path and the context its handler ran in, and loss. A check \
+that cannot run on the device (soft-RoCE has no doorbell page and no interrupt) is named as not run, with \
+why. Ends with one verdict line and writes a small JSON report (kernel, driver, firmware, results; no \
+addresses) to attach to a bug report. Exit status: 0 pass, 1 a check failed, 2 the run could not be made."
+    )]
+    Selftest {
+        /// The RDMA device [default: the first in /sys/class/infiniband].
+        #[arg(long)]
+        device: Option<String>,
+        /// GID index of the companion's loopback connection (RoCE: one with an IPv4-mapped
+        /// address; InfiniBand: 0).
+        #[arg(long, default_value_t = 1)]
+        gid_index: u32,
+        /// Where the report goes.
+        #[arg(short, long, default_value = "rdma-trace-selftest.json")]
+        output: PathBuf,
+    },
     /// Join a capture into the story of each verbs program: calls, kernel work, completions.
     #[command(long_about = "Read a capture (from `trace -o`) and join it: every event is attributed to \
 a process — completion events through the CQ they were raised on (their user handle is the program's \

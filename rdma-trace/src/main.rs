@@ -27,6 +27,9 @@ fn run() -> anyhow::Result<i32> {
         Cmd::Export { files, perfetto, folded, flamegraph, read } => {
             cmd::report::export(&files, perfetto.as_deref(), folded.as_deref(), flamegraph.as_deref(), read)
         }
+        Cmd::Selftest { device, gid_index, output } => {
+            cmd::selftest::run(device.as_deref(), gid_index, &output)
+        }
         Cmd::DetachAfterExit { wait_fd, events_file, events } => {
             Ok(cmd::trace::detach_after_exit(wait_fd, events_file.as_deref(), &events))
         }

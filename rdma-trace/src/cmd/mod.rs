@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod explain;
 pub mod probes;
 pub mod report;
+pub mod selftest;
 pub(crate) mod start;
 pub mod story;
 pub mod trace;

@@ -10,6 +10,7 @@ pub(crate) mod metrics;
 pub mod perfetto;
 pub(crate) mod queued;
 pub mod report;
+pub mod selftest;
 pub mod story;
 pub(crate) mod summary;
 pub mod target;

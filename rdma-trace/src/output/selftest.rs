@@ -1,0 +1,457 @@
+//! `selftest`'s judgement: a run of the companion workload, traced, held against what the
+//! TUI would show on each path, and the small file a person attaches to a bug report.
+//!
+//! Pure: the capture's header, the story the engine joined, the probes that fired and the
+//! run's trailer in; checks out. Each check passes, fails, or is not run with why (a
+//! soft-RoCE device has no doorbell page and no interrupt). The file says which kernel,
+//! driver and firmware it ran on and no address of either side.
+
+use crate::capture::{Header, Trailer};
+use crate::event::{ExecContext, ProbeId};
+use crate::pipeline::correlate::story::{ProcessStory, StepJoin, Story};
+use crate::steps::{StepName, StepRecord};
+use std::collections::BTreeMap;
+
+/// The companion's name as the kernel keeps it (`comm`, 15 bytes).
+const COMPANION_COMM: &str = "rdma-trace-work";
+
+/// Which driver served the run, as the probes that fired say it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Provider {
+    SoftRoce,
+    Mlx5,
+    Unknown,
+}
+
+impl Provider {
+    fn of(fired: &BTreeMap<ProbeId, u64>) -> Provider {
+        let any = |ids: &[ProbeId]| ids.iter().any(|i| fired.contains_key(i));
+        if any(&[ProbeId::Mlx5RegMr, ProbeId::Mlx5Mmap, ProbeId::Mlx5CreateCq]) {
+            Provider::Mlx5
+        } else if any(&[ProbeId::RxeRegMr, ProbeId::RxeMmap, ProbeId::RxeCreateCq]) {
+            Provider::SoftRoce
+        } else {
+            Provider::Unknown
+        }
+    }
+
+    /// The probes each path must fire on this driver for the TUI to show it.
+    fn needed(self) -> &'static [(&'static str, &'static [ProbeId])] {
+        match self {
+            Provider::SoftRoce => &[
+                ("pinning", &[ProbeId::UmemGet, ProbeId::RxeRegMr]),
+                ("mmap", &[ProbeId::UverbsMmap, ProbeId::RxeMmap]),
+                ("completion", &[ProbeId::RxeCreateCq, ProbeId::CompHandler, ProbeId::CompEventRead]),
+            ],
+            Provider::Mlx5 => &[
+                ("pinning", &[ProbeId::UmemGet, ProbeId::Mlx5RegMr]),
+                ("mmap", &[ProbeId::UverbsMmap, ProbeId::Mlx5Mmap, ProbeId::MmapIo]),
+                ("completion", &[ProbeId::Mlx5CreateCq, ProbeId::CompHandler, ProbeId::CompEventRead]),
+            ],
+            Provider::Unknown => &[
+                ("pinning", &[ProbeId::UmemGet]),
+                ("mmap", &[ProbeId::UverbsMmap]),
+                ("completion", &[ProbeId::CompHandler, ProbeId::CompEventRead]),
+            ],
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Pass,
+    Fail,
+    NotRun,
+}
+
+/// One check: its name, how it came out, and what it saw (counts, sizes, names; never an
+/// address).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Judged {
+    pub check: &'static str,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+fn judged(check: &'static str, ok: bool, detail: String) -> Judged {
+    Judged { check, outcome: if ok { Outcome::Pass } else { Outcome::Fail }, detail }
+}
+
+fn not_run(check: &'static str, why: &str) -> Judged {
+    Judged { check, outcome: Outcome::NotRun, detail: why.to_string() }
+}
+
+/// What the run left to judge.
+pub struct Run<'a> {
+    pub header: &'a Header,
+    pub story: &'a Story,
+    pub steps: &'a [StepRecord],
+    /// Events per catalog probe.
+    pub fired: &'a BTreeMap<ProbeId, u64>,
+    pub trailer: Option<&'a Trailer>,
+    /// Records the loss records of the stream counted.
+    pub lost_records: u64,
+}
+
+/// Every check, in the order the TUI's screens go.
+pub fn judge(run: &Run) -> (Provider, Vec<Judged>) {
+    let provider = Provider::of(run.fired);
+    let me = companion(run.story);
+    let mut out = vec![companion_ran(run), probes(run, provider)];
+    match me {
+        Some(p) => {
+            out.push(mrs(run, p));
+            out.extend(mappings(p, provider));
+            out.extend(completions(run, p, provider));
+        }
+        None => out.push(judged("joined", false, "no event of the companion's process was joined".into())),
+    }
+    out.push(loss(run));
+    (provider, out)
+}
+
+fn companion(story: &Story) -> Option<&ProcessStory> {
+    story.processes.values().filter(|p| p.comm == COMPANION_COMM).max_by_key(|p| p.event_count)
+}
+
+fn companion_ran(run: &Run) -> Judged {
+    let failed: Vec<String> = run
+        .steps
+        .iter()
+        .filter(|s| !s.ok)
+        .map(|s| format!("step {} {:?}: {}", s.step, s.name, s.error.as_deref().unwrap_or("failed")))
+        .collect();
+    let done = run.steps.iter().any(|s| s.name == StepName::CloseDevice);
+    let detail = if failed.is_empty() {
+        format!(
+            "{} steps announced, each succeeded{}",
+            run.steps.len(),
+            if done { "" } else { "; it never closed the device" }
+        )
+    } else {
+        format!("{} of {} steps failed: {}", failed.len(), run.steps.len(), failed.join("; "))
+    };
+    judged("companion", !run.steps.is_empty() && failed.is_empty() && done, detail)
+}
+
+fn probes(run: &Run, provider: Provider) -> Judged {
+    let attached = |id: ProbeId| run.header.probes.iter().any(|p| p.id == id.as_str() && p.attached);
+    let mut missing = Vec::new();
+    let mut paths = Vec::new();
+    for (path, ids) in provider.needed() {
+        let silent: Vec<String> = ids
+            .iter()
+            .filter(|i| !run.fired.contains_key(i))
+            .map(|i| {
+                if attached(*i) {
+                    format!("{i} (attached, never fired)")
+                } else {
+                    format!("{i} (not attached)")
+                }
+            })
+            .collect();
+        paths.push(format!("{path} {}/{}", ids.len() - silent.len(), ids.len()));
+        missing.extend(silent);
+    }
+    let known = provider != Provider::Unknown;
+    let mut detail = format!("{} probes fired; {}", run.fired.len(), paths.join(", "));
+    if !known {
+        detail.push_str("; no provider probe (rxe_* or mlx5_*) fired");
+    }
+    if !missing.is_empty() {
+        detail.push_str(&format!("; silent: {}", missing.join(", ")));
+    }
+    judged("probes", known && missing.is_empty(), detail)
+}
+
+fn mrs(run: &Run, me: &ProcessStory) -> Judged {
+    let reg: Vec<&StepJoin> = run
+        .story
+        .steps
+        .iter()
+        .filter(|j| run.steps.get(j.step).is_some_and(|s| s.name == StepName::RegMr && s.ok))
+        .collect();
+    let bad: Vec<String> = reg
+        .iter()
+        .flat_map(|j| {
+            j.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(move |c| format!("step {}: {}", run.steps[j.step].step, c.what))
+        })
+        .collect();
+    let unchecked = reg.iter().filter(|j| j.checks.is_empty()).count();
+    let rows: Vec<String> = me
+        .mrs
+        .iter()
+        .map(|m| {
+            let pages = m.pages.map_or("pages unknown".to_string(), |p| crate::units::count(p, "page"));
+            let keys = if m.lkey.is_some() && m.rkey.is_some() { "keys" } else { "no keys" };
+            format!("{} ({pages}, {keys})", crate::units::bytes(m.length))
+        })
+        .collect();
+    let complete = me.mrs.iter().all(|m| m.pages.is_some() && m.lkey.is_some() && m.rkey.is_some());
+    let memlock = match me.memlock_limit {
+        Some(u64::MAX) => "memlock limit unlimited".to_string(),
+        Some(l) => format!("memlock limit {}", crate::units::bytes(l)),
+        None => "memlock limit unknown".to_string(),
+    };
+    let mut detail = format!(
+        "{} registrations announced, {} MRs joined: {}; pinned peak {}; {memlock}",
+        reg.len(),
+        me.mrs.len(),
+        rows.join(", "),
+        crate::units::bytes(me.pinned_peak_bytes)
+    );
+    if !bad.is_empty() {
+        detail.push_str(&format!("; differ from the announced: {}", bad.join(", ")));
+    }
+    if unchecked > 0 {
+        detail.push_str(&format!("; {unchecked} registrations joined to no kernel event"));
+    }
+    let ok = !reg.is_empty()
+        && me.mrs.len() >= reg.len()
+        && bad.is_empty()
+        && unchecked == 0
+        && complete
+        && me.memlock_limit.is_some();
+    judged("mrs", ok, detail)
+}
+
+fn mappings(me: &ProcessStory, provider: Provider) -> Vec<Judged> {
+    let named = |m: &&crate::pipeline::correlate::story::MapStory| {
+        m.queue.is_some() || (provider == Provider::Mlx5 && !m.kind.contains("unknown"))
+    };
+    let unnamed = me.mappings.iter().filter(|m| !named(m)).count();
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    for m in &me.mappings {
+        *kinds.entry(kind_word(m, provider)).or_default() += 1;
+    }
+    let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    let mut detail = format!("{} mappings: {}", me.mappings.len(), list.join(", "));
+    if unnamed > 0 {
+        detail.push_str(&format!("; {unnamed} not named"));
+    }
+    let names = judged("mappings", !me.mappings.is_empty() && unnamed == 0, detail);
+    let cache = match provider {
+        Provider::Mlx5 => {
+            let doorbells: Vec<_> = me.mappings.iter().filter(|m| m.kind.contains("UAR")).collect();
+            let wrong: Vec<String> = doorbells
+                .iter()
+                .filter(|m| {
+                    !m.cache
+                        .as_deref()
+                        .is_some_and(|c| c.contains("write-combining") || c.contains("uncached"))
+                })
+                .map(|m| {
+                    format!(
+                        "{} mapped {}",
+                        kind_word(m, provider),
+                        m.cache.as_deref().unwrap_or("(mode unknown)")
+                    )
+                })
+                .collect();
+            let modes: BTreeMap<&str, u64> = doorbells.iter().fold(BTreeMap::new(), |mut acc, m| {
+                *acc.entry(m.cache.as_deref().unwrap_or("unknown")).or_default() += 1;
+                acc
+            });
+            let modes: Vec<String> = modes.iter().map(|(c, n)| format!("{c} ×{n}")).collect();
+            let mut detail = format!("{} doorbell pages: {}", doorbells.len(), modes.join(", "));
+            if !wrong.is_empty() {
+                detail.push_str(&format!("; must be write-combining or uncached: {}", wrong.join(", ")));
+            }
+            judged("doorbell cache mode", !doorbells.is_empty() && wrong.is_empty(), detail)
+        }
+        _ => not_run(
+            "doorbell cache mode",
+            "soft-RoCE has no doorbell page: its queues are ordinary memory and a post rings the kernel through write(2)",
+        ),
+    };
+    vec![names, cache]
+}
+
+/// A mapping's kind in a few words, without its addresses.
+fn kind_word(m: &crate::pipeline::correlate::story::MapStory, provider: Provider) -> String {
+    if let Some(q) = &m.queue {
+        return q.kind.short().to_string();
+    }
+    if provider == Provider::Mlx5 {
+        // "0x201 (UAR/BlueFlame page, write-combining (WC_PAGE), index 1)": the words only.
+        if let (Some(a), Some(b)) = (m.kind.find('('), m.kind.rfind(", index")) {
+            return m.kind[a + 1..b].to_string();
+        }
+    }
+    "unnamed".to_string()
+}
+
+fn completions(run: &Run, me: &ProcessStory, provider: Provider) -> Vec<Judged> {
+    let cqs: Vec<_> = run.story.cqs.values().filter(|c| c.pid == Some(me.pid)).collect();
+    let completed: u64 = cqs.iter().map(|c| c.completions).sum();
+    let mut contexts: BTreeMap<String, u64> = BTreeMap::new();
+    for c in &cqs {
+        for (ctx, n) in &c.by_context {
+            *contexts.entry(context_word(ctx.0)).or_default() += n;
+        }
+    }
+    let cq_checks: Vec<&crate::pipeline::correlate::checks::Check> = run
+        .story
+        .steps
+        .iter()
+        .filter(|j| {
+            run.steps.get(j.step).is_some_and(|s| matches!(s.name, StepName::CreateCq | StepName::GetCqEvent))
+        })
+        .flat_map(|j| j.checks.iter())
+        .collect();
+    let bad = cq_checks.iter().filter(|c| !c.ok).count();
+    let waited = run.steps.iter().filter(|s| s.name == StepName::GetCqEvent && s.ok).count();
+    let ctx: Vec<String> = contexts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    let woke = me.wakeup_latencies_ns.len();
+    let detail = format!(
+        "{}, {completed} completions handled ({}), {} of {} completion events woke the program; \
+         {} of {} CQ checks hold",
+        crate::units::count(cqs.len() as u64, "CQ"),
+        if ctx.is_empty() { "no context".into() } else { ctx.join(", ") },
+        woke.min(waited),
+        waited,
+        cq_checks.len() - bad,
+        cq_checks.len()
+    );
+    let path = judged(
+        "completion path",
+        !cqs.is_empty() && completed > 0 && bad == 0 && !cq_checks.is_empty() && woke >= waited,
+        detail,
+    );
+    let irq = match provider {
+        Provider::Mlx5 => {
+            let from_irq = contexts.get("softirq").copied().unwrap_or(0);
+            judged(
+                "interrupt context",
+                from_irq > 0,
+                format!("{from_irq} of {completed} completions handled in interrupt context"),
+            )
+        }
+        _ => not_run(
+            "interrupt context",
+            "soft-RoCE completes in a kworker or a tasklet, never from a device interrupt",
+        ),
+    };
+    vec![path, irq]
+}
+
+fn context_word(c: Option<ExecContext>) -> String {
+    match c {
+        Some(ExecContext::Softirq) => "softirq",
+        Some(ExecContext::Kworker) => "kworker",
+        Some(ExecContext::Process) => "process",
+        None => "unknown",
+    }
+    .into()
+}
+
+fn loss(run: &Run) -> Judged {
+    match run.trailer {
+        None => judged("loss", false, "the capture has no trailer: the run was cut short".into()),
+        Some(t) => {
+            let ok = t.lost == 0 && run.lost_records == 0;
+            judged(
+                "loss",
+                ok,
+                format!("{} events delivered, {} lost", t.delivered, t.lost.max(run.lost_records)),
+            )
+        }
+    }
+}
+
+/// The one line that ends the run.
+pub fn verdict(device: &str, provider: Provider, kernel: &str, judged: &[Judged]) -> String {
+    let count = |o: Outcome| judged.iter().filter(|j| j.outcome == o).count();
+    let failed: Vec<&str> = judged.iter().filter(|j| j.outcome == Outcome::Fail).map(|j| j.check).collect();
+    let on = format!("{device} ({}, kernel {kernel})", provider_word(provider));
+    if failed.is_empty() {
+        format!(
+            "selftest: PASS on {on}: {} checks passed, {} not run",
+            count(Outcome::Pass),
+            count(Outcome::NotRun)
+        )
+    } else {
+        format!("selftest: FAIL on {on}: {}", failed.join(", "))
+    }
+}
+
+fn provider_word(p: Provider) -> &'static str {
+    match p {
+        Provider::SoftRoce => "soft-RoCE",
+        Provider::Mlx5 => "mlx5",
+        Provider::Unknown => "provider unknown",
+    }
+}
+
+/// The device as sysfs describes it (`/sys/class/infiniband/<dev>`): what a bug report
+/// needs, nothing that locates memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Device {
+    pub name: String,
+    /// The kernel module behind it (`device/driver/module`; a software device has none).
+    pub driver: Option<String>,
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    pub board_id: Option<String>,
+    pub node_type: Option<String>,
+    pub link_layer: Option<String>,
+}
+
+/// The file a person attaches to a bug report.
+#[derive(serde::Serialize)]
+pub struct Report<'a> {
+    pub tool: &'a str,
+    pub kernel_release: &'a str,
+    pub libibverbs: Option<&'a str>,
+    pub device: &'a Device,
+    pub provider: Provider,
+    pub verdict: &'a str,
+    pub checks: &'a [Judged],
+    /// Events per probe that fired, and the probes that did not, with why.
+    pub fired: BTreeMap<&'static str, u64>,
+    pub silent: Vec<Silent>,
+}
+
+#[derive(serde::Serialize)]
+pub struct Silent {
+    pub probe: String,
+    /// "attached" (it never fired), or why it was not.
+    pub status: String,
+}
+
+impl<'a> Report<'a> {
+    pub fn new(
+        run: &'a Run,
+        device: &'a Device,
+        provider: Provider,
+        verdict: &'a str,
+        checks: &'a [Judged],
+    ) -> Self {
+        let silent = run
+            .header
+            .probes
+            .iter()
+            .filter(|p| ProbeId::parse(&p.id).is_none_or(|id| !run.fired.contains_key(&id)))
+            .map(|p| Silent {
+                probe: p.id.clone(),
+                status: if p.attached { "attached".into() } else { p.reason.clone().unwrap_or_default() },
+            })
+            .collect();
+        Report {
+            tool: &run.header.tool,
+            kernel_release: &run.header.kernel_release,
+            libibverbs: run.header.libibverbs.as_deref(),
+            device,
+            provider,
+            verdict,
+            checks,
+            fired: run.fired.iter().map(|(id, n)| (id.as_str(), *n)).collect(),
+            silent,
+        }
+    }
+}
