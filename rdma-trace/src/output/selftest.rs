@@ -455,3 +455,45 @@ impl<'a> Report<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::correlate::story::MapStory;
+
+    /// An mlx5 mapping as the story makes it: the offset decoded, the cache mode from the
+    /// page protection `rdma_user_mmap_io` was given.
+    fn mlx5_map(pgoff: u64, cache: &str) -> MapStory {
+        MapStory {
+            event: None,
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0000_1000,
+            pgoff,
+            kind: crate::plan::mlx5::pgoff(pgoff),
+            cache: Some(cache.into()),
+            call: None,
+            queue: None,
+            unmapped: false,
+        }
+    }
+
+    #[test]
+    fn an_mlx5_doorbell_must_be_write_combining_or_uncached() {
+        let mut me = ProcessStory::default();
+        me.mappings.push_back(mlx5_map((2 << 8) | 1, "WC (write-combining)"));
+        me.mappings.push_back(mlx5_map(3 << 8, "UC- (uncached)"));
+        me.mappings.push_back(mlx5_map(7 << 8, "WB (cached)")); // the clock page: not a doorbell
+        let [names, cache] = mappings(&me, Provider::Mlx5).try_into().unwrap();
+        assert_eq!(names.outcome, Outcome::Pass, "{names:?}");
+        assert!(names.detail.contains("UAR/BlueFlame page, write-combining (WC_PAGE) ×1"), "{names:?}");
+        assert_eq!(cache.outcome, Outcome::Pass, "{cache:?}");
+        assert_eq!(cache.detail, "2 doorbell pages: UC- (uncached) ×1, WC (write-combining) ×1");
+
+        me.mappings.push_back(mlx5_map(0, "WB (cached)"));
+        let [_, cache] = mappings(&me, Provider::Mlx5).try_into().unwrap();
+        assert_eq!(cache.outcome, Outcome::Fail, "{cache:?}");
+        assert!(cache.detail.ends_with(
+            "must be write-combining or uncached: UAR doorbell page (REGULAR_PAGE, best-effort write-combining) mapped WB (cached)"
+        ), "{cache:?}");
+    }
+}
