@@ -112,7 +112,7 @@ addresses) to attach to a bug report. Exit status: 0 pass, 1 a check failed, 2 t
         #[arg(long)]
         device: Option<String>,
         /// GID index of the companion's loopback connection (RoCE: one with an IPv4-mapped
-        /// address; InfiniBand: 0).
+        /// address; an InfiniBand port is refused for now: the companion connects by GID).
         #[arg(long, default_value_t = 1)]
         gid_index: u32,
         /// Where the report goes.

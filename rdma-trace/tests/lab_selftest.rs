@@ -56,7 +56,7 @@ fn lab_selftest_passes_on_soft_roce() {
     // The sizes selftest gave the companion, pinned page by page.
     let mrs = check("mrs")["detail"].as_str().unwrap().to_string();
     assert!(mrs.contains("4 KiB (1 page, keys), 64 KiB (16 pages, keys), 1 MiB (256 pages, keys)"), "{mrs}");
-    assert!(check("loss")["detail"].as_str().unwrap().ends_with(", 0 lost"), "{text}");
+    assert!(check("loss")["detail"].as_str().unwrap().ends_with(", 0 lost (any process)"), "{text}");
     assert!(json["fired"]["umem_get"].as_u64().unwrap() >= 6, "{text}");
     assert!(!text.contains("0x"), "an address in the report:\n{text}");
 }

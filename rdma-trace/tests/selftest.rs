@@ -19,7 +19,7 @@ fn outcomes(checks: &[rdma_trace::output::selftest::Judged]) -> Vec<(&'static st
 fn the_companion_on_soft_roce_passes_with_two_checks_not_run() {
     for (k, release) in [("6.12", "6.12.118+deb13-amd64"), ("7.3", "7.3.4+deb13-amd64")] {
         let g = gather(&fixture(&format!("companion-{k}.jsonl"))).unwrap();
-        let (provider, checks) = judge(&g.run());
+        let (provider, checks) = judge(&g.run(None));
         assert_eq!(provider, Provider::SoftRoce, "{k}");
         assert_eq!(
             outcomes(&checks),
@@ -67,7 +67,7 @@ fn a_run_that_lost_its_pins_or_its_end_fails_those_checks() {
     let dir = std::env::temp_dir().join(format!("rt-selftest-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let g = gather(&without(&dir, &["\"name\":\"umem_get\"", "\"type\":\"trailer\""])).unwrap();
-    let (provider, checks) = judge(&g.run());
+    let (provider, checks) = judge(&g.run(None));
     let failed: Vec<&str> = checks.iter().filter(|c| c.outcome == Outcome::Fail).map(|c| c.check).collect();
     assert_eq!(failed, ["probes", "mrs", "loss"], "{checks:#?}");
     let detail = |name: &str| checks.iter().find(|c| c.check == name).unwrap().detail.clone();
@@ -83,7 +83,7 @@ fn a_run_that_lost_its_pins_or_its_end_fails_those_checks() {
 #[test]
 fn the_report_names_kernel_driver_and_results_and_no_address() {
     let g = gather(&fixture("companion-7.3.jsonl")).unwrap();
-    let run = g.run();
+    let run = g.run(None);
     let (provider, checks) = judge(&run);
     let v = verdict("rxe0", provider, &g.header.kernel_release, &checks);
     let device = Device {

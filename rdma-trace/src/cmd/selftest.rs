@@ -26,8 +26,10 @@ pub struct Gathered {
 }
 
 impl Gathered {
-    pub fn run(&self) -> Run<'_> {
+    /// What to judge, on a device whose driver sysfs names `driver`.
+    pub fn run<'a>(&'a self, driver: Option<&'a str>) -> Run<'a> {
         Run {
+            driver,
             header: &self.header,
             story: &self.story,
             steps: &self.steps,
@@ -76,11 +78,17 @@ impl Sink for Gather {
 
 /// Reads a capture of the companion's run (its steps in it, from the marker).
 pub fn gather(capture: &Path) -> Result<Gathered> {
+    gather_with(capture, Vec::new())
+}
+
+/// Reads a capture with the companion's steps from elsewhere (its announce file, when the
+/// marker could not be attached).
+pub fn gather_with(capture: &Path, steps: Vec<StepRecord>) -> Result<Gathered> {
     let input =
         crate::source::capture::open(capture).with_context(|| format!("opening {}", capture.display()))?;
     let mut reader = crate::source::capture::Reader::new(input, false);
     let mut g = Gather {
-        story: StorySink(Engine::new(Vec::new(), Limits::default())),
+        story: StorySink(Engine::new(steps, Limits::default())),
         header: None,
         fired: BTreeMap::new(),
         trailer: None,
@@ -148,6 +156,14 @@ pub fn run(device: Option<&str>, gid_index: u32, out: &Path) -> Result<i32> {
             return Ok(2);
         }
     };
+    let mut device = describe(&dev);
+    if device.link_layer.as_deref() == Some("InfiniBand") {
+        eprintln!(
+            "rdma-trace: {dev} is an InfiniBand port: the companion connects its QPs over RoCE (by GID, \
+             no LID), so selftest runs on RoCE and soft-RoCE ports only for now"
+        );
+        return Ok(2);
+    }
     let me = std::env::current_exe().context("where rdma-trace is")?;
     let companion = me.with_file_name("rdma-trace-workload");
     if !companion.exists() {
@@ -160,6 +176,7 @@ pub fn run(device: Option<&str>, gid_index: u32, out: &Path) -> Result<i32> {
     }
     let work = scratch_dir()?;
     let capture = work.join("capture.jsonl");
+    let steps = work.join("steps.jsonl");
     eprintln!("rdma-trace: selftest on {dev}: tracing the companion workload ({})", work.display());
     let st = Command::new(&me)
         .args(["trace", "-q", "-o"])
@@ -168,26 +185,39 @@ pub fn run(device: Option<&str>, gid_index: u32, out: &Path) -> Result<i32> {
         .arg(&companion)
         .args(["--device", &dev, "--gid-index", &gid_index.to_string()])
         .args(["--mr-sizes", "4K,64K,1M", "--iterations", "8", "--timeout-s", "60", "--announce"])
-        .arg(work.join("steps.jsonl"))
+        .arg(&steps)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(work.join("trace.out"))?)
         .stderr(std::fs::File::create(work.join("trace.err"))?)
         .status()
         .context("starting rdma-trace trace")?;
+    let said = || std::fs::read_to_string(work.join("trace.err")).unwrap_or_default();
     if !capture.exists() {
-        let said = std::fs::read_to_string(work.join("trace.err")).unwrap_or_default();
-        eprintln!("rdma-trace: the traced run made no capture ({st}):\n{said}");
+        eprintln!("rdma-trace: the traced run made no capture ({st}):\n{}", said());
         return Ok(2);
     }
-    let g = gather(&capture)?;
-    let run = g.run();
-    let (provider, checks) = judge::judge(&run);
-    let verdict = judge::verdict(&dev, provider, &g.header.kernel_release, &checks);
-    let mut device = describe(&dev);
+    let mut g = match gather(&capture) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("rdma-trace: the traced run's capture cannot be read: {e:#}\n{}", said());
+            return Ok(2);
+        }
+    };
+    if g.steps.is_empty()
+        && let Ok(announced) = crate::pipeline::correlate::story::read_steps(&steps)
+        && !announced.is_empty()
+    {
+        // The step marker did not reach the capture (it could not be attached): the
+        // companion's own file has the same steps.
+        eprintln!("rdma-trace: the capture has no companion steps; joining those of {}", steps.display());
+        g = gather_with(&capture, announced).unwrap_or(g);
+    }
+    let (provider, checks) = judge::judge(&g.run(device.driver.as_deref()));
     if device.driver.is_none() && provider == judge::Provider::SoftRoce {
         // A software device has no PCI function, so sysfs names no module: the probes did.
         device.driver = Some("rdma_rxe".into());
     }
+    let verdict = judge::verdict(&dev, provider, &g.header.kernel_release, &checks);
     for c in &checks {
         let mark = match c.outcome {
             judge::Outcome::Pass => "pass",
@@ -196,15 +226,28 @@ pub fn run(device: Option<&str>, gid_index: u32, out: &Path) -> Result<i32> {
         };
         println!("  {mark:<8} {:<20} {}", c.check, c.detail);
     }
+    let failed = checks.iter().any(|c| c.outcome == judge::Outcome::Fail) || !st.success();
     if !st.success() {
-        println!("  (the traced run ended {st}; its output: {})", work.join("trace.err").display());
+        println!("  (the traced run ended {st}; what it said: {})", work.join("trace.err").display());
     }
-    let report = Report::new(&run, &device, provider, &verdict, &checks);
-    std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
     println!("{verdict}");
-    println!("the report for a bug: {} (no addresses); the capture: {}", out.display(), capture.display());
-    Ok(if checks.iter().any(|c| c.outcome == judge::Outcome::Fail) || !st.success() { 1 } else { 0 })
+    let run = g.run(device.driver.as_deref());
+    let report = Report::new(&run, &device, provider, &verdict, &checks);
+    match serde_json::to_string_pretty(&report)
+        .map_err(std::io::Error::from)
+        .and_then(|t| std::fs::write(out, t + "\n"))
+    {
+        Ok(()) => println!("the report to send back: {} (no addresses)", out.display()),
+        Err(e) => {
+            eprintln!("rdma-trace: cannot write the report {}: {e} (give another with -o)", out.display())
+        }
+    }
+    if failed {
+        println!("kept for a closer look (it holds kernel addresses): {}", work.display());
+    } else {
+        std::fs::remove_dir_all(&work).ok();
+    }
+    Ok(i32::from(failed))
 }
 
 /// A fresh directory of this run's own (mode 0700: the capture holds kernel addresses).

@@ -25,14 +25,15 @@ pub enum Provider {
 }
 
 impl Provider {
-    fn of(fired: &BTreeMap<ProbeId, u64>) -> Provider {
+    /// The device's driver as sysfs names it (`mlx5_core`; none for a software device), and
+    /// for a software device the probes that fired (the kernel probes see every process,
+    /// so another device's traffic must not decide).
+    pub fn of(driver: Option<&str>, fired: &BTreeMap<ProbeId, u64>) -> Provider {
         let any = |ids: &[ProbeId]| ids.iter().any(|i| fired.contains_key(i));
-        if any(&[ProbeId::Mlx5RegMr, ProbeId::Mlx5Mmap, ProbeId::Mlx5CreateCq]) {
-            Provider::Mlx5
-        } else if any(&[ProbeId::RxeRegMr, ProbeId::RxeMmap, ProbeId::RxeCreateCq]) {
-            Provider::SoftRoce
-        } else {
-            Provider::Unknown
+        match driver {
+            Some("mlx5_core") => Provider::Mlx5,
+            None if any(&[ProbeId::RxeRegMr, ProbeId::RxeMmap, ProbeId::RxeCreateCq]) => Provider::SoftRoce,
+            _ => Provider::Unknown,
         }
     }
 
@@ -93,11 +94,13 @@ pub struct Run<'a> {
     pub trailer: Option<&'a Trailer>,
     /// Records the loss records of the stream counted.
     pub lost_records: u64,
+    /// The device's driver (sysfs), which says the provider.
+    pub driver: Option<&'a str>,
 }
 
 /// Every check, in the order the TUI's screens go.
 pub fn judge(run: &Run) -> (Provider, Vec<Judged>) {
-    let provider = Provider::of(run.fired);
+    let provider = Provider::of(run.driver, run.fired);
     let me = companion(run.story);
     let mut out = vec![companion_ran(run), probes(run, provider)];
     match me {
@@ -121,7 +124,9 @@ fn companion_ran(run: &Run) -> Judged {
         .steps
         .iter()
         .filter(|s| !s.ok)
-        .map(|s| format!("step {} {:?}: {}", s.step, s.name, s.error.as_deref().unwrap_or("failed")))
+        .map(|s| {
+            format!("step {} {:?}: {}", s.step, s.name, no_addresses(s.error.as_deref().unwrap_or("failed")))
+        })
         .collect();
     let done = run.steps.iter().any(|s| s.name == StepName::CloseDevice);
     let detail = if failed.is_empty() {
@@ -134,6 +139,20 @@ fn companion_ran(run: &Run) -> Judged {
         format!("{} of {} steps failed: {}", failed.len(), run.steps.len(), failed.join("; "))
     };
     judged("companion", !run.steps.is_empty() && failed.is_empty() && done, detail)
+}
+
+/// `s` with every hexadecimal number masked: the report holds no address.
+fn no_addresses(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("0x") {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 2..].bytes().take_while(u8::is_ascii_hexdigit).count();
+        out.push_str(if digits > 0 { "0x…" } else { "0x" });
+        rest = &rest[at + 2 + digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn probes(run: &Run, provider: Provider) -> Judged {
@@ -155,15 +174,17 @@ fn probes(run: &Run, provider: Provider) -> Judged {
         paths.push(format!("{path} {}/{}", ids.len() - silent.len(), ids.len()));
         missing.extend(silent);
     }
-    let known = provider != Provider::Unknown;
-    let mut detail = format!("{} probes fired; {}", run.fired.len(), paths.join(", "));
-    if !known {
-        detail.push_str("; no provider probe (rxe_* or mlx5_*) fired");
+    let mut detail = format!("{} probes fired (any process); {}", run.fired.len(), paths.join(", "));
+    if provider == Provider::Unknown {
+        detail.push_str(&format!(
+            "; driver {}: the catalog has no probes of its own, only the core's were required",
+            run.driver.unwrap_or("unknown")
+        ));
     }
     if !missing.is_empty() {
         detail.push_str(&format!("; silent: {}", missing.join(", ")));
     }
-    judged("probes", known && missing.is_empty(), detail)
+    judged("probes", missing.is_empty(), detail)
 }
 
 fn mrs(run: &Run, me: &ProcessStory) -> Judged {
@@ -183,8 +204,15 @@ fn mrs(run: &Run, me: &ProcessStory) -> Judged {
         })
         .collect();
     let unchecked = reg.iter().filter(|j| j.checks.is_empty()).count();
-    let rows: Vec<String> = me
-        .mrs
+    // The MRs the registrations made, by the pin each step joined; a driver pins its queue
+    // buffers with the same function (mlx5's CQ and QP buffers, doorbell records): those
+    // rows are counted apart, with no keys to check.
+    let theirs = |m: &&crate::pipeline::correlate::rows::MrStory| {
+        m.event.is_some_and(|i| reg.iter().any(|j| j.events.contains(&i)))
+    };
+    let mine: Vec<_> = me.mrs.iter().filter(theirs).collect();
+    let others = me.mrs.len() - mine.len();
+    let rows: Vec<String> = mine
         .iter()
         .map(|m| {
             let pages = m.pages.map_or("pages unknown".to_string(), |p| crate::units::count(p, "page"));
@@ -192,7 +220,7 @@ fn mrs(run: &Run, me: &ProcessStory) -> Judged {
             format!("{} ({pages}, {keys})", crate::units::bytes(m.length))
         })
         .collect();
-    let complete = me.mrs.iter().all(|m| m.pages.is_some() && m.lkey.is_some() && m.rkey.is_some());
+    let complete = mine.iter().all(|m| m.pages.is_some() && m.lkey.is_some() && m.rkey.is_some());
     let memlock = match me.memlock_limit {
         Some(u64::MAX) => "memlock limit unlimited".to_string(),
         Some(l) => format!("memlock limit {}", crate::units::bytes(l)),
@@ -201,10 +229,13 @@ fn mrs(run: &Run, me: &ProcessStory) -> Judged {
     let mut detail = format!(
         "{} registrations announced, {} MRs joined: {}; pinned peak {}; {memlock}",
         reg.len(),
-        me.mrs.len(),
+        mine.len(),
         rows.join(", "),
         crate::units::bytes(me.pinned_peak_bytes)
     );
+    if others > 0 {
+        detail.push_str(&format!("; {} other pins (the driver's queue buffers)", others));
+    }
     if !bad.is_empty() {
         detail.push_str(&format!("; differ from the announced: {}", bad.join(", ")));
     }
@@ -212,7 +243,7 @@ fn mrs(run: &Run, me: &ProcessStory) -> Judged {
         detail.push_str(&format!("; {unchecked} registrations joined to no kernel event"));
     }
     let ok = !reg.is_empty()
-        && me.mrs.len() >= reg.len()
+        && mine.len() == reg.len()
         && bad.is_empty()
         && unchecked == 0
         && complete
@@ -221,10 +252,7 @@ fn mrs(run: &Run, me: &ProcessStory) -> Judged {
 }
 
 fn mappings(me: &ProcessStory, provider: Provider) -> Vec<Judged> {
-    let named = |m: &&crate::pipeline::correlate::story::MapStory| {
-        m.queue.is_some() || (provider == Provider::Mlx5 && !m.kind.contains("unknown"))
-    };
-    let unnamed = me.mappings.iter().filter(|m| !named(m)).count();
+    let unnamed = me.mappings.iter().filter(|m| !named(m, provider)).count();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     for m in &me.mappings {
         *kinds.entry(kind_word(m, provider)).or_default() += 1;
@@ -237,8 +265,12 @@ fn mappings(me: &ProcessStory, provider: Provider) -> Vec<Judged> {
     let names = judged("mappings", !me.mappings.is_empty() && unnamed == 0, detail);
     let cache = match provider {
         Provider::Mlx5 => {
-            let doorbells: Vec<_> = me.mappings.iter().filter(|m| m.kind.contains("UAR")).collect();
-            let wrong: Vec<String> = doorbells
+            let device: Vec<_> = me
+                .mappings
+                .iter()
+                .filter(|m| named(m, provider) && crate::plan::mlx5::device_page(m.pgoff))
+                .collect();
+            let wrong: Vec<String> = device
                 .iter()
                 .filter(|m| {
                     !m.cache
@@ -253,23 +285,31 @@ fn mappings(me: &ProcessStory, provider: Provider) -> Vec<Judged> {
                     )
                 })
                 .collect();
-            let modes: BTreeMap<&str, u64> = doorbells.iter().fold(BTreeMap::new(), |mut acc, m| {
+            let modes: BTreeMap<&str, u64> = device.iter().fold(BTreeMap::new(), |mut acc, m| {
                 *acc.entry(m.cache.as_deref().unwrap_or("unknown")).or_default() += 1;
                 acc
             });
             let modes: Vec<String> = modes.iter().map(|(c, n)| format!("{c} ×{n}")).collect();
-            let mut detail = format!("{} doorbell pages: {}", doorbells.len(), modes.join(", "));
+            let mut detail = format!("{} device pages (doorbells): {}", device.len(), modes.join(", "));
             if !wrong.is_empty() {
                 detail.push_str(&format!("; must be write-combining or uncached: {}", wrong.join(", ")));
             }
-            judged("doorbell cache mode", !doorbells.is_empty() && wrong.is_empty(), detail)
+            judged("doorbell cache mode", !device.is_empty() && wrong.is_empty(), detail)
         }
-        _ => not_run(
+        Provider::SoftRoce => not_run(
             "doorbell cache mode",
             "soft-RoCE has no doorbell page: its queues are ordinary memory and a post rings the kernel through write(2)",
         ),
+        Provider::Unknown => not_run("doorbell cache mode", "no probe of this driver's mmap in the catalog"),
     };
     vec![names, cache]
+}
+
+/// Whether the story knows what a mapping maps: soft-RoCE's queue by its key, mlx5's
+/// command as `mlx5_ib_mmap` read it.
+fn named(m: &crate::pipeline::correlate::story::MapStory, provider: Provider) -> bool {
+    m.queue.is_some()
+        || (provider == Provider::Mlx5 && !m.kind.starts_with("offset") && !m.kind.contains("unknown"))
 }
 
 /// A mapping's kind in a few words, without its addresses.
@@ -277,11 +317,8 @@ fn kind_word(m: &crate::pipeline::correlate::story::MapStory, provider: Provider
     if let Some(q) = &m.queue {
         return q.kind.short().to_string();
     }
-    if provider == Provider::Mlx5 {
-        // "0x201 (UAR/BlueFlame page, write-combining (WC_PAGE), index 1)": the words only.
-        if let (Some(a), Some(b)) = (m.kind.find('('), m.kind.rfind(", index")) {
-            return m.kind[a + 1..b].to_string();
-        }
+    if named(m, provider) {
+        return crate::plan::mlx5::what(m.pgoff).to_string();
     }
     "unnamed".to_string()
 }
@@ -332,10 +369,13 @@ fn completions(run: &Run, me: &ProcessStory, provider: Provider) -> Vec<Judged> 
                 format!("{from_irq} of {completed} completions handled in interrupt context"),
             )
         }
-        _ => not_run(
+        Provider::SoftRoce => not_run(
             "interrupt context",
             "soft-RoCE completes in a kworker or a tasklet, never from a device interrupt",
         ),
+        Provider::Unknown => {
+            not_run("interrupt context", "not judged for a driver the catalog has no probes of")
+        }
     };
     vec![path, irq]
 }
@@ -358,7 +398,11 @@ fn loss(run: &Run) -> Judged {
             judged(
                 "loss",
                 ok,
-                format!("{} events delivered, {} lost", t.delivered, t.lost.max(run.lost_records)),
+                format!(
+                    "{} events delivered, {} lost (any process)",
+                    t.delivered,
+                    t.lost.max(run.lost_records)
+                ),
             )
         }
     }
@@ -436,7 +480,7 @@ impl<'a> Report<'a> {
             .header
             .probes
             .iter()
-            .filter(|p| ProbeId::parse(&p.id).is_none_or(|id| !run.fired.contains_key(&id)))
+            .filter(|p| ProbeId::parse(&p.id).is_some_and(|id| !run.fired.contains_key(&id)))
             .map(|p| Silent {
                 probe: p.id.clone(),
                 status: if p.attached { "attached".into() } else { p.reason.clone().unwrap_or_default() },
@@ -478,6 +522,23 @@ mod tests {
     }
 
     #[test]
+    fn the_device_says_the_provider_not_other_traffic() {
+        let rxe_fired: BTreeMap<ProbeId, u64> = [(ProbeId::RxeRegMr, 3), (ProbeId::UmemGet, 3)].into();
+        assert_eq!(Provider::of(Some("mlx5_core"), &rxe_fired), Provider::Mlx5);
+        assert_eq!(Provider::of(None, &rxe_fired), Provider::SoftRoce);
+        assert_eq!(Provider::of(None, &BTreeMap::new()), Provider::Unknown);
+        assert_eq!(Provider::of(Some("irdma"), &rxe_fired), Provider::Unknown);
+    }
+
+    #[test]
+    fn a_step_error_loses_its_addresses() {
+        assert_eq!(
+            no_addresses("the event names CQ 0x55d0c0ffee00, not 0x55d0c0ffee40 (0x)"),
+            "the event names CQ 0x…, not 0x… (0x)"
+        );
+    }
+
+    #[test]
     fn an_mlx5_doorbell_must_be_write_combining_or_uncached() {
         let mut me = ProcessStory::default();
         me.mappings.push_back(mlx5_map((2 << 8) | 1, "WC (write-combining)"));
@@ -487,7 +548,7 @@ mod tests {
         assert_eq!(names.outcome, Outcome::Pass, "{names:?}");
         assert!(names.detail.contains("UAR/BlueFlame page, write-combining (WC_PAGE) ×1"), "{names:?}");
         assert_eq!(cache.outcome, Outcome::Pass, "{cache:?}");
-        assert_eq!(cache.detail, "2 doorbell pages: UC- (uncached) ×1, WC (write-combining) ×1");
+        assert_eq!(cache.detail, "2 device pages (doorbells): UC- (uncached) ×1, WC (write-combining) ×1");
 
         me.mappings.push_back(mlx5_map(0, "WB (cached)"));
         let [_, cache] = mappings(&me, Provider::Mlx5).try_into().unwrap();

@@ -54,6 +54,23 @@ pub fn constants() -> Vec<(&'static str, u64)> {
     all
 }
 
+/// What a `vm_pgoff` asks for in a few words, without the offset: the command's, or a
+/// dynamic entry's.
+pub fn what(pgoff: u64) -> &'static str {
+    let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;
+    if cmd >= OFFSET_START {
+        return "dynamic entry (UAR, VAR or device memory)";
+    }
+    COMMANDS.iter().find(|c| c.value == cmd).map_or("unknown command", |c| c.what)
+}
+
+/// Whether the page is the device's (a UAR, BlueFlame, VAR or device-memory page, which
+/// the kernel maps write-combining or uncached), not memory or the clock.
+pub fn device_page(pgoff: u64) -> bool {
+    let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;
+    cmd >= OFFSET_START || [0, 2, 3, 6].contains(&cmd)
+}
+
 /// What a `vm_pgoff` given to `mlx5_ib_mmap` asks for, as the text outputs show it.
 pub fn pgoff(pgoff: u64) -> String {
     let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;

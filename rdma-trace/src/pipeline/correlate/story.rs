@@ -310,6 +310,8 @@ pub(super) struct Builder {
     qps: Qps,
     /// uverbs mappings by start address, per process (a munmap of the start ends one).
     mappings: HashMap<Task, BTreeMap<u64, Mapping>>,
+    /// The start of the uverbs mmap each thread is inside (its return may refuse it).
+    mmap_open: HashMap<Task, u64>,
     /// What each mapping maps.
     namer: Namer,
     phases: HashMap<Task, Phase>,
@@ -336,6 +338,7 @@ impl Builder {
             cqs: Cqs::default(),
             qps: Qps::default(),
             mappings: HashMap::new(),
+            mmap_open: HashMap::new(),
             namer,
             phases: HashMap::new(),
             joins: VecDeque::new(),
@@ -576,9 +579,37 @@ impl Builder {
                     unmapped: false,
                 };
                 let per_list = self.per_list;
+                self.mmap_open.insert(e.thread(), start);
                 let ps = self.process(pid);
                 push_capped(&mut ps.mappings, per_list, row);
                 ps.mappings_total += 1;
+            }
+        } else if e.is(ProbeId::UverbsMmap) && e.kind == EventKind::Return {
+            let start = self.mmap_open.remove(&e.thread());
+            if let Some(start) = start
+                && e.field(FieldId::Ret).is_some_and(|r| (r as i64) < 0)
+            {
+                // Refused (libmlx5 asks for a write-combining page, is told EPERM where the
+                // device cannot, and asks again): nothing was mapped.
+                self.mappings.get_mut(&pid).map(|m| m.remove(&start));
+                let ps = self.process(pid);
+                if let Some(at) = ps.mappings.iter().rposition(|r| r.start == start && !r.unmapped) {
+                    ps.mappings.remove(at);
+                    ps.mappings_total -= 1;
+                }
+            }
+        } else if e.is_any(&[ProbeId::Mlx5Mmap, ProbeId::MmapIo])
+            && e.kind == EventKind::Entry
+            && let Some(start) = e.field(FieldId::VmStart)
+            && let Some(row) = self.process(pid).mappings.iter_mut().rev().find(|r| r.start == start)
+        {
+            // The driver's own view of the mapping uverbs_mmap began (its stack at entry has
+            // no driver frame yet): what mlx5's offset asks for, and the page protection the
+            // doorbell gets (uverbs_mmap's entry has the default one).
+            if e.is(ProbeId::Mlx5Mmap) {
+                row.kind = crate::plan::mlx5::pgoff(row.pgoff);
+            } else if let Some(prot) = e.field(FieldId::Prot) {
+                row.cache = Some(crate::pipeline::render::cache_mode(prot).to_string());
             }
         } else if e.kind == EventKind::SyscallEnter
             && e.name == "munmap"
@@ -823,4 +854,77 @@ pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepRecord>, StepsError>
 /// Parses the companion's step records (JSON Lines); an error names the line.
 pub fn parse_steps(text: &str) -> Result<Vec<StepRecord>, crate::event::LinesError> {
     crate::event::parse_lines(text, |s: &StepRecord| s.v, crate::steps::VERSION, "step record")
+}
+
+#[cfg(test)]
+mod mlx5_mapping_tests {
+    use crate::event::Event;
+
+    fn ev(seq: u64, kind: &str, name: &str, fields: &str) -> Event {
+        let text = format!(
+            r#"{{"v":1,"ts_ns":{seq},"kind":"{kind}","name":"{name}","path":"mmap","pid":7,"tid":7,"comm":"rdma-trace-work","cpu":0,"fields":{{{fields}}}}}"#
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// What a ConnectX mapping goes through, as the probes report it (no NIC here: the
+    /// order and the fields are the catalog's): uverbs_mmap's entry has the default page
+    /// protection and no driver frame, mlx5_ib_mmap reads the offset, rdma_user_mmap_io is
+    /// given the doorbell's protection. A write-combining page refused (EPERM) is no mapping.
+    #[test]
+    fn an_mlx5_mapping_is_named_by_the_driver_and_mapped_as_mmap_io_says() {
+        const CACHED: u64 = 0x8000_0000_0000_0027;
+        const WC: u64 = CACHED | (1 << 3); // PWT: the PAT entry Linux sets for write-combining
+        let (wc_page, nc_page) = ((2 << 8) | 1, 3 << 8);
+        let events = [
+            // libmlx5 asks for UAR 1 write-combining: refused.
+            ev(
+                1,
+                "entry",
+                "uverbs_mmap",
+                &format!(r#""vm_start":4096,"vm_end":8192,"vm_pgoff":{wc_page},"vm_page_prot":{CACHED}"#),
+            ),
+            ev(2, "entry", "mlx5_mmap", &format!(r#""vm_start":4096,"vm_pgoff":{wc_page}"#)),
+            ev(3, "return", "mlx5_mmap", r#""ret":-1"#),
+            ev(4, "return", "uverbs_mmap", r#""ret":-1"#),
+            // It asks again non-cached: mapped.
+            ev(
+                5,
+                "entry",
+                "uverbs_mmap",
+                &format!(r#""vm_start":4096,"vm_end":8192,"vm_pgoff":{nc_page},"vm_page_prot":{CACHED}"#),
+            ),
+            ev(6, "entry", "mlx5_mmap", &format!(r#""vm_start":4096,"vm_pgoff":{nc_page}"#)),
+            ev(7, "entry", "mmap_io", &format!(r#""vm_start":4096,"prot":{}"#, CACHED | (1 << 4))),
+            ev(8, "return", "mmap_io", r#""ret":0"#),
+            ev(9, "return", "mlx5_mmap", r#""ret":0"#),
+            ev(10, "return", "uverbs_mmap", r#""ret":0"#),
+            // And a BlueFlame page write-combining.
+            ev(
+                11,
+                "entry",
+                "uverbs_mmap",
+                &format!(r#""vm_start":12288,"vm_end":16384,"vm_pgoff":{wc_page},"vm_page_prot":{CACHED}"#),
+            ),
+            ev(12, "entry", "mlx5_mmap", &format!(r#""vm_start":12288,"vm_pgoff":{wc_page}"#)),
+            ev(13, "entry", "mmap_io", &format!(r#""vm_start":12288,"prot":{WC}"#)),
+            ev(14, "return", "uverbs_mmap", r#""ret":0"#),
+        ];
+        let story = super::super::engine::build(&events, &[]);
+        let p = story.processes.values().next().expect("the process");
+        let rows: Vec<(u64, &str, Option<&str>)> =
+            p.mappings.iter().map(|m| (m.start, m.kind.as_str(), m.cache.as_deref())).collect();
+        assert_eq!(
+            rows,
+            [
+                (4096, "0x300 (UAR page, non-cached (NC_PAGE), index 0)", Some("UC- (uncached)")),
+                (
+                    12288,
+                    "0x201 (UAR/BlueFlame page, write-combining (WC_PAGE), index 1)",
+                    Some("WC (write-combining)")
+                ),
+            ]
+        );
+        assert_eq!(p.mappings_total, 2);
+    }
 }
