@@ -9,11 +9,11 @@ impl Numbered<'_> {
     /// Appends the record's JSON (no newline) to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"v\":");
-        uint(out, u64::from(self.v));
+        int(out, u64::from(self.v));
         out.extend_from_slice(b",\"seq\":");
-        uint(out, self.seq);
+        int(out, self.seq);
         out.extend_from_slice(b",\"ts_ns\":");
-        uint(out, self.ts_ns);
+        int(out, self.ts_ns);
         out.extend_from_slice(b",\"kind\":\"");
         out.extend_from_slice(kind(self.kind).as_bytes());
         out.extend_from_slice(b"\",\"name\":");
@@ -25,13 +25,13 @@ impl Numbered<'_> {
         out.extend_from_slice(b",\"path\":\"");
         out.extend_from_slice(self.path.as_str().as_bytes());
         out.extend_from_slice(b"\",\"pid\":");
-        uint(out, u64::from(self.pid));
+        int(out, u64::from(self.pid));
         out.extend_from_slice(b",\"tid\":");
-        uint(out, u64::from(self.tid));
+        int(out, u64::from(self.tid));
         out.extend_from_slice(b",\"comm\":");
         string(out, self.comm);
         out.extend_from_slice(b",\"cpu\":");
-        uint(out, u64::from(self.cpu));
+        int(out, u64::from(self.cpu));
         out.extend_from_slice(b",\"fields\":{");
         for (i, (k, v)) in self.fields.iter().enumerate() {
             if i > 0 {
@@ -40,8 +40,8 @@ impl Numbered<'_> {
             string(out, k);
             out.push(b':');
             match v {
-                Value::U(u) => uint(out, u),
-                Value::I(s) => out.extend_from_slice(itoa::Buffer::new().format(s).as_bytes()),
+                Value::U(u) => int(out, u),
+                Value::I(s) => int(out, s),
             }
         }
         out.push(b'}');
@@ -59,11 +59,11 @@ impl Numbered<'_> {
         }
         if let Some(l) = self.latency_ns {
             out.extend_from_slice(b",\"latency_ns\":");
-            uint(out, l);
+            int(out, l);
         }
         if let Some(id) = self.cgroup_id {
             out.extend_from_slice(b",\"cgroup_id\":");
-            uint(out, id);
+            int(out, id);
         }
         if let Some(c) = self.cgroup {
             out.extend_from_slice(b",\"cgroup\":");
@@ -79,7 +79,7 @@ impl Numbered<'_> {
                 out.extend_from_slice(b":{\"err\":");
                 string(out, &e.err);
                 out.extend_from_slice(b",\"errno\":");
-                out.extend_from_slice(itoa::Buffer::new().format(e.errno).as_bytes());
+                int(out, e.errno);
                 out.push(b'}');
             }
             out.push(b'}');
@@ -88,7 +88,7 @@ impl Numbered<'_> {
     }
 }
 
-fn uint(out: &mut Vec<u8>, v: u64) {
+fn int(out: &mut Vec<u8>, v: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
