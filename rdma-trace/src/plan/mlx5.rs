@@ -54,10 +54,15 @@ pub fn constants() -> Vec<(&'static str, u64)> {
     all
 }
 
+/// The command a `vm_pgoff` carries.
+fn command(pgoff: u64) -> u64 {
+    (pgoff >> CMD_SHIFT) & CMD_MASK
+}
+
 /// What a `vm_pgoff` asks for in a few words, without the offset: the command's, or a
 /// dynamic entry's.
 pub fn what(pgoff: u64) -> &'static str {
-    let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;
+    let cmd = command(pgoff);
     if cmd >= OFFSET_START {
         return "dynamic entry (UAR, VAR or device memory)";
     }
@@ -67,13 +72,13 @@ pub fn what(pgoff: u64) -> &'static str {
 /// Whether the page is the device's (a UAR, BlueFlame, VAR or device-memory page, which
 /// the kernel maps write-combining or uncached), not memory or the clock.
 pub fn device_page(pgoff: u64) -> bool {
-    let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;
+    let cmd = command(pgoff);
     cmd >= OFFSET_START || [0, 2, 3, 6].contains(&cmd)
 }
 
 /// What a `vm_pgoff` given to `mlx5_ib_mmap` asks for, as the text outputs show it.
 pub fn pgoff(pgoff: u64) -> String {
-    let cmd = (pgoff >> CMD_SHIFT) & CMD_MASK;
+    let cmd = command(pgoff);
     let index = (pgoff & 0xff) | ((pgoff >> 16) & 0xff) << 8;
     if cmd >= OFFSET_START {
         return format!("{pgoff:#x} (mmap entry key: dynamic UAR / VAR / device memory)");
