@@ -272,23 +272,15 @@ fn lab_ring_sigint_under_a_flood_returns_at_once_and_the_probes_go_after() {
     // out: a slow stop then says on which side of them the time went (a gate on 6.12 once
     // took 17.5 s to exit with the tracer's own stop split at 1.9 s).
     let (mut said_stop, mut said_summary) = (None, None);
-    let st = loop {
-        if let Ok(Some(st)) = tracer.try_wait() {
-            break st;
-        }
+    let st = wait_watching(&mut tracer, 60, |waited| {
         let text = std::fs::read_to_string(&tr_err).unwrap_or_default();
         if said_stop.is_none() && text.contains("stopped on SIGINT") {
-            said_stop = Some(t0.elapsed());
+            said_stop = Some(waited);
         }
         if said_summary.is_none() && text.contains("links: ") {
-            said_summary = Some(t0.elapsed());
+            said_summary = Some(waited);
         }
-        if t0.elapsed() > Duration::from_secs(60) {
-            tracer.kill().ok();
-            break tracer.wait().expect("wait");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    });
     let stop = t0.elapsed();
     let phases = format!(
         "said it stopped at {said_stop:.2?}, its summary out at {said_summary:.2?}, exited at {stop:.2?}"

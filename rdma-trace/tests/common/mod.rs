@@ -128,6 +128,16 @@ pub fn interrupt(child: &Child) {
 
 /// Waits for a child up to `secs`, killing it after that.
 pub fn wait_timeout(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    wait_watching(child, secs, |_| {})
+}
+
+/// `wait_timeout`, calling `each` with the time waited at every poll (to note when the
+/// child said something on the way out).
+pub fn wait_watching(
+    child: &mut Child,
+    secs: u64,
+    mut each: impl FnMut(Duration),
+) -> std::process::ExitStatus {
     let t0 = Instant::now();
     loop {
         if let Ok(Some(st)) = child.try_wait() {
@@ -137,6 +147,7 @@ pub fn wait_timeout(child: &mut Child, secs: u64) -> std::process::ExitStatus {
             child.kill().ok();
             return child.wait().expect("wait");
         }
+        each(t0.elapsed());
         // Fine enough to time a stop by (the flood test's goal is a second).
         std::thread::sleep(Duration::from_millis(10));
     }
