@@ -250,12 +250,13 @@ pub fn run(device: Option<&str>, gid_index: u32, out: &Path) -> Result<i32> {
     Ok(i32::from(failed))
 }
 
-/// A fresh directory of this run's own (mode 0700: the capture holds kernel addresses).
+/// A fresh directory of this run's own in the user's private one (the capture holds kernel
+/// addresses).
 fn scratch_dir() -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let stamp =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!("rdma-trace-selftest-{}-{stamp}", std::process::id()));
+    let dir = super::private_dir()?.join(format!("selftest-{}-{stamp}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)

@@ -295,7 +295,7 @@ fn follow(mut reader: Reader<Box<dyn std::io::BufRead + Send>>, mut feeder: Feed
 /// this thread into the model, and stops when the screen quits.
 fn live(a: TuiArgs) -> Result<i32> {
     use crate::live::trace::TraceOptions;
-    let log = private_dir()?.join(format!("tui-{}.log", std::process::id()));
+    let log = super::private_dir()?.join(format!("tui-{}.log", std::process::id()));
     let opts = TraceOptions {
         probes: a.probes.clone(),
         pids: a.pids.clone(),
@@ -328,29 +328,6 @@ fn live(a: TuiArgs) -> Result<i32> {
     }
     said(a.verbose, shown?);
     Ok(0)
-}
-
-/// `$TMPDIR/rdma-trace-<uid>`, mode 0700 and this user's (made if missing; refused if it is
-/// a symlink, another user's, or open to others): where the TUI keeps the traced command's
-/// output, which can hold anything the command prints.
-fn private_dir() -> Result<std::path::PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    // SAFETY: geteuid(2) cannot fail.
-    let me = unsafe { libc::geteuid() };
-    let dir = std::env::temp_dir().join(format!("rdma-trace-{me}"));
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => anyhow::bail!("creating {}: {e}", dir.display()),
-    }
-    let m = std::fs::symlink_metadata(&dir)?;
-    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
-        anyhow::bail!(
-            "{} is not a private directory of this user's (mode 0700, uid {me}): not used",
-            dir.display()
-        );
-    }
-    Ok(dir)
 }
 
 /// The screen's own account at exit (frames, keys, snapshots), with `--verbose` only.
