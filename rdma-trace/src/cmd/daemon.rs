@@ -200,7 +200,7 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
     out.say();
     let subscribers = out.broadcaster.subscribers();
     let cut = out.broadcaster.close();
-    finished.stopping.push(("ending the streams", t.elapsed()));
+    finished.stopping.push(crate::live::trace::StopPhase::new("ending the streams", t.elapsed()));
     std::fs::remove_file(&socket).ok();
     let sent = crate::units::count((subscribers - cut.len()) as u64, "subscriber");
     eprintln!("rdma-trace daemon: the trailer went to {sent}");

@@ -5,7 +5,7 @@ use crate::capture::{Loss, Stats, Trailer};
 use crate::cli::TraceArgs;
 use crate::event::Event;
 use crate::live::kprobe_events::MAX_INSTANCES;
-use crate::live::trace::{Finished, TraceOptions, Tracer};
+use crate::live::trace::{Finished, StopPhase, TraceOptions, Tracer};
 use crate::output::fanout::{FanOut, OnError};
 use crate::output::queued::{QUEUE, Queued};
 use crate::output::target::{Rotation, parse_size};
@@ -189,12 +189,13 @@ pub fn run(a: TraceArgs) -> Result<i32> {
     let mut out = Outputs::open(&a, &tracer)?;
     let mut finished = tracer.run(&mut super::start::print_notice, &mut out)?;
     let t = std::time::Instant::now();
+    let queued: u64 = out.fan.queued().map(|q| q.backlog()).sum();
     // After a failed write only the summary is still worth trying for.
     let closed = match &finished.consumer_error {
         None => out.trailer(&trailer(&finished)).and_then(|()| out.flush()),
         Some(_) => Ok(()),
     };
-    finished.stopping.push(("writing the outputs", t.elapsed()));
+    finished.stopping.push(StopPhase::of("writing the outputs", t.elapsed(), queued));
     // The trailer is written: what the outputs left out joins the account shown.
     for q in out.fan.queued() {
         finished.account.note_left_out(q.name(), &q.left_out_rows);

@@ -397,7 +397,7 @@ pub(super) struct End {
     missed: Option<Vec<u64>>,
     links: crate::account::Links,
     waits: crate::source::Waits,
-    pub(super) stopping: Vec<(&'static str, Duration)>,
+    pub(super) stopping: Vec<super::trace::StopPhase>,
 }
 
 impl End {
@@ -444,6 +444,8 @@ pub(super) async fn shutdown(
     tokio::time::sleep(SWITCH_GRACE).await;
     let off = t.elapsed();
     let pending = |run: &RunLoop| counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0);
+    let read = |run: &RunLoop| run.tally.read.iter().sum::<u64>() + run.tally.headerless;
+    let read_before = read(run);
     let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
     let drained = t.elapsed();
     let handed = loaded.let_go();
@@ -451,10 +453,11 @@ pub(super) async fn shutdown(
         eprintln!("rdma-trace: detaching the probes before exiting: no helper to do it after ({e})");
     }
     let letting_go = if handed.is_ok() { "handing the links over" } else { "detaching" };
+    use super::trace::StopPhase;
     let stopping = vec![
-        ("switching off", off),
-        ("draining the ring", drained - off),
-        (letting_go, t.elapsed() - drained),
+        StopPhase::new("switching off", off),
+        StopPhase::of("draining the ring", drained - off, read(run) - read_before),
+        StopPhase::new(letting_go, t.elapsed() - drained),
     ];
     Ok(End {
         counters: counters.read()?,

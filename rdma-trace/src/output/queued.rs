@@ -10,6 +10,7 @@ use crate::event::Event;
 use crate::sink::Sink;
 use crate::steps::StepRecord;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -38,6 +39,9 @@ pub(crate) struct Queued {
     newest_ns: u64,
     /// The output's first error: every later call returns it.
     failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>,
+    /// Records queued, and records the thread has taken (`backlog`).
+    sent: u64,
+    taken: Arc<AtomicU64>,
     worker: Option<JoinHandle<()>>,
 }
 
@@ -46,10 +50,11 @@ impl Queued {
     pub(crate) fn new(name: &str, inner: Box<dyn Sink + Send>, capacity: usize) -> Self {
         let (tx, rx) = sync_channel(capacity);
         let failed = Arc::new(Mutex::new(None));
-        let f = failed.clone();
+        let (f, taken) = (failed.clone(), Arc::new(AtomicU64::new(0)));
+        let t = taken.clone();
         let worker = std::thread::Builder::new()
             .name(format!("out {name}"))
-            .spawn(move || serve(inner, rx, f))
+            .spawn(move || serve(inner, rx, f, t))
             .expect("spawning an output thread");
         let pending = [0; 2];
         Queued {
@@ -60,8 +65,16 @@ impl Queued {
             left_out_rows: Default::default(),
             newest_ns: 0,
             failed,
+            sent: 0,
+            taken,
             worker: Some(worker),
         }
+    }
+
+    /// Records queued that the output's thread has not taken yet (what the end of a run
+    /// waits for; at most the queue's capacity).
+    pub(crate) fn backlog(&self) -> u64 {
+        self.sent.saturating_sub(self.taken.load(Ordering::Relaxed))
     }
 
     /// The output's name ("text", "capture").
@@ -86,7 +99,10 @@ impl Queued {
                 continue;
             }
             match tx.try_send(Msg::Record(Record::Loss(self.owed(k)))) {
-                Ok(()) => self.pending[k] = 0,
+                Ok(()) => {
+                    self.pending[k] = 0;
+                    self.sent += 1;
+                }
                 Err(TrySendError::Full(_)) => {
                     // A tick is no record: a stalled output loses none by skipping one.
                     if !matches!(m, Msg::Tick) {
@@ -97,8 +113,12 @@ impl Queued {
                 Err(TrySendError::Disconnected(_)) => return Err(self.gone()),
             }
         }
+        let record = matches!(m, Msg::Record(_));
         match tx.try_send(m) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.sent += u64::from(record);
+                Ok(true)
+            }
             Err(TrySendError::Full(Msg::Tick)) => Ok(false),
             Err(TrySendError::Full(_)) => {
                 self.left_out(kind);
@@ -129,7 +149,9 @@ impl Queued {
         if let Some(e) = self.error() {
             return Err(e);
         }
+        let record = matches!(m, Msg::Record(_));
         let gone = self.tx.as_ref().is_none_or(|tx| tx.send(m).is_err());
+        self.sent += u64::from(record && !gone);
         if gone { Err(self.gone()) } else { Ok(()) }
     }
 
@@ -142,10 +164,14 @@ fn serve(
     mut inner: Box<dyn Sink + Send>,
     rx: Receiver<Msg>,
     failed: Arc<Mutex<Option<(io::ErrorKind, String)>>>,
+    taken: Arc<AtomicU64>,
 ) {
     for m in rx {
         let r = match m {
-            Msg::Record(r) => inner.record(r),
+            Msg::Record(r) => {
+                taken.fetch_add(1, Ordering::Relaxed);
+                inner.record(r)
+            }
             Msg::Tick => inner.tick(),
             Msg::Flush(done) => {
                 let r = inner.flush();
@@ -284,8 +310,12 @@ mod tests {
         // 8 wait in the queue, and the first one the output took (held) made room for one
         // more unless the pushes were quicker than the output thread: the rest are left out.
         assert!((1000 - 9..=1000 - 8).contains(&q.dropped), "{}", q.dropped);
+        // What the end of a run would wait for: the 8 queued, and the one held if the
+        // thread had not taken it yet.
+        assert!((8..=9).contains(&q.backlog()), "{}", q.backlog());
         gate.wait();
         q.flush().unwrap(); // the queue drained: the next record finds room
+        assert_eq!(q.backlog(), 0);
         q.event(&event(5000)).unwrap();
         q.trailer(&Trailer {
             ts_ns: 6000,
