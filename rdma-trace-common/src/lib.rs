@@ -207,9 +207,106 @@ pub struct SlotPlan {
     /// seen from that moment (the daemon marks the verbs entries: opening a device,
     /// mapping, pinning), not from the tracer's next tick.
     pub watch: u8,
-    pub _pad: [u8; 3],
+    /// What a hit does with what it read: `AGG_STREAM` (a record to the ring) or, for a
+    /// run that only counts (`daemon --metrics-only`), one of the other `AGG_*`.
+    pub agg: u8,
+    /// The `vals` indexes the `AGG_*` reads (see each).
+    pub agg_a: u8,
+    pub agg_b: u8,
 }
 const _: () = assert!(core::mem::size_of::<SlotPlan>() == 16 * MAX_FETCH + 8);
+
+/// `SlotPlan::agg`: the hit's record goes to the ring.
+pub const AGG_STREAM: u8 = 0;
+/// The hit is counted per process and probe (`PROC_HITS`); nothing goes to the ring.
+pub const AGG_COUNT: u8 = 1;
+/// As `AGG_COUNT`, and a pin begins: its time, address (`vals[agg_a]`) and length
+/// (`vals[agg_b]`) are kept for the thread's return (`PIN_STARTS`).
+pub const AGG_PIN_ENTRY: u8 = 2;
+/// As `AGG_COUNT`, and the thread's pin returned the umem `vals[agg_a]`: an ERR_PTR is a
+/// refusal; else its whole pages are charged to the process and its latency counted
+/// (`PINS`), and the umem remembered (`UMEMS`) for its release.
+pub const AGG_PIN_RETURN: u8 = 3;
+/// As `AGG_COUNT`, and the umem `vals[agg_a]` is released: its charge leaves its process.
+pub const AGG_UNPIN: u8 = 4;
+
+/// The latency buckets' upper bounds (ns), 1 µs to 1 s, about three a decade: the
+/// Prometheus histograms' `le`, for counted and streamed runs alike.
+pub const LATENCY_BUCKETS_NS: [u64; 16] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+/// The page a pin charges (x86-64's; the story charges the same).
+pub const PIN_PAGE: u64 = 4096;
+
+/// `PROC_HITS`'s key: a process and a site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcSite {
+    pub tgid: u32,
+    pub site: u32,
+}
+
+/// A pin under way (`PIN_STARTS`, by pid_tgid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PinStart {
+    pub ts_ns: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// What a live umem charges, and to whom (`UMEMS`, by umem).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Charge {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub bytes: u64,
+}
+
+/// A process's pins, counted in the kernel (`PINS`, by tgid; atomic adds: one entry for
+/// every CPU). `pinned` is what live umems charge now (a release on another CPU may run
+/// first: read it as signed).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcPins {
+    pub pinned: u64,
+    pub peak: u64,
+    pub pins: u64,
+    pub refused: u64,
+    pub latency_sum_ns: u64,
+    /// Per bucket of `LATENCY_BUCKETS_NS`, the last for larger values (not cumulative).
+    pub latency: [u64; LATENCY_BUCKETS_NS.len() + 1],
+}
+
+impl Default for ProcPins {
+    fn default() -> Self {
+        Self {
+            pinned: 0,
+            peak: 0,
+            pins: 0,
+            refused: 0,
+            latency_sum_ns: 0,
+            latency: [0; LATENCY_BUCKETS_NS.len() + 1],
+        }
+    }
+}
 
 /// `SlotPlan::stack`: no stack.
 pub const STACK_NONE: u8 = 0;
@@ -251,4 +348,12 @@ mod pod {
     unsafe impl aya::Pod for SlotPlan {}
     // SAFETY: as above (size asserted with the struct).
     unsafe impl aya::Pod for SyscallLayout {}
+    // SAFETY: as above (two u32s; three u64s; a u32 pair and a u64; u64s).
+    unsafe impl aya::Pod for ProcSite {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for PinStart {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Charge {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ProcPins {}
 }

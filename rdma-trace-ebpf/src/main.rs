@@ -37,7 +37,7 @@ use aya_ebpf::{
         generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{btf_map, kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use core::ptr::read_volatile;
@@ -344,6 +344,11 @@ fn kernel_probe_hit(
         if fill::<false>(ev.cast::<ProbeHead>(), plan, src) {
             count(site, CNT_READ_FAILED);
         }
+        if plan.agg != AGG_STREAM {
+            counted::hit(site, plan, ev);
+            count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
+            return;
+        }
         if plan.stack == STACK_COPY {
             let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
@@ -361,6 +366,134 @@ fn kernel_probe_hit(
         (*ev).stack_len as usize
     };
     emit(site, ev, PROBE_FIXED_LEN + stack_len);
+}
+
+/// A run that only counts (`daemon --metrics-only`, `SlotPlan::agg`): kernel-context
+/// probes aggregate here what the daemon's metrics say, and nothing goes to the ring.
+/// Kernel-context programs run with preemption off and never nest on a CPU, so the
+/// per-CPU counts take plain adds; the shared `PINS` take atomic ones.
+mod counted {
+    use super::*;
+
+    /// Hits per process and site, per CPU.
+    #[map]
+    static PROC_HITS: PerCpuHashMap<ProcSite, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+
+    /// The name of each process counted, as its first counted hit saw it.
+    #[map]
+    static COMMS: HashMap<u32, [u8; 16]> = HashMap::with_max_entries(8192, 0);
+
+    /// Pins under way, by pid_tgid.
+    #[map]
+    static PIN_STARTS: HashMap<u64, PinStart> = HashMap::with_max_entries(4096, 0);
+
+    /// Live umems: what each charges, to whom.
+    #[map]
+    static UMEMS: HashMap<u64, Charge> = HashMap::with_max_entries(65536, 0);
+
+    /// Each process's pins.
+    #[map]
+    static PINS: HashMap<u32, ProcPins> = HashMap::with_max_entries(8192, 0);
+
+    /// A zeroed `ProcPins` to create `PINS` entries from (never written).
+    #[map]
+    static PINS_ZERO: PerCpuArray<ProcPins> = PerCpuArray::with_max_entries(1, 0);
+
+    /// A counted hit: the record `ev` was filled from the slot's plan.
+    ///
+    /// # Safety
+    /// `ev` is this CPU's scratch record, filled by this run.
+    #[inline(always)]
+    pub(super) unsafe fn hit(site: usize, plan: &SlotPlan, ev: *const ProbeEvent) {
+        // SAFETY: the caller's contract; the indexes are masked into `vals`.
+        let (tgid, ts_ns, comm, a, b) = unsafe {
+            let val = |i: u8| read_volatile(&(*ev).vals[i as usize & (MAX_FETCH - 1)]);
+            ((*ev).hdr.tgid, (*ev).hdr.ts_ns, (*ev).hdr.comm, val(plan.agg_a), val(plan.agg_b))
+        };
+        let key = ProcSite { tgid, site: site as u32 };
+        match PROC_HITS.get_ptr_mut(key) {
+            // SAFETY: this CPU's value of the entry; nothing else runs on this CPU meanwhile.
+            Some(n) => unsafe { *n += 1 },
+            None => {
+                PROC_HITS.insert(key, 1, 0).ok();
+                COMMS.insert(tgid, comm, 0).ok();
+            }
+        }
+        match plan.agg {
+            AGG_PIN_ENTRY => {
+                let start = PinStart { ts_ns, addr: a, len: b };
+                PIN_STARTS.insert(bpf_get_current_pid_tgid(), start, 0).ok();
+            }
+            AGG_PIN_RETURN => returned(tgid, ts_ns, a),
+            AGG_UNPIN => released(a),
+            _ => {}
+        }
+    }
+
+    /// This process's `PINS` entry, created if it has none.
+    #[inline(always)]
+    fn pins_of(tgid: u32) -> Option<*mut ProcPins> {
+        if let Some(p) = PINS.get_ptr_mut(tgid) {
+            return Some(p);
+        }
+        let zero = PINS_ZERO.get(0)?;
+        // BPF_NOEXIST (1): another CPU's insert meanwhile is kept, and used.
+        PINS.insert(tgid, zero, 1).ok();
+        PINS.get_ptr_mut(tgid)
+    }
+
+    /// The thread's pin returned `umem` at `now`.
+    #[inline(always)]
+    fn returned(tgid: u32, now: u64, umem: u64) {
+        let key = bpf_get_current_pid_tgid();
+        // SAFETY: a copy of the entry is taken before it is removed.
+        let start = unsafe { PIN_STARTS.get(key) }.copied();
+        PIN_STARTS.remove(key).ok();
+        let Some(p) = pins_of(tgid) else { return };
+        // SAFETY: `p` is a live entry of `PINS`; every field is changed by atomic adds.
+        unsafe {
+            if !derefable(umem) {
+                atomic_add(&raw mut (*p).refused, 1);
+                return;
+            }
+            let Some(start) = start else { return };
+            let first = start.addr / PIN_PAGE;
+            let end = (start.addr.wrapping_add(start.len).wrapping_add(PIN_PAGE - 1)) / PIN_PAGE;
+            let bytes = end.wrapping_sub(first).wrapping_mul(PIN_PAGE);
+            atomic_add(&raw mut (*p).pins, 1);
+            let took = now.wrapping_sub(start.ts_ns);
+            let mut b = LATENCY_BUCKETS_NS.len();
+            for (i, upper) in LATENCY_BUCKETS_NS.iter().enumerate() {
+                if took <= *upper {
+                    b = i;
+                    break;
+                }
+            }
+            if b <= LATENCY_BUCKETS_NS.len() {
+                atomic_add((*p).latency.as_mut_ptr().add(b), 1);
+            }
+            atomic_add(&raw mut (*p).latency_sum_ns, took);
+            atomic_add(&raw mut (*p).pinned, bytes);
+            // The peak: a plain compare-and-store (two pins at once may keep the smaller).
+            let now_pinned = read_volatile(&(*p).pinned);
+            if read_volatile(&(*p).peak) < now_pinned {
+                core::ptr::write_volatile(&raw mut (*p).peak, now_pinned);
+            }
+            UMEMS.insert(umem, Charge { tgid, _pad: 0, bytes }, 0).ok();
+        }
+    }
+
+    /// The umem `umem` is released: its charge leaves its process.
+    #[inline(always)]
+    fn released(umem: u64) {
+        // SAFETY: a copy of the entry is taken before it is removed.
+        let Some(c) = (unsafe { UMEMS.get(umem) }).copied() else { return };
+        UMEMS.remove(umem).ok();
+        if let Some(p) = PINS.get_ptr_mut(c.tgid) {
+            // SAFETY: a live entry of `PINS`; a subtraction as an atomic add of its negation.
+            unsafe { atomic_add(&raw mut (*p).pinned, c.bytes.wrapping_neg()) };
+        }
+    }
 }
 
 /// Uprobe records being built, one per thread inside a uprobe program (keyed by

@@ -229,11 +229,20 @@ pub fn row_of(ev: &crate::event::Event) -> String {
 /// `missed`: the kernel's per-site missed counts, where it can tell them.
 pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u64]>) -> Vec<SiteStats> {
     let mut out = Vec::new();
+    // A counting run's hits go to the kernel's counts, not the ring: each is delivered there.
+    let counted = |mut s: SiteStats| {
+        if plan.counted {
+            s.delivered = (s.hits - s.kernel_missed).saturating_sub(s.ringbuf_full + s.no_scratch);
+            s.held = 0;
+        }
+        s
+    };
     for p in &plan.probes {
         let id = p.spec.id.as_str();
-        out.push(site(probe_row(id, p.symbol, false), counters, tally, missed, p.slot));
+        out.push(counted(site(probe_row(id, p.symbol, false), counters, tally, missed, p.slot)));
         if p.ret.is_some() {
-            out.push(site(probe_row(id, p.symbol, true), counters, tally, missed, return_site(p.slot)));
+            let ret = site(probe_row(id, p.symbol, true), counters, tally, missed, return_site(p.slot));
+            out.push(counted(ret));
         }
     }
     out.push(site(SYSCALLS_ENTER_ROW.into(), counters, tally, None, SITE_SYS_ENTER));
@@ -381,4 +390,18 @@ impl RunAccount {
     pub(crate) fn kernel_misses(&self) -> u64 {
         self.programs.iter().map(|p| p.recursion_misses).sum()
     }
+}
+
+/// The account row of `site` in `plan` (a probe's entry or return).
+pub(crate) fn row_of_site(plan: &Plan, site: usize) -> Option<String> {
+    plan.probes.iter().find_map(|p| {
+        let id = p.spec.id.as_str();
+        if site == p.slot {
+            Some(probe_row(id, p.symbol, false))
+        } else if p.ret.is_some() && site == return_site(p.slot) {
+            Some(probe_row(id, p.symbol, true))
+        } else {
+            None
+        }
+    })
 }

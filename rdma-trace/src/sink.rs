@@ -17,6 +17,17 @@ use std::sync::Arc;
 /// kill. Half of it leaves the other half for the way there.
 pub(crate) const TICK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// What a counting run's kernel aggregated (`plan::counted`), read at each stats tick.
+#[derive(Clone, Debug, Default)]
+pub struct Counted {
+    /// Hits per process (tgid) and account row (`probe_row`).
+    pub hits: Vec<(u32, String, u64)>,
+    /// Each process's name, as its first counted hit saw it.
+    pub comms: std::collections::BTreeMap<u32, String>,
+    /// Each process's pins, charges and pin latencies.
+    pub pins: std::collections::BTreeMap<u32, rdma_trace_common::ProcPins>,
+}
+
 /// A destination of the event stream. Only `event` and `flush` are required: the other
 /// records matter to a capture, not to every output.
 pub trait Sink {
@@ -62,6 +73,11 @@ pub trait Sink {
     /// read by then), at `ts_ns` on the events' clock. Not a record: a sink that keeps a
     /// state for late joiners (the daemon's) forgets them; a view of the run keeps them.
     fn processes_gone(&mut self, _pids: &[u32], _ts_ns: u64) -> io::Result<()> {
+        Ok(())
+    }
+    /// What a counting run's kernel aggregated (`plan::counted`), just before each stats
+    /// record: a sink that serves metrics serves these instead of its story's.
+    fn counted(&mut self, _c: &Counted) -> io::Result<()> {
         Ok(())
     }
     /// Called every 50 ms during a run (`TICK_EVERY`): a buffering sink writes out

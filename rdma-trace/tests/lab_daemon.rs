@@ -263,6 +263,15 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let capture = dir.join("metrics-daemon.jsonl");
     let ready = "metrics on http://127.0.0.1:9464/metrics";
     let mut daemon = start_daemon(&["--metrics", "127.0.0.1:9464"], socket, Some(&capture), &derr, ready);
+    // Beside it, on the same run, a daemon that only counts, in the kernel.
+    let counting_err = dir.join("metrics-only-daemon.stderr");
+    let mut counting = start_daemon(
+        &["--metrics-only", "--metrics", "127.0.0.1:9466"],
+        Path::new("/tmp/rdma-trace-lab-counting.sock"),
+        None,
+        &counting_err,
+        "metrics on http://127.0.0.1:9466/metrics",
+    );
     let cfg = dir.join("prometheus.yml");
     std::fs::write(
         &cfg,
@@ -316,6 +325,14 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let peak = query(format!("rdma_trace_pinned_peak_bytes{{pid=\"{cpid}\"}}"));
     let completions = query(format!("sum(rdma_trace_completions_total{{pid=\"{cpid}\"}})"));
     let pins = query(format!("rdma_trace_mr_registrations_total{{pid=\"{cpid}\"}}"));
+    let (code, counted) =
+        prom::http_get("127.0.0.1:9466", "/metrics").expect("the counting daemon's metrics");
+    assert_eq!(code, 200);
+    std::fs::write(dir.join("metrics-only.txt"), &counted).unwrap();
+    // SAFETY: kill(2) of our own children.
+    unsafe { libc::kill(counting.id() as i32, libc::SIGTERM) };
+    let cst = wait_timeout(&mut counting, 60);
+    assert!(cst.success(), "{}", std::fs::read_to_string(&counting_err).unwrap());
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);
@@ -340,6 +357,34 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     assert_eq!(completions, Some(ps.completions_total as f64), "completions, Prometheus vs the story");
     assert_eq!(pins, Some(ps.pins_total as f64));
     assert_eq!(ps.pinned_peak_bytes, (1 + 16 + 256) * 4096);
+    // The counting daemon, from its kernel counts, says what the story says.
+    let series = |name: &str| -> Option<f64> {
+        let want = format!("{name}{{pid=\"{cpid}\",");
+        counted.lines().find(|l| l.starts_with(&want)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let umem_gets = events
+        .iter()
+        .filter(|e| e.pid == cpid && e.is(rdma_trace::event::ProbeId::UmemGet))
+        .filter(|e| e.kind == rdma_trace::event::EventKind::Entry)
+        .count();
+    let hits = |row: &str| {
+        let want = format!("rdma_trace_probe_hits_total{{pid=\"{cpid}\",comm=\"");
+        counted
+            .lines()
+            .find(|l| l.starts_with(&want) && l.contains(&format!("probe=\"{row}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let stderr = std::fs::read_to_string(&counting_err).unwrap();
+    assert!(
+        stderr.contains("skipped") || stderr.contains("kernel probes only"),
+        "uprobes left out:\n{stderr}"
+    );
+    assert_eq!(series("rdma_trace_pinned_peak_bytes"), Some(ps.pinned_peak_bytes as f64), "peak:\n{counted}");
+    assert_eq!(series("rdma_trace_pinned_bytes"), Some(ps.pinned_bytes as f64), "pinned now:\n{counted}");
+    assert_eq!(series("rdma_trace_mr_registrations_total"), Some(ps.pins_total as f64), "pins:\n{counted}");
+    assert_eq!(series("rdma_trace_mr_refusals_total"), Some(ps.failed_pins_total as f64), "refusals");
+    assert_eq!(series("rdma_trace_pin_latency_seconds_count"), Some(ps.pin_latency.count as f64));
+    assert_eq!(hits("umem_get ("), Some(umem_gets as f64), "umem_get hits:\n{counted}");
 }
 
 /// A subscriber that stops reading for 10 s while the companion and `ib_send_bw -e` run

@@ -107,6 +107,9 @@ impl Sink for Outputs {
     fn processes_gone(&mut self, pids: &[u32], ts_ns: u64) -> std::io::Result<()> {
         self.broadcaster.processes_gone(pids, ts_ns)
     }
+    fn counted(&mut self, c: &crate::sink::Counted) -> std::io::Result<()> {
+        self.broadcaster.counted(c)
+    }
     fn tick(&mut self) -> std::io::Result<()> {
         self.say();
         self.each(|s| s.tick())?;
@@ -144,7 +147,9 @@ pub fn run(a: DaemonArgs) -> Result<i32> {
         ring_bytes: a.ring_kib * 1024,
         return_instances: a.kretprobe_instances,
         stack_ids: false,
-        watch_verbs_users: true,
+        // A counting run needs no syscalls: they join what it does not stream.
+        watch_verbs_users: !a.metrics_only,
+        counted: a.metrics_only,
         command_log: None,
         run_as: None,
     };

@@ -111,6 +111,7 @@ fn live(a: &ExplainArgs) -> Result<Option<Run>> {
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
         stack_ids: false,
         watch_verbs_users: false,
+        counted: false,
         command_log: None,
         run_as: crate::live::spawn::RunAs::choose(None)?,
     };

@@ -56,6 +56,7 @@ fn options(a: &TraceArgs) -> Result<TraceOptions> {
         return_instances: a.kretprobe_instances,
         stack_ids: a.stack_ids,
         watch_verbs_users: false,
+        counted: false,
         command_log: None,
         run_as: crate::live::spawn::RunAs::choose(a.user.as_deref())
             .map_err(|e| crate::cli::BadInput(format!("{e:#}")))?,

@@ -305,6 +305,7 @@ fn live(a: TuiArgs) -> Result<i32> {
         return_instances: crate::live::kprobe_events::DEFAULT_INSTANCES,
         stack_ids: false,
         watch_verbs_users: false,
+        counted: false,
         command_log: (!a.command.is_empty()).then(|| log.clone()),
         run_as: crate::live::spawn::RunAs::choose(None)?,
     };

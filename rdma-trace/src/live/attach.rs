@@ -121,7 +121,7 @@ fn sum_counters<T: std::borrow::Borrow<MapData>>(m: &PerCpuArray<T, u64>) -> Res
     Ok(out)
 }
 
-fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> AttachError {
+pub(super) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> AttachError {
     move |e| AttachError::Map(name, e.to_string())
 }
 
@@ -175,7 +175,11 @@ impl Loaded {
     }
 
     /// A map of the object by name.
-    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, AttachError> {
+    pub(super) fn map(&self, name: &'static str) -> Result<&aya::maps::Map, AttachError> {
+        self.ebpf.map(name).ok_or_else(|| AttachError::Map(name, "missing".into()))
+    }
+
+    pub(super) fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, AttachError> {
         self.ebpf.map_mut(name).ok_or_else(|| AttachError::Map(name, "missing".into()))
     }
 

@@ -2,6 +2,7 @@
 //! `source`), and run the tracer until it is told to stop.
 
 pub mod attach;
+pub(crate) mod counted;
 pub(crate) mod detach;
 mod error;
 pub(crate) mod kprobe_events;

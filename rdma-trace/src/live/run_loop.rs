@@ -125,6 +125,8 @@ pub(super) struct RunLoop<'a> {
     /// adds each to the watch table at its first verbs entry; the run loop keeps the verbs
     /// users seen, to take each out of the table once it is gone.
     watch_verbs_users: bool,
+    /// A counting run's gone processes, until their counts leave the kernel's maps.
+    retiring: super::counted::Retiring,
     users_seen: std::collections::HashSet<u32>,
     /// The kernel's refused watches already said on stderr.
     watch_failed_said: bool,
@@ -162,6 +164,7 @@ impl<'a> RunLoop<'a> {
             sink,
             failed: None,
             watch_verbs_users,
+            retiring: Default::default(),
             users_seen: Default::default(),
             watch_failed_said: false,
             losses: LossWatch::default(),
@@ -204,6 +207,24 @@ impl<'a> RunLoop<'a> {
         self.last_pid = None;
         self.gone_last = gone;
         forgotten
+    }
+
+    /// A counting run's kernel counts to the sink; those of processes gone for the
+    /// lookback leave the kernel's maps.
+    fn counted(&mut self, loaded: &mut Loaded) {
+        let c = match loaded.counted(&self.planning.plan) {
+            Ok(c) => c,
+            Err(e) => return eprintln!("rdma-trace: reading the kernel's counts: {e}"),
+        };
+        let r = self.sink.counted(&c);
+        self.keep(r);
+        let alive = |p: u32| std::path::Path::new(&format!("/proc/{p}")).exists();
+        let due = self.retiring.due(&c, std::time::Instant::now(), alive);
+        if !due.is_empty()
+            && let Err(e) = loaded.forget_counted(&due)
+        {
+            eprintln!("rdma-trace: forgetting the counts of ended processes: {e}");
+        }
     }
 
     /// Keeps the sink's first error; after one, nothing more is written.
@@ -279,6 +300,9 @@ impl<'a> RunLoop<'a> {
                 for l in self.losses.new_losses(ts_ns, &counts) {
                     let r = self.sink.loss(&l);
                     self.keep(r);
+                }
+                if self.planning.plan.counted {
+                    self.counted(loaded);
                 }
                 let r = self.sink.stats(&Stats { ts_ns, sites: counts, ..Default::default() });
                 self.keep(r);
@@ -389,6 +413,25 @@ pub(super) async fn event_loop(
     }
 }
 
+/// A part of stopping: how long it took and, for the parts whose work is records (the
+/// ring's leftover, an output's queue), how many it had. Their counts are bounded by the
+/// ring's and the queue's sizes, whatever the machine's speed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StopPhase {
+    pub name: &'static str,
+    pub took: Duration,
+    pub records: Option<u64>,
+}
+
+impl StopPhase {
+    pub(crate) fn new(name: &'static str, took: Duration) -> Self {
+        Self { name, took, records: None }
+    }
+    pub(crate) fn of(name: &'static str, took: Duration, records: u64) -> Self {
+        Self { name, took, records: Some(records) }
+    }
+}
+
 /// What shutdown gathered: the final counters and what the ring and the kernel said.
 pub(super) struct End {
     counters: Vec<u64>,
@@ -397,7 +440,7 @@ pub(super) struct End {
     missed: Option<Vec<u64>>,
     links: crate::account::Links,
     waits: crate::source::Waits,
-    pub(super) stopping: Vec<super::trace::StopPhase>,
+    pub(super) stopping: Vec<StopPhase>,
 }
 
 impl End {
@@ -453,7 +496,6 @@ pub(super) async fn shutdown(
         eprintln!("rdma-trace: detaching the probes before exiting: no helper to do it after ({e})");
     }
     let letting_go = if handed.is_ok() { "handing the links over" } else { "detaching" };
-    use super::trace::StopPhase;
     let stopping = vec![
         StopPhase::new("switching off", off),
         StopPhase::of("draining the ring", drained - off, read(run) - read_before),

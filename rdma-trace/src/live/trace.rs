@@ -35,6 +35,9 @@ pub(crate) struct TraceOptions {
     /// Kernel stacks go by id (`bpf_get_stackid`): a record carries an id, and each
     /// distinct stack is read from the kernel's map once.
     pub stack_ids: bool,
+    /// Count in the kernel and stream nothing (`plan::counted`): the daemon's
+    /// `--metrics-only`.
+    pub counted: bool,
     /// Where the command's stdout and stderr go (the TUI owns the terminal), if not ours.
     pub command_log: Option<std::path::PathBuf>,
     /// Whom the command runs as (`spawn::RunAs::choose`); none: as this process.
@@ -85,24 +88,7 @@ pub(crate) struct Finished {
     pub stopping: Vec<StopPhase>,
 }
 
-/// A part of stopping: how long it took and, for the parts whose work is records (the
-/// ring's leftover, an output's queue), how many it had. Their counts are bounded by the
-/// ring's and the queue's sizes, whatever the machine's speed.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StopPhase {
-    pub name: &'static str,
-    pub took: Duration,
-    pub records: Option<u64>,
-}
-
-impl StopPhase {
-    pub(crate) fn new(name: &'static str, took: Duration) -> Self {
-        Self { name, took, records: None }
-    }
-    pub(crate) fn of(name: &'static str, took: Duration, records: u64) -> Self {
-        Self { name, took, records: Some(records) }
-    }
-}
+pub(crate) use super::run_loop::StopPhase;
 
 /// "stopping took 1.2 s (detaching 0.9 s, draining the ring 0.3 s: 2 records)" when
 /// stopping took longer than `over`.
@@ -142,6 +128,8 @@ pub(crate) enum StepMarkerError {
     NoCompanion(std::path::PathBuf),
     #[error("{0}")]
     Attach(#[from] super::attach::AttachError),
+    #[error("a counting run (--metrics-only) streams no steps")]
+    Counting,
 }
 
 pub(crate) use super::error::TraceError;
@@ -158,6 +146,9 @@ impl Tracer {
         kernel::ensure_tracefs().map_err(TraceError::Tracefs)?;
         let wanted: Vec<&str> = opts.probes.iter().map(String::as_str).collect();
         let mut planning = crate::plan::here::plan_here(&wanted);
+        if opts.counted && planning.blocked.is_none() {
+            crate::plan::counted::count_only(&mut planning.plan);
+        }
         let explicit = !opts.pids.is_empty() || !opts.command.is_empty();
         let watch_syscalls = explicit || opts.watch_verbs_users;
         match &planning.blocked {
@@ -208,7 +199,12 @@ impl Tracer {
         for o in outcomes.into_iter().filter(|o| o.attached.is_err() || o.note.is_some()) {
             notice(Notice::Attach(o));
         }
-        let marker = step_marker(&mut loaded, &opts.command);
+        // A counting run streams nothing, the companion's steps included.
+        let marker = if opts.counted {
+            Err(StepMarkerError::Counting)
+        } else {
+            step_marker(&mut loaded, &opts.command)
+        };
         probes.push(ProbeStatus {
             id: STEP_MARKER_ID.into(),
             symbol: Some(crate::steps::MARKER_SYMBOL.into()),

@@ -5,6 +5,7 @@
 
 use crate::capture::SiteCount;
 use crate::pipeline::correlate::story::{BUCKETS_NS, Histogram, ProcessStory};
+use crate::sink::Counted;
 use std::fmt::Write;
 
 /// A label value as the text format wants it: backslash, quote and newline escaped.
@@ -115,6 +116,57 @@ fn gauges(out: &mut String, ps: &[&ProcessStory]) {
     }
 }
 
+/// A counting run's exposition (`plan::counted`): the same families, from what the
+/// kernel aggregated (a process's pins; completions and wakeups are not counted there
+/// yet), and each probe's hits per process.
+pub(crate) fn render_counted(c: &Counted, sites: &[SiteCount]) -> String {
+    let name = |tgid: u32| c.comms.get(&tgid).cloned().unwrap_or_default();
+    let mut tgids: Vec<u32> = c.hits.iter().map(|h| h.0).chain(c.pins.keys().copied()).collect();
+    tgids.sort_unstable();
+    tgids.dedup();
+    let ps: Vec<ProcessStory> = tgids
+        .into_iter()
+        .map(|tgid| {
+            let mut p = ProcessStory {
+                pid: crate::event::Task::new(0, tgid),
+                comm: name(tgid),
+                ..Default::default()
+            };
+            if let Some(k) = c.pins.get(&tgid) {
+                // A release counted on another CPU before its pin is read as none pinned.
+                p.pinned_bytes = (k.pinned as i64).max(0) as u64;
+                p.pinned_peak_bytes = k.peak;
+                p.pins_total = k.pins;
+                p.failed_pins_total = k.refused;
+                p.pin_latency = Histogram {
+                    counts: k.latency.to_vec(),
+                    count: k.latency.iter().sum(),
+                    sum_ns: k.latency_sum_ns,
+                };
+            }
+            p
+        })
+        .collect();
+    let mut out = String::new();
+    gauges(&mut out, &ps.iter().collect::<Vec<_>>());
+    family(&mut out, "rdma_trace_pin_latency_seconds", "histogram", "Time the umem function took to pin.");
+    for p in &ps {
+        histogram(&mut out, "rdma_trace_pin_latency_seconds", &proc_labels(p), &p.pin_latency);
+    }
+    family(
+        &mut out,
+        "rdma_trace_probe_hits_total",
+        "counter",
+        "Hits of each probe, per process (counted in the kernel).",
+    );
+    for (tgid, row, n) in &c.hits {
+        let labels = format!("pid=\"{tgid}\",comm=\"{}\"", label(&name(*tgid)));
+        writeln!(out, "rdma_trace_probe_hits_total{{{labels},probe=\"{}\"}} {n}", label(row)).ok();
+    }
+    accounting(&mut out, sites);
+    out
+}
+
 /// Per probe: delivered, and lost by reason.
 fn accounting(out: &mut String, sites: &[SiteCount]) {
     family(out, "rdma_trace_events_delivered_total", "counter", "Events delivered, per probe.");
@@ -165,5 +217,34 @@ mod tests {
         assert!(text.contains("le=\"+Inf\"} 2"));
         assert!(text.contains("context=\"kworker\"} 5"));
         assert!(!text.contains("0xff"), "no kernel pointer in a metric");
+    }
+
+    #[test]
+    fn a_counting_run_says_the_same_families_from_the_kernels_counts() {
+        let mut k = rdma_trace_common::ProcPins { pinned: 8192, peak: 12288, pins: 2, ..Default::default() };
+        k.latency[2] = 2; // two pins of 2.5-5 µs
+        k.latency_sum_ns = 7_000;
+        let c = Counted {
+            hits: vec![
+                (7, "umem_get (ib_umem_get)".into(), 2),
+                (9, "comp_handler (ib_uverbs_comp_handler)".into(), 5),
+            ],
+            comms: [(7, "mr\"loop".to_string())].into(),
+            pins: [(7, k)].into(),
+        };
+        let text = render_counted(&c, &[]);
+        for line in [
+            "rdma_trace_pinned_bytes{pid=\"7\",comm=\"mr\\\"loop\"} 8192",
+            "rdma_trace_pinned_peak_bytes{pid=\"7\",comm=\"mr\\\"loop\"} 12288",
+            "rdma_trace_mr_registrations_total{pid=\"7\",comm=\"mr\\\"loop\"} 2",
+            "rdma_trace_pin_latency_seconds_bucket{pid=\"7\",comm=\"mr\\\"loop\",le=\"0.000005\"} 2",
+            "rdma_trace_pin_latency_seconds_count{pid=\"7\",comm=\"mr\\\"loop\"} 2",
+            "rdma_trace_probe_hits_total{pid=\"7\",comm=\"mr\\\"loop\",probe=\"umem_get (ib_umem_get)\"} 2",
+            // A process whose name was not kept still has its counts.
+            "rdma_trace_probe_hits_total{pid=\"9\",comm=\"\",probe=\"comp_handler (ib_uverbs_comp_handler)\"} 5",
+            "rdma_trace_pinned_bytes{pid=\"9\",comm=\"\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 }

@@ -71,7 +71,7 @@ fn blocked(kallsyms: String, short: &str, why: String, t0: Instant, wanted: &[&s
         .collect();
     Planning {
         kallsyms,
-        plan: Plan { probes: Vec::new(), skipped },
+        plan: Plan { probes: Vec::new(), skipped, counted: false },
         blocked: Some(why),
         mlx5: None,
         took: t0.elapsed(),

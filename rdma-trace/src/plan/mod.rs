@@ -5,6 +5,7 @@
 pub(crate) mod arch;
 pub mod btf;
 pub mod catalog;
+pub mod counted;
 pub mod elfsym;
 pub(crate) mod here;
 pub mod kernel;

@@ -78,6 +78,9 @@ pub enum Skip {
     NotLookedUp { library: String },
     #[error("{path} does not export {symbol}")]
     NotExported { path: String, symbol: &'static str },
+    /// A run that only counts reads kernel probes (`counted::count_only`).
+    #[error("a counting run (--metrics-only) reads kernel probes only")]
+    NotCounted,
     #[error("{0} fields; at most {MAX_FETCH}")]
     TooManyFields(usize),
     /// A field the catalog asks for that cannot be read here.
@@ -123,6 +126,8 @@ impl From<btf::BtfError> for Skip {
 pub struct Plan {
     pub probes: Vec<Planned>,
     pub skipped: Vec<Skipped>,
+    /// The run only counts in the kernel (`counted::count_only`): no record is streamed.
+    pub counted: bool,
 }
 
 impl Plan {

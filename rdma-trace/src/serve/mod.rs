@@ -142,6 +142,8 @@ pub struct Broadcaster {
     taken: Vec<crate::capture::State>,
     /// The Prometheus exposition, renewed with every stats record.
     metrics: Option<Arc<std::sync::Mutex<String>>>,
+    /// A counting run's latest kernel counts: the metrics are rendered from these.
+    counted: Option<crate::sink::Counted>,
     /// Records each subscriber may fall behind by before it loses any.
     queue: usize,
     /// Subscribers that are not root get kernel addresses too (`--show-kernel-addresses`).
@@ -172,6 +174,7 @@ impl Broadcaster {
             last_pin: Default::default(),
             taken: Vec::new(),
             metrics: None,
+            counted: None,
             queue: QUEUE,
             reveal: false,
             hidden: None,
@@ -567,6 +570,10 @@ impl Sink for Broadcaster {
         self.offer();
         Ok(())
     }
+    fn counted(&mut self, c: &crate::sink::Counted) -> io::Result<()> {
+        self.counted = Some(c.clone());
+        Ok(())
+    }
     fn stats(&mut self, s: &Stats) -> io::Result<()> {
         self.story.settle(s.ts_ns);
         if let Some(m) = &self.metrics {
@@ -579,9 +586,14 @@ impl Sink for Broadcaster {
                     ..Default::default()
                 });
             }
-            // Processes that ended keep their series a while (`Engine::ended`).
-            let processes = self.story.processes().values().chain(self.story.ended());
-            let text = crate::output::metrics::render(processes, &sites);
+            let text = match &self.counted {
+                Some(c) => crate::output::metrics::render_counted(c, &sites),
+                None => {
+                    // Processes that ended keep their series a while (`Engine::ended`).
+                    let processes = self.story.processes().values().chain(self.story.ended());
+                    crate::output::metrics::render(processes, &sites)
+                }
+            };
             if let Ok(mut t) = m.lock() {
                 *t = text;
             }

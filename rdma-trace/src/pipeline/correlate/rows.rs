@@ -131,24 +131,7 @@ pub struct Histogram {
 }
 
 /// 1 µs to 1 s, about three buckets a decade.
-pub const BUCKETS_NS: [u64; 16] = [
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    50_000_000,
-    250_000_000,
-    1_000_000_000,
-];
+pub const BUCKETS_NS: [u64; 16] = rdma_trace_common::LATENCY_BUCKETS_NS;
 
 impl Histogram {
     /// Counts one latency.

@@ -1,0 +1,102 @@
+//! A run that only counts (`rdma-trace daemon --metrics-only`): each kernel probe's hits
+//! are aggregated in the kernel, per process and probe, and the pins are charged and
+//! timed there (`SlotPlan::agg`); nothing goes to the ring. The user-space probes are left
+//! out: they exist to join a verbs call to its kernel events, which counting does not do.
+
+use super::catalog::{FieldId, Kind, ProbeId};
+use super::select::{Plan, Skip, Skipped};
+use rdma_trace_common::{
+    AGG_COUNT, AGG_PIN_ENTRY, AGG_PIN_RETURN, AGG_UNPIN, MAX_FETCH, STACK_NONE, SlotPlan,
+};
+
+/// Turns `plan` into a counting one: every kernel probe counts, the pin functions charge
+/// and time, and the uprobes are skipped (said as such).
+pub fn count_only(plan: &mut Plan) {
+    plan.counted = true;
+    let (kept, user): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.probes)
+        .into_iter()
+        .partition(|p| !matches!(p.spec.kind, Kind::Uprobe { .. }));
+    plan.skipped.extend(user.into_iter().map(|p| Skipped { spec: p.spec, reason: Skip::NotCounted }));
+    plan.probes = kept;
+    for p in &mut plan.probes {
+        let entry_at = |id| index(p.spec.entry.iter().map(|f| f.id), id);
+        let ret_at = |id| index(p.spec.ret.iter().map(|f| f.id), id);
+        let (entry, ret) = match p.spec.id {
+            ProbeId::UmemGet => (
+                role(AGG_PIN_ENTRY, entry_at(FieldId::Addr), entry_at(FieldId::Size)),
+                role(AGG_PIN_RETURN, ret_at(FieldId::Umem), None),
+            ),
+            ProbeId::UmemRelease => (role(AGG_UNPIN, entry_at(FieldId::Umem), None), Some((AGG_COUNT, 0, 0))),
+            _ => (Some((AGG_COUNT, 0, 0)), Some((AGG_COUNT, 0, 0))),
+        };
+        set(&mut p.entry, entry);
+        p.entry.stack = STACK_NONE;
+        if let Some(r) = p.ret.as_mut() {
+            set(r, ret);
+        }
+    }
+}
+
+/// A role reading `vals[a]` and `vals[b]`; a field the catalog does not have leaves the
+/// slot counting only.
+fn role(agg: u8, a: Option<usize>, b: Option<usize>) -> Option<(u8, u8, u8)> {
+    let needs_b = agg == AGG_PIN_ENTRY;
+    match (a, b) {
+        (Some(a), Some(b)) => Some((agg, a as u8, b as u8)),
+        (Some(a), None) if !needs_b => Some((agg, a as u8, 0)),
+        _ => Some((AGG_COUNT, 0, 0)),
+    }
+}
+
+fn set(slot: &mut SlotPlan, role: Option<(u8, u8, u8)>) {
+    if let Some((agg, a, b)) = role {
+        (slot.agg, slot.agg_a, slot.agg_b) = (agg, a, b);
+    }
+}
+
+fn index(mut ids: impl Iterator<Item = FieldId>, id: FieldId) -> Option<usize> {
+    ids.position(|f| f == id).filter(|&i| i < MAX_FETCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::catalog::CATALOG;
+    use crate::plan::select::Planned;
+
+    fn planned(id: ProbeId, slot: usize) -> Planned {
+        let spec = CATALOG.iter().find(|s| s.id == id).unwrap();
+        let ret = (!spec.ret.is_empty()).then(SlotPlan::default);
+        let entry = SlotPlan { stack: rdma_trace_common::STACK_COPY, ..Default::default() };
+        Planned { spec, symbol: "", module: String::new(), slot, entry, ret, target: None, address: None }
+    }
+
+    #[test]
+    fn pins_are_charged_and_timed_and_every_other_kernel_probe_counts() {
+        let user = CATALOG.iter().find(|s| matches!(s.kind, Kind::Uprobe { .. })).unwrap().id;
+        let mut plan = Plan {
+            probes: vec![
+                planned(ProbeId::UmemGet, 0),
+                planned(ProbeId::UmemRelease, 1),
+                planned(ProbeId::CompHandler, 2),
+                planned(user, 24),
+            ],
+            ..Default::default()
+        };
+        count_only(&mut plan);
+        assert!(plan.counted);
+        assert_eq!(plan.skipped.len(), 1);
+        assert_eq!(
+            plan.skipped[0].reason.to_string(),
+            "a counting run (--metrics-only) reads kernel probes only"
+        );
+        let get = &plan.probes[0];
+        // ib_umem_get(device, addr, size, access): the catalog reads addr then size.
+        assert_eq!((get.entry.agg, get.entry.agg_a, get.entry.agg_b), (AGG_PIN_ENTRY, 0, 1));
+        let r = get.ret.unwrap();
+        assert_eq!((r.agg, r.agg_a), (AGG_PIN_RETURN, 0));
+        assert_eq!((plan.probes[1].entry.agg, plan.probes[1].entry.agg_a), (AGG_UNPIN, 0));
+        assert_eq!(plan.probes[2].entry.agg, AGG_COUNT);
+        assert!(plan.probes.iter().all(|p| p.entry.stack == STACK_NONE), "no stacks are taken");
+    }
+}
