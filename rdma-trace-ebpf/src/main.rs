@@ -689,9 +689,17 @@ static STEP_ZERO: PerCpuArray<StepEvent> = PerCpuArray::with_max_entries(1, 0);
 
 /// The companion's `rdma_trace_step(rec, len)`: the step's JSON record, read from its
 /// memory, built in this thread's scratch entry and written with one ring output.
+/// Nonzero once the run is stopping (`Loaded::switch_off`): the step marker has no plan
+/// slot to switch off, so it reads this.
+#[map]
+static STEPS_OFF: Array<u32> = Array::with_max_entries(1, 0);
+
 #[uprobe]
 pub fn step_marker(ctx: ProbeContext) -> u32 {
     own_stack(&ctx);
+    if STEPS_OFF.get(0).is_some_and(|v| *v != 0) {
+        return 0;
+    }
     count(SITE_STEP, CNT_HITS);
     let Some((rec, key)) = thread_scratch(&STEP_SCRATCH, &STEP_ZERO) else {
         count(SITE_STEP, CNT_NO_SCRATCH);

@@ -459,9 +459,8 @@ impl Loaded {
 
     /// Switches every program off without detaching it: each plan slot inactive (the
     /// probe programs return before counting or writing) and the watch table empty (the
-    /// syscall, fork and exit programs find nobody to follow). Takes the counters.
-    /// Records committed before this are still read; the step marker is not switched off,
-    /// and a record it commits later is counted (in the drain's account) like any other.
+    /// syscall, fork and exit programs find nobody to follow), and the step marker told
+    /// (`STEPS_OFF`). Takes the counters. Records committed before this are still read.
     pub(crate) fn switch_off(&mut self) -> Result<Counters, AttachError> {
         let mut plans: Array<&mut MapData, SlotPlan> =
             Array::try_from(self.map_mut("PLANS")?).map_err(map_err("PLANS"))?;
@@ -472,6 +471,9 @@ impl Loaded {
                 plans.set(site, plan, 0).map_err(map_err("PLANS"))?;
             }
         }
+        let mut off: Array<&mut MapData, u32> =
+            Array::try_from(self.map_mut("STEPS_OFF")?).map_err(map_err("STEPS_OFF"))?;
+        off.set(0, 1, 0).map_err(map_err("STEPS_OFF"))?;
         let mut targets = self.targets()?;
         let watched: Vec<u32> = targets.keys().filter_map(Result::ok).collect();
         for id in watched {

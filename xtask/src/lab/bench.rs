@@ -15,15 +15,25 @@ use std::time::Duration;
 const BENCH_SH: &str = include_str!("guest/bench.sh");
 
 /// The configurations in the order the tables show them (guest/bench.sh says what each is).
-pub const CONFIGS: [&str; 8] =
-    ["none", "bt-agg", "bt-stream", "bt-stream-u", "rt-kernel", "rt-stack-ids", "rt-default", "rt-cmd"];
+pub const CONFIGS: [&str; 9] = [
+    "none",
+    "bt-agg",
+    "bt-stream",
+    "bt-stream-u",
+    "rt-kernel",
+    "rt-stack-ids",
+    "rt-default",
+    "rt-cmd",
+    "rt-metrics",
+];
 
 /// rdma-trace's configurations, each with the bpftrace configurations doing the same work.
-const AGAINST: [(&str, &str); 4] = [
+const AGAINST: [(&str, &str); 5] = [
     ("rt-kernel", "bt-stream"),
     ("rt-stack-ids", "bt-stream"),
     ("rt-kernel", "bt-agg"),
     ("rt-default", "bt-stream-u"),
+    ("rt-metrics", "bt-agg"),
 ];
 
 #[derive(clap::Args, Default)]

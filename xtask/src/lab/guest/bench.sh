@@ -15,6 +15,8 @@
 #   rt-stack-ids rt-kernel with --stack-ids: records carry a stack id, not the frames
 #   rt-default   rdma-trace trace -q -o FILE (every probe, uprobes included)
 #   rt-cmd       rdma-trace trace -q -o FILE -- bash workloads.sh (its syscalls too)
+#   rt-metrics   rdma-trace daemon --metrics --metrics-only --probe ID… (the same kernel
+#                functions, counted in BPF maps, nothing streamed): against bt-agg
 # Workloads (each times itself; see workloads.sh below): the MR loop at 4 KiB, 1 MiB and
 # 64 MiB (ns a reg+dereg pair), ibv_rc_pingpong -e (µs an iteration), ib_write_bw (ns of the
 # client's run), the companion (ms of its run).
@@ -146,6 +148,10 @@ one() {
     rt-kernel) "$RT" trace -q -o "$work/out" "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
     rt-stack-ids) "$RT" trace -q -o "$work/out" --stack-ids "${KPROBES[@]}" 2>"$dir/err" & pid=$! ;;
     rt-default) "$RT" trace -q -o "$work/out" 2>"$dir/err" & pid=$! ;;
+    rt-metrics)
+      "$RT" daemon --socket "$work/sock" --metrics 127.0.0.1:9470 --metrics-only "${KPROBES[@]}" 2>"$dir/err" &
+      pid=$!
+      ;;
   esac
   if [ -n "$pid" ]; then
     case $cfg in
@@ -174,6 +180,12 @@ one() {
       # bpftrace says what its output buffer dropped as "Lost N events".
       lost=$(sed -n 's/^Lost \([0-9]*\) events.*/\1/p' "$work/out" | awk '{ s += $1 } END { print s + 0 }')
       ;;
+    rt-metrics)
+      # Its summary: "rdma-trace: N events delivered, …" (each one counted in the kernel).
+      events=$(sed -n 's/^rdma-trace: \([0-9]*\) events delivered.*/\1/p' "$dir/err" | tail -1)
+      lost=$(sed -n 's/^rdma-trace: [0-9]* events delivered, \([0-9]*\) lost.*/\1/p' "$dir/err" | tail -1)
+      links=$(sed -n 's/^ *links: \([0-9]*\) held.*/\1/p' "$dir/err" | tail -1)
+      ;;
     rt-*)
       events=$(tail -1 "$work/out" | sed -n 's/.*"exit_code":-\{0,1\}[0-9]*,"delivered":\([0-9]*\).*/\1/p')
       lost=$(tail -1 "$work/out" | sed -n 's/.*"delivered":[0-9]*,"lost":\([0-9]*\).*/\1/p')
@@ -197,7 +209,7 @@ one() {
 }
 
 # shellcheck disable=SC2206
-CONFIGS=(${BENCH_CONFIGS:-none bt-agg bt-stream bt-stream-u rt-kernel rt-stack-ids rt-default rt-cmd})
+CONFIGS=(${BENCH_CONFIGS:-none bt-agg bt-stream bt-stream-u rt-kernel rt-stack-ids rt-default rt-cmd rt-metrics})
 # A warm-up run, not counted: the first verbs program of a boot pays for cold caches.
 "$OUT/workloads.sh" /dev/null
 echo "[bench] warmed up; ${ROUNDS} rounds of: ${CONFIGS[*]}"
