@@ -486,7 +486,11 @@ pub(super) async fn shutdown(
     // A program that read its plan just before the switch finishes within microseconds.
     tokio::time::sleep(SWITCH_GRACE).await;
     let off = t.elapsed();
-    let pending = |run: &RunLoop| counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0);
+    // A counting run's hits went to the kernel's maps: none is owed to the ring.
+    let counted = run.planning.plan.counted;
+    let pending = |run: &RunLoop| {
+        if counted { 0 } else { counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0) }
+    };
     let read = |run: &RunLoop| run.tally.read.iter().sum::<u64>() + run.tally.headerless;
     let read_before = read(run);
     let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
