@@ -230,6 +230,57 @@ pub const AGG_PIN_RETURN: u8 = 3;
 /// As `AGG_COUNT`, and the umem `vals[agg_a]` is released: its charge leaves its process.
 pub const AGG_UNPIN: u8 = 4;
 
+/// As `AGG_COUNT`, and the CQ `vals[agg_a]` is made by this process (`CQ_OWNERS`).
+pub const AGG_CQ_MADE: u8 = 5;
+/// As `AGG_COUNT`, and a completion event on the CQ `vals[agg_a]`: counted for the CQ's
+/// owner by the context it ran in (the slot takes its stack: `SOFTIRQ_FUNCS` tell), and
+/// queued for the owner's wakeup (`CQS`).
+pub const AGG_COMPLETION: u8 = 6;
+/// As `AGG_COUNT`, and this process's channel read returned `vals[agg_a]`: above 0, the
+/// oldest completion queued for it woke it.
+pub const AGG_WAKEUP: u8 = 7;
+
+/// `ProcCqs::by_context`: where a completion's handler ran, as the story says it
+/// (`pipeline::enrich::classify`): in softirq processing (a frame of `SOFTIRQ_FUNCS`), in
+/// a kworker (by its name), or in a process.
+pub const CTX_PROCESS: usize = 0;
+pub const CTX_KWORKER: usize = 1;
+pub const CTX_SOFTIRQ: usize = 2;
+/// Address ranges `[start, end)` of the kernel functions that mark softirq processing.
+pub const SOFTIRQ_FUNCS: usize = 16;
+/// Completions a process may have waiting for its wakeup; past that the oldest's time is
+/// overwritten (its wakeup latency reads short).
+pub const PENDING: usize = 16;
+
+/// A process's completions and wakeups, counted in the kernel (`CQS`, by the CQ owner's
+/// tgid; atomic adds).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcCqs {
+    pub by_context: [u64; 3],
+    /// Completions queued and wakeups taken: the waiting ones are `pending[popped..pushed]`
+    /// (modulo `PENDING`), their handlers' times.
+    pub pushed: u64,
+    pub popped: u64,
+    pub pending: [u64; PENDING],
+    pub wakeup_sum_ns: u64,
+    /// Per bucket of `LATENCY_BUCKETS_NS`, the last for larger values (not cumulative).
+    pub wakeup: [u64; LATENCY_BUCKETS_NS.len() + 1],
+}
+
+impl Default for ProcCqs {
+    fn default() -> Self {
+        Self {
+            by_context: [0; 3],
+            pushed: 0,
+            popped: 0,
+            pending: [0; PENDING],
+            wakeup_sum_ns: 0,
+            wakeup: [0; LATENCY_BUCKETS_NS.len() + 1],
+        }
+    }
+}
+
 /// The latency buckets' upper bounds (ns), 1 µs to 1 s, about three a decade: the
 /// Prometheus histograms' `le`, for counted and streamed runs alike.
 pub const LATENCY_BUCKETS_NS: [u64; 16] = [
@@ -356,4 +407,6 @@ mod pod {
     unsafe impl aya::Pod for Charge {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ProcPins {}
+    // SAFETY: as above (u64s only).
+    unsafe impl aya::Pod for ProcCqs {}
 }

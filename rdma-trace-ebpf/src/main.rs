@@ -37,7 +37,7 @@ use aya_ebpf::{
         generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_func_ip, bpf_get_stack},
     },
     macros::{btf_map, kprobe, kretprobe, map, tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray, RingBuf},
     programs::{ProbeContext, RetProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use core::ptr::read_volatile;
@@ -344,11 +344,6 @@ fn kernel_probe_hit(
         if fill::<false>(ev.cast::<ProbeHead>(), plan, src) {
             count(site, CNT_READ_FAILED);
         }
-        if plan.agg != AGG_STREAM {
-            counted::hit(site, plan, ev);
-            count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
-            return;
-        }
         if plan.stack == STACK_COPY {
             let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
@@ -361,6 +356,11 @@ fn kernel_probe_hit(
                 Ok(id) => (*ev).stack_id = id as u32 + 1,
                 Err(_) => count(site, CNT_STACK_FAILED),
             }
+        }
+        if plan.agg != AGG_STREAM {
+            counted::hit(site, plan, ev);
+            count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
+            return;
         }
         count_build(site, bpf_ktime_get_ns().wrapping_sub((*ev).hdr.ts_ns));
         (*ev).stack_len as usize
@@ -399,6 +399,23 @@ mod counted {
     #[map]
     static PINS_ZERO: PerCpuArray<ProcPins> = PerCpuArray::with_max_entries(1, 0);
 
+    /// Each CQ's maker (tgid), by the CQ; a CQ destroyed is not seen, so the oldest go.
+    #[map]
+    static CQ_OWNERS: LruHashMap<u64, u32> = LruHashMap::with_max_entries(65536, 0);
+
+    /// Each CQ owner's completions and wakeups.
+    #[map]
+    static CQS: HashMap<u32, ProcCqs> = HashMap::with_max_entries(8192, 0);
+
+    /// A zeroed `ProcCqs` to create `CQS` entries from (never written).
+    #[map]
+    static CQS_ZERO: PerCpuArray<ProcCqs> = PerCpuArray::with_max_entries(1, 0);
+
+    /// `[start, end)` of the functions whose frame marks softirq processing (userspace
+    /// writes them from kallsyms; an empty range ends the list).
+    #[map]
+    static SOFTIRQ_RANGES: Array<[u64; 2]> = Array::with_max_entries(SOFTIRQ_FUNCS as u32, 0);
+
     /// A counted hit: the record `ev` was filled from the slot's plan.
     ///
     /// # Safety
@@ -426,8 +443,109 @@ mod counted {
             }
             AGG_PIN_RETURN => returned(tgid, ts_ns, a),
             AGG_UNPIN => released(a),
+            AGG_CQ_MADE => _ = CQ_OWNERS.insert(a, tgid, 0),
+            // SAFETY: the caller's contract.
+            AGG_COMPLETION => completed(a, ts_ns, unsafe { context(ev, &comm) }),
+            AGG_WAKEUP if (a as i64) > 0 => woke(tgid, ts_ns),
             _ => {}
         }
+    }
+
+    /// Where the run that filled `ev` ran (`CTX_*`): softirq processing if a frame of its
+    /// stack is in `SOFTIRQ_RANGES`, else a kworker by its name, else a process.
+    ///
+    /// # Safety
+    /// `ev` is this CPU's scratch record, filled by this run.
+    #[inline(always)]
+    unsafe fn context(ev: *const ProbeEvent, comm: &[u8; 16]) -> usize {
+        // SAFETY: the caller's contract; frame reads are bounded by `stack`'s length.
+        let frames = unsafe { read_volatile(&(*ev).stack_len) } as usize / 8;
+        for i in 0..MAX_STACK {
+            if i >= frames {
+                break;
+            }
+            // SAFETY: as above.
+            let f = unsafe { read_volatile(&(*ev).stack[i]) };
+            for r in 0..SOFTIRQ_FUNCS {
+                let Some(range) = SOFTIRQ_RANGES.get(r as u32) else { break };
+                if range[1] == 0 {
+                    break;
+                }
+                if f >= range[0] && f < range[1] {
+                    return CTX_SOFTIRQ;
+                }
+            }
+        }
+        if comm[..7] == *b"kworker" { CTX_KWORKER } else { CTX_PROCESS }
+    }
+
+    /// This process's `CQS` entry, created if it has none.
+    #[inline(always)]
+    fn cqs_of(tgid: u32) -> Option<*mut ProcCqs> {
+        if let Some(p) = CQS.get_ptr_mut(tgid) {
+            return Some(p);
+        }
+        let zero = CQS_ZERO.get(0)?;
+        // BPF_NOEXIST (1): another CPU's insert meanwhile is kept, and used.
+        CQS.insert(tgid, zero, 1).ok();
+        CQS.get_ptr_mut(tgid)
+    }
+
+    /// A completion event on `cq` at `now`, its handler in context `ctx`: counted for the
+    /// CQ's owner and queued for its wakeup. A CQ made before the run has no known owner.
+    #[inline(always)]
+    fn completed(cq: u64, now: u64, ctx: usize) {
+        // SAFETY: a copy of the value is taken.
+        let Some(owner) = (unsafe { CQ_OWNERS.get(cq) }).copied() else { return };
+        let Some(p) = cqs_of(owner) else { return };
+        // SAFETY: `p` is a live entry of `CQS`; counters change by atomic adds. The slot
+        // is taken by a plain read of `pushed` (the BPF target this builds for has no
+        // fetching atomics): two completions of one process at once on two CPUs may take
+        // the same slot, and one of their wakeups then reads the other's time.
+        unsafe {
+            if ctx < 3 {
+                atomic_add((*p).by_context.as_mut_ptr().add(ctx), 1);
+            }
+            let n = read_volatile(&(*p).pushed) as usize;
+            core::ptr::write_volatile((*p).pending.as_mut_ptr().add(n % PENDING), now);
+            atomic_add(&raw mut (*p).pushed, 1);
+        }
+    }
+
+    /// This process's channel read returned an event at `now`: the oldest completion
+    /// waiting for it woke it.
+    #[inline(always)]
+    fn woke(tgid: u32, now: u64) {
+        let Some(p) = CQS.get_ptr_mut(tgid) else { return };
+        // SAFETY: a live entry of `CQS`; as in `completed`.
+        unsafe {
+            if read_volatile(&(*p).popped) >= read_volatile(&(*p).pushed) {
+                return;
+            }
+            // As in `completed`: two reads of one process at once may take one slot.
+            let n = read_volatile(&(*p).popped) as usize;
+            atomic_add(&raw mut (*p).popped, 1);
+            let at = read_volatile((*p).pending.as_ptr().add(n % PENDING));
+            let took = now.wrapping_sub(at);
+            let b = bucket(took);
+            if b <= LATENCY_BUCKETS_NS.len() {
+                atomic_add((*p).wakeup.as_mut_ptr().add(b), 1);
+            }
+            atomic_add(&raw mut (*p).wakeup_sum_ns, took);
+        }
+    }
+
+    /// The latency bucket of `ns` (`LATENCY_BUCKETS_NS`; past the last, its length).
+    #[inline(always)]
+    fn bucket(ns: u64) -> usize {
+        let mut b = LATENCY_BUCKETS_NS.len();
+        for (i, upper) in LATENCY_BUCKETS_NS.iter().enumerate() {
+            if ns <= *upper {
+                b = i;
+                break;
+            }
+        }
+        b
     }
 
     /// This process's `PINS` entry, created if it has none.
@@ -462,13 +580,7 @@ mod counted {
             let bytes = end.wrapping_sub(first).wrapping_mul(PIN_PAGE);
             atomic_add(&raw mut (*p).pins, 1);
             let took = now.wrapping_sub(start.ts_ns);
-            let mut b = LATENCY_BUCKETS_NS.len();
-            for (i, upper) in LATENCY_BUCKETS_NS.iter().enumerate() {
-                if took <= *upper {
-                    b = i;
-                    break;
-                }
-            }
+            let b = bucket(took);
             if b <= LATENCY_BUCKETS_NS.len() {
                 atomic_add((*p).latency.as_mut_ptr().add(b), 1);
             }

@@ -305,13 +305,12 @@ pub struct DaemonArgs {
     /// the network is yours (`--metrics 0.0.0.0:9464`).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
     pub metrics: Option<String>,
-    /// Count in the kernel and stream nothing: each kernel probe's hits per process, and
-    /// the pins (bytes pinned now and at most, registrations, refusals, pin latency) are
-    /// aggregated in BPF maps and served as the same metrics, read every 800 ms. For an
-    /// always-on daemon that only feeds Prometheus: no libibverbs uprobes, no syscalls, no
-    /// stacks, no records to subscribers or `-o` (they get the header, stats and the
-    /// trailer). Completions by context and wakeup latency are not counted yet. Needs
-    /// `--metrics`.
+    /// Count in the kernel and stream nothing: each kernel probe's hits per process, the
+    /// pins (bytes pinned now and at most, registrations, refusals, pin latency), the
+    /// completions by context and the wakeup latency are aggregated in BPF maps and served
+    /// as the same metrics, read every 800 ms. For an always-on daemon that only feeds
+    /// Prometheus: no libibverbs uprobes, no syscalls, no records to subscribers or `-o`
+    /// (they get the header, stats and the trailer). Needs `--metrics`.
     #[arg(long, requires = "metrics")]
     pub metrics_only: bool,
     /// Measure another host's clock against this one's before tracing: the peer daemon's

@@ -26,6 +26,8 @@ pub struct Counted {
     pub comms: std::collections::BTreeMap<u32, String>,
     /// Each process's pins, charges and pin latencies.
     pub pins: std::collections::BTreeMap<u32, rdma_trace_common::ProcPins>,
+    /// Each CQ owner's completions (by context) and wakeups.
+    pub cqs: std::collections::BTreeMap<u32, rdma_trace_common::ProcCqs>,
 }
 
 /// A destination of the event stream. Only `event` and `flush` are required: the other

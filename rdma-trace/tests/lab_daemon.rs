@@ -385,6 +385,24 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     assert_eq!(series("rdma_trace_mr_refusals_total"), Some(ps.failed_pins_total as f64), "refusals");
     assert_eq!(series("rdma_trace_pin_latency_seconds_count"), Some(ps.pin_latency.count as f64));
     assert_eq!(hits("umem_get ("), Some(umem_gets as f64), "umem_get hits:\n{counted}");
+    // Its completions, by the context their handler ran in, and their wakeups.
+    let by_context: std::collections::BTreeMap<String, f64> = counted
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("rdma_trace_completions_total{{pid=\"{cpid}\",")))
+        .filter_map(|l| {
+            let ctx = l.split_once("context=\"")?.1.split_once('"')?.0.to_string();
+            Some((ctx, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    let story_contexts: std::collections::BTreeMap<String, f64> =
+        ps.completions_by_context.iter().map(|(c, n)| (c.as_str().to_string(), *n as f64)).collect();
+    assert!(ps.completions_total > 0, "the companion's completions are in the story");
+    assert_eq!(by_context, story_contexts, "completions by context:\n{counted}");
+    assert_eq!(
+        series("rdma_trace_wakeup_latency_seconds_count"),
+        Some(ps.wakeup_latency.count as f64),
+        "wakeups:\n{counted}"
+    );
 }
 
 /// A subscriber that stops reading for 10 s while the companion and `ib_send_bw -e` run

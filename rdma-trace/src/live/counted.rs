@@ -4,8 +4,8 @@
 use super::attach::{AttachError, Loaded, map_err};
 use crate::plan::select::Plan;
 use crate::sink::Counted;
-use aya::maps::{HashMap, PerCpuHashMap};
-use rdma_trace_common::{ProcPins, ProcSite};
+use aya::maps::{Array, HashMap, PerCpuHashMap};
+use rdma_trace_common::{ProcCqs, ProcPins, ProcSite, SOFTIRQ_FUNCS};
 use std::time::{Duration, Instant};
 
 impl Loaded {
@@ -28,7 +28,20 @@ impl Loaded {
         let pins: HashMap<_, u32, ProcPins> =
             HashMap::try_from(self.map("PINS")?).map_err(map_err("PINS"))?;
         out.pins.extend(pins.iter().filter_map(Result::ok));
+        let cqs: HashMap<_, u32, ProcCqs> = HashMap::try_from(self.map("CQS")?).map_err(map_err("CQS"))?;
+        out.cqs.extend(cqs.iter().filter_map(Result::ok));
         Ok(out)
+    }
+
+    /// Tells the programs where softirq processing's functions are (`[start, end)`), for
+    /// the context of a counted completion; at most `SOFTIRQ_FUNCS` of them.
+    pub(crate) fn set_softirq_ranges(&mut self, ranges: &[(u64, u64)]) -> Result<(), AttachError> {
+        let mut m: Array<_, [u64; 2]> =
+            Array::try_from(self.map_mut("SOFTIRQ_RANGES")?).map_err(map_err("SOFTIRQ_RANGES"))?;
+        for (i, (start, end)) in ranges.iter().take(SOFTIRQ_FUNCS).enumerate() {
+            m.set(i as u32, [*start, *end], 0).map_err(map_err("SOFTIRQ_RANGES"))?;
+        }
+        Ok(())
     }
 }
 
@@ -48,8 +61,8 @@ impl Retiring {
     /// Of the processes `counted` names, those gone for `KEPT_AFTER_EXIT` by `now`
     /// (`alive` says whether one still runs). A pid that runs again starts over.
     pub(crate) fn due(&mut self, counted: &Counted, now: Instant, alive: impl Fn(u32) -> bool) -> Vec<u32> {
-        let mut named: Vec<u32> =
-            counted.hits.iter().map(|h| h.0).chain(counted.pins.keys().copied()).collect();
+        let mut named: Vec<u32> = counted.hits.iter().map(|h| h.0).collect();
+        named.extend(counted.pins.keys().chain(counted.cqs.keys()));
         named.sort_unstable();
         named.dedup();
         self.gone_since.retain(|p, _| named.binary_search(p).is_ok());
@@ -88,6 +101,11 @@ impl Loaded {
             HashMap::try_from(self.map_mut("PINS")?).map_err(map_err("PINS"))?;
         for t in tgids {
             pins.remove(t).ok();
+        }
+        let mut cqs: HashMap<_, u32, ProcCqs> =
+            HashMap::try_from(self.map_mut("CQS")?).map_err(map_err("CQS"))?;
+        for t in tgids {
+            cqs.remove(t).ok();
         }
         Ok(())
     }

@@ -229,6 +229,11 @@ impl Tracer {
         let stacks = if opts.stack_ids { Some(loaded.take_stacks()?) } else { None };
         let copy_on_fork = copy_on_fork.join().unwrap_or(None);
         let ksyms = ksyms.join().map_err(|_| TraceError::Ksyms)?;
+        if planning.plan.counted {
+            // A counted completion's context is told as the story tells it from its stack.
+            let ranges = ksyms.ranges_of(&crate::pipeline::enrich::SOFTIRQ_FRAMES);
+            loaded.set_softirq_ranges(&ranges)?;
+        }
         notice(Notice::Tracing { attached, skipped, planned: planning.took, syscalls: watch_syscalls });
         Ok(Self { opts, planning, loaded, ring, stacks, child, probes, copy_on_fork, ksyms })
     }

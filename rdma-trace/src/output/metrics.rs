@@ -121,9 +121,12 @@ fn gauges(out: &mut String, ps: &[&ProcessStory]) {
 /// yet), and each probe's hits per process.
 pub(crate) fn render_counted(c: &Counted, sites: &[SiteCount]) -> String {
     let name = |tgid: u32| c.comms.get(&tgid).cloned().unwrap_or_default();
-    let mut tgids: Vec<u32> = c.hits.iter().map(|h| h.0).chain(c.pins.keys().copied()).collect();
+    let mut tgids: Vec<u32> = c.hits.iter().map(|h| h.0).collect();
+    tgids.extend(c.pins.keys().chain(c.cqs.keys()));
     tgids.sort_unstable();
     tgids.dedup();
+    let hist =
+        |counts: &[u64], sum_ns| Histogram { counts: counts.to_vec(), count: counts.iter().sum(), sum_ns };
     let ps: Vec<ProcessStory> = tgids
         .into_iter()
         .map(|tgid| {
@@ -138,21 +141,29 @@ pub(crate) fn render_counted(c: &Counted, sites: &[SiteCount]) -> String {
                 p.pinned_peak_bytes = k.peak;
                 p.pins_total = k.pins;
                 p.failed_pins_total = k.refused;
-                p.pin_latency = Histogram {
-                    counts: k.latency.to_vec(),
-                    count: k.latency.iter().sum(),
-                    sum_ns: k.latency_sum_ns,
-                };
+                p.pin_latency = hist(&k.latency, k.latency_sum_ns);
+            }
+            if let Some(q) = c.cqs.get(&tgid) {
+                use crate::event::ExecContext;
+                use crate::pipeline::correlate::cqs::RanIn;
+                use rdma_trace_common::{CTX_KWORKER, CTX_PROCESS, CTX_SOFTIRQ};
+                let contexts = [
+                    (CTX_PROCESS, ExecContext::Process),
+                    (CTX_KWORKER, ExecContext::Kworker),
+                    (CTX_SOFTIRQ, ExecContext::Softirq),
+                ];
+                for (i, ctx) in contexts {
+                    if q.by_context[i] > 0 {
+                        p.completions_by_context.insert(RanIn(Some(ctx)), q.by_context[i]);
+                    }
+                }
+                p.completions_total = q.by_context.iter().sum();
+                p.wakeup_latency = hist(&q.wakeup, q.wakeup_sum_ns);
             }
             p
         })
         .collect();
-    let mut out = String::new();
-    gauges(&mut out, &ps.iter().collect::<Vec<_>>());
-    family(&mut out, "rdma_trace_pin_latency_seconds", "histogram", "Time the umem function took to pin.");
-    for p in &ps {
-        histogram(&mut out, "rdma_trace_pin_latency_seconds", &proc_labels(p), &p.pin_latency);
-    }
+    let mut out = render(&ps, sites);
     family(
         &mut out,
         "rdma_trace_probe_hits_total",
@@ -163,7 +174,6 @@ pub(crate) fn render_counted(c: &Counted, sites: &[SiteCount]) -> String {
         let labels = format!("pid=\"{tgid}\",comm=\"{}\"", label(&name(*tgid)));
         writeln!(out, "rdma_trace_probe_hits_total{{{labels},probe=\"{}\"}} {n}", label(row)).ok();
     }
-    accounting(&mut out, sites);
     out
 }
 
@@ -224,6 +234,10 @@ mod tests {
         let mut k = rdma_trace_common::ProcPins { pinned: 8192, peak: 12288, pins: 2, ..Default::default() };
         k.latency[2] = 2; // two pins of 2.5-5 µs
         k.latency_sum_ns = 7_000;
+        let mut q = rdma_trace_common::ProcCqs::default();
+        q.by_context[rdma_trace_common::CTX_KWORKER] = 3;
+        q.wakeup[6] = 2; // two wakeups of 50-100 µs
+        q.wakeup_sum_ns = 150_000;
         let c = Counted {
             hits: vec![
                 (7, "umem_get (ib_umem_get)".into(), 2),
@@ -231,6 +245,7 @@ mod tests {
             ],
             comms: [(7, "mr\"loop".to_string())].into(),
             pins: [(7, k)].into(),
+            cqs: [(7, q)].into(),
         };
         let text = render_counted(&c, &[]);
         for line in [
@@ -243,6 +258,9 @@ mod tests {
             // A process whose name was not kept still has its counts.
             "rdma_trace_probe_hits_total{pid=\"9\",comm=\"\",probe=\"comp_handler (ib_uverbs_comp_handler)\"} 5",
             "rdma_trace_pinned_bytes{pid=\"9\",comm=\"\"} 0",
+            "rdma_trace_completions_total{pid=\"7\",comm=\"mr\\\"loop\",context=\"kworker\"} 3",
+            "rdma_trace_wakeup_latency_seconds_bucket{pid=\"7\",comm=\"mr\\\"loop\",le=\"0.0001\"} 2",
+            "rdma_trace_wakeup_latency_seconds_count{pid=\"7\",comm=\"mr\\\"loop\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

@@ -18,6 +18,14 @@ impl Ksyms {
         Self { syms }
     }
 
+    /// `[start, end)` of every function whose name starts with one of `prefixes` (its end:
+    /// the next symbol's address), as a frame `symbolize` names that way falls in.
+    pub(crate) fn ranges_of(&self, prefixes: &[&str]) -> Vec<(u64, u64)> {
+        let named = |n: &str| prefixes.iter().any(|p| n.starts_with(p));
+        let ends = self.syms.iter().skip(1).map(|s| s.0);
+        self.syms.iter().zip(ends).filter(|(s, _)| named(&s.1)).map(|(s, end)| (s.0, end)).collect()
+    }
+
     /// `name+0xoff` (with ` [module]` for module code); the raw address when unknown.
     pub(crate) fn symbolize(&self, addr: u64) -> String {
         let i = self.syms.partition_point(|s| s.0 <= addr);

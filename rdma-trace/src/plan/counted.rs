@@ -6,7 +6,8 @@
 use super::catalog::{FieldId, Kind, ProbeId};
 use super::select::{Plan, Skip, Skipped};
 use rdma_trace_common::{
-    AGG_COUNT, AGG_PIN_ENTRY, AGG_PIN_RETURN, AGG_UNPIN, MAX_FETCH, STACK_NONE, SlotPlan,
+    AGG_COMPLETION, AGG_COUNT, AGG_CQ_MADE, AGG_PIN_ENTRY, AGG_PIN_RETURN, AGG_UNPIN, AGG_WAKEUP, MAX_FETCH,
+    STACK_COPY, STACK_NONE, SlotPlan,
 };
 
 /// Turns `plan` into a counting one: every kernel probe counts, the pin functions charge
@@ -27,12 +28,18 @@ pub fn count_only(plan: &mut Plan) {
                 role(AGG_PIN_RETURN, ret_at(FieldId::Umem), None),
             ),
             ProbeId::UmemRelease => (role(AGG_UNPIN, entry_at(FieldId::Umem), None), Some((AGG_COUNT, 0, 0))),
+            ProbeId::RxeCreateCq | ProbeId::Mlx5CreateCq => {
+                (role(AGG_CQ_MADE, entry_at(FieldId::Cq), None), Some((AGG_COUNT, 0, 0)))
+            }
+            ProbeId::CompHandler => (role(AGG_COMPLETION, entry_at(FieldId::Cq), None), None),
+            ProbeId::CompEventRead => (Some((AGG_COUNT, 0, 0)), role(AGG_WAKEUP, ret_at(FieldId::Ret), None)),
             _ => (Some((AGG_COUNT, 0, 0)), Some((AGG_COUNT, 0, 0))),
         };
         set(&mut p.entry, entry);
-        p.entry.stack = STACK_NONE;
+        // The completion's stack says whether its handler ran in softirq processing.
+        p.entry.stack = if p.entry.agg == AGG_COMPLETION { STACK_COPY } else { STACK_NONE };
         if let Some(r) = p.ret.as_mut() {
-            set(r, ret);
+            set(r, ret.or(Some((AGG_COUNT, 0, 0))));
         }
     }
 }
@@ -79,6 +86,8 @@ mod tests {
                 planned(ProbeId::UmemGet, 0),
                 planned(ProbeId::UmemRelease, 1),
                 planned(ProbeId::CompHandler, 2),
+                planned(ProbeId::RxeCreateCq, 3),
+                planned(ProbeId::CompEventRead, 4),
                 planned(user, 24),
             ],
             ..Default::default()
@@ -86,6 +95,9 @@ mod tests {
         count_only(&mut plan);
         assert!(plan.counted);
         assert_eq!(plan.skipped.len(), 1);
+        assert_eq!((plan.probes[3].entry.agg, plan.probes[3].entry.agg_a), (AGG_CQ_MADE, 0));
+        // ib_uverbs_comp_event_read's return: a positive count is a wakeup.
+        assert_eq!(plan.probes[4].ret.map(|r| (r.agg, r.agg_a)), Some((AGG_WAKEUP, 0)));
         assert_eq!(
             plan.skipped[0].reason.to_string(),
             "a counting run (--metrics-only) reads kernel probes only"
@@ -96,7 +108,12 @@ mod tests {
         let r = get.ret.unwrap();
         assert_eq!((r.agg, r.agg_a), (AGG_PIN_RETURN, 0));
         assert_eq!((plan.probes[1].entry.agg, plan.probes[1].entry.agg_a), (AGG_UNPIN, 0));
-        assert_eq!(plan.probes[2].entry.agg, AGG_COUNT);
-        assert!(plan.probes.iter().all(|p| p.entry.stack == STACK_NONE), "no stacks are taken");
+        // ib_uverbs_comp_handler(cq, …): counted for the CQ's maker, its stack taken.
+        let handler = &plan.probes[2];
+        assert_eq!(
+            (handler.entry.agg, handler.entry.agg_a, handler.entry.stack),
+            (AGG_COMPLETION, 0, STACK_COPY)
+        );
+        assert!(plan.probes[..2].iter().all(|p| p.entry.stack == STACK_NONE), "no other stacks are taken");
     }
 }
