@@ -91,6 +91,8 @@ struct Own {
     ring_events: u64,
     /// The links the run held (rdma-trace's summary), the most any round said.
     links: u64,
+    /// The tracer's own split of each stop (the flood's rounds).
+    splits: Vec<String>,
 }
 
 /// What one kernel's run measured.
@@ -146,6 +148,9 @@ impl Results {
             o.bpf_runs += v["bpf_runs"].as_u64().unwrap_or(0);
             o.bpf_ns += v["bpf_ns"].as_u64().unwrap_or(0);
             o.links = o.links.max(v["links"].as_u64().unwrap_or(0));
+            if let Some(s) = v["split"].as_str() {
+                o.splits.push(s.to_string());
+            }
             if let Some(b) = v["ring_bytes"].as_u64().filter(|b| *b > 0) {
                 o.ring_bytes += b;
                 o.ring_events += v["events"].as_u64().unwrap_or(0);
@@ -248,6 +253,9 @@ impl Results {
                 f.events.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
                 f.lost,
             ));
+            if !f.splits.is_empty() {
+                s.push_str(&format!("The tracer's own split of each stop: {}.\n", f.splits.join("; ")));
+            }
         }
         s
     }
@@ -378,6 +386,7 @@ mod tests {
 {"round":2,"config":"bt-stream","workload":"mr-4K","value":320,"unit":"ns"}
 {"round":2,"config":"rt-kernel","workload":"mr-4K","value":0,"unit":"ns"}
 {"round":1,"config":"rt-kernel","attach_ms":900,"stop_ms":300,"cpu_ms":50,"events":12,"lost":0,"bpf_runs":10,"bpf_ns":5000,"ring_bytes":2400,"links":54}
+{"round":1,"config":"flood","stop_ms":1500,"events":9,"lost":3,"split":"1.2 s (switching off 0.0 s, draining the ring 1.1 s: 23831 records)"}
 "#;
 
     #[test]
@@ -397,6 +406,12 @@ mod tests {
         assert!(
             md.contains(
                 "| rt-kernel | 900 ms | 300 ms, 300 ms | 50 ms | 12 | 0 | 500 (10 runs) | 200 | 54 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "The tracer's own split of each stop: 1.2 s (switching off 0.0 s, draining the ring 1.1 s: 23831 records)."
             ),
             "{md}"
         );
