@@ -208,6 +208,8 @@ pub struct Comm(Option<std::sync::Arc<str>>);
 
 /// Names kept for sharing, at most (past this the table starts again).
 const COMMS_KEPT: usize = 4096;
+/// Names each thread keeps at hand (`Comm::new`).
+const RECENT_KEPT: usize = 8;
 
 impl Comm {
     /// `s`, shared with every other `Comm` made from the same text (while kept).
@@ -218,17 +220,42 @@ impl Comm {
         if s.is_empty() {
             return Comm(None);
         }
-        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        // The names this thread made last: a stream's events come from a few tasks, so
+        // most names are found here without the shared table's lock and hash.
+        thread_local! {
+            static RECENT: std::cell::RefCell<(usize, [Option<Arc<str>>; RECENT_KEPT])> =
+                const { std::cell::RefCell::new((0, [const { None }; RECENT_KEPT])) };
+        }
+        let recent = RECENT.with_borrow(|(_, r)| r.iter().flatten().find(|a| &***a == s).cloned());
+        if let Some(a) = recent {
+            return Comm(Some(a));
+        }
+        let a = Self::kept(&KEPT, s);
+        RECENT.with_borrow_mut(|(next, r)| {
+            r[*next] = Some(Arc::clone(&a));
+            *next = (*next + 1) % RECENT_KEPT;
+        });
+        Comm(Some(a))
+    }
+
+    /// `s` from the shared table, added if it is not there.
+    fn kept(
+        table: &std::sync::Mutex<Option<std::collections::HashMap<Box<str>, std::sync::Arc<str>>>>,
+        s: &str,
+    ) -> std::sync::Arc<str> {
+        use std::collections::HashMap;
+        use std::sync::Arc;
+        let mut kept = table.lock().unwrap_or_else(|e| e.into_inner());
         let kept = kept.get_or_insert_with(HashMap::new);
         if let Some(a) = kept.get(s) {
-            return Comm(Some(Arc::clone(a)));
+            return Arc::clone(a);
         }
         if kept.len() >= COMMS_KEPT {
             kept.clear();
         }
         let a: Arc<str> = Arc::from(s);
         kept.insert(s.into(), Arc::clone(&a));
-        Comm(Some(a))
+        a
     }
 
     pub fn as_str(&self) -> &str {
@@ -616,6 +643,22 @@ pub fn err_ptr(v: u64) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_name_is_shared_from_the_threads_recent_ones_and_from_the_table() {
+        let ptr = |c: &Comm| c.0.as_ref().map(|a| std::sync::Arc::as_ptr(a) as *const u8);
+        let first = Comm::new("ib_write_bw");
+        // More names than a thread keeps at hand: the first is found in the shared table.
+        for i in 0..super::RECENT_KEPT + 2 {
+            assert_eq!(Comm::new(&format!("task{i}")).as_str(), format!("task{i}"));
+        }
+        assert_eq!(ptr(&Comm::new("ib_write_bw")), ptr(&first));
+        // And again, now among the recent ones.
+        assert_eq!(ptr(&Comm::new("ib_write_bw")), ptr(&first));
+        let other_thread = std::thread::spawn(|| Comm::new("ib_write_bw")).join().unwrap();
+        assert_eq!(ptr(&other_thread), ptr(&first));
+        assert_eq!(Comm::new(""), Comm::default());
+    }
+
     use super::*;
 
     #[test]
