@@ -479,25 +479,13 @@ mod counted {
         if comm[..7] == *b"kworker" { CTX_KWORKER } else { CTX_PROCESS }
     }
 
-    /// This process's `CQS` entry, created if it has none.
-    #[inline(always)]
-    fn cqs_of(tgid: u32) -> Option<*mut ProcCqs> {
-        if let Some(p) = CQS.get_ptr_mut(tgid) {
-            return Some(p);
-        }
-        let zero = CQS_ZERO.get(0)?;
-        // BPF_NOEXIST (1): another CPU's insert meanwhile is kept, and used.
-        CQS.insert(tgid, zero, 1).ok();
-        CQS.get_ptr_mut(tgid)
-    }
-
     /// A completion event on `cq` at `now`, its handler in context `ctx`: counted for the
     /// CQ's owner and queued for its wakeup. A CQ made before the run has no known owner.
     #[inline(always)]
     fn completed(cq: u64, now: u64, ctx: usize) {
         // SAFETY: a copy of the value is taken.
         let Some(owner) = (unsafe { CQ_OWNERS.get(cq) }).copied() else { return };
-        let Some(p) = cqs_of(owner) else { return };
+        let Some(p) = entry_or_zero(&CQS, &CQS_ZERO, owner) else { return };
         // SAFETY: `p` is a live entry of `CQS`; counters change by atomic adds. The slot
         // is taken by a plain read of `pushed` (the BPF target this builds for has no
         // fetching atomics): two completions of one process at once on two CPUs may take
@@ -526,18 +514,17 @@ mod counted {
             let n = read_volatile(&(*p).popped) as usize;
             atomic_add(&raw mut (*p).popped, 1);
             let at = read_volatile((*p).pending.as_ptr().add(n % PENDING));
-            let took = now.wrapping_sub(at);
-            let b = bucket(took);
-            if b <= LATENCY_BUCKETS_NS.len() {
-                atomic_add((*p).wakeup.as_mut_ptr().add(b), 1);
-            }
-            atomic_add(&raw mut (*p).wakeup_sum_ns, took);
+            observe(&raw mut (*p).wakeup, &raw mut (*p).wakeup_sum_ns, now.wrapping_sub(at));
         }
     }
 
-    /// The latency bucket of `ns` (`LATENCY_BUCKETS_NS`; past the last, its length).
+    /// Counts one latency of `ns` in a histogram of `LATENCY_BUCKETS_NS` (the last
+    /// bucket for larger values) and its sum, by atomic adds.
+    ///
+    /// # Safety
+    /// `counts` and `sum` are valid, aligned fields of a live map entry.
     #[inline(always)]
-    fn bucket(ns: u64) -> usize {
+    unsafe fn observe(counts: *mut [u64; LATENCY_BUCKETS_NS.len() + 1], sum: *mut u64, ns: u64) {
         let mut b = LATENCY_BUCKETS_NS.len();
         for (i, upper) in LATENCY_BUCKETS_NS.iter().enumerate() {
             if ns <= *upper {
@@ -545,19 +532,13 @@ mod counted {
                 break;
             }
         }
-        b
-    }
-
-    /// This process's `PINS` entry, created if it has none.
-    #[inline(always)]
-    fn pins_of(tgid: u32) -> Option<*mut ProcPins> {
-        if let Some(p) = PINS.get_ptr_mut(tgid) {
-            return Some(p);
+        // SAFETY: the caller's contract; `b` is at most the last bucket's index.
+        unsafe {
+            if b <= LATENCY_BUCKETS_NS.len() {
+                atomic_add(counts.cast::<u64>().add(b), 1);
+            }
+            atomic_add(sum, ns);
         }
-        let zero = PINS_ZERO.get(0)?;
-        // BPF_NOEXIST (1): another CPU's insert meanwhile is kept, and used.
-        PINS.insert(tgid, zero, 1).ok();
-        PINS.get_ptr_mut(tgid)
     }
 
     /// The thread's pin returned `umem` at `now`.
@@ -567,7 +548,7 @@ mod counted {
         // SAFETY: a copy of the entry is taken before it is removed.
         let start = unsafe { PIN_STARTS.get(key) }.copied();
         PIN_STARTS.remove(key).ok();
-        let Some(p) = pins_of(tgid) else { return };
+        let Some(p) = entry_or_zero(&PINS, &PINS_ZERO, tgid) else { return };
         // SAFETY: `p` is a live entry of `PINS`; every field is changed by atomic adds.
         unsafe {
             if !derefable(umem) {
@@ -579,12 +560,7 @@ mod counted {
             let end = (start.addr.wrapping_add(start.len).wrapping_add(PIN_PAGE - 1)) / PIN_PAGE;
             let bytes = end.wrapping_sub(first).wrapping_mul(PIN_PAGE);
             atomic_add(&raw mut (*p).pins, 1);
-            let took = now.wrapping_sub(start.ts_ns);
-            let b = bucket(took);
-            if b <= LATENCY_BUCKETS_NS.len() {
-                atomic_add((*p).latency.as_mut_ptr().add(b), 1);
-            }
-            atomic_add(&raw mut (*p).latency_sum_ns, took);
+            observe(&raw mut (*p).latency, &raw mut (*p).latency_sum_ns, now.wrapping_sub(start.ts_ns));
             atomic_add(&raw mut (*p).pinned, bytes);
             // The peak: a plain compare-and-store (two pins at once may keep the smaller).
             let now_pinned = read_volatile(&(*p).pinned);
@@ -637,12 +613,18 @@ fn pruned_at_exit() -> bool {
 #[inline(always)]
 fn thread_scratch<T>(scratch: &HashMap<u64, T>, zero: &PerCpuArray<T>) -> Option<(*mut T, u64)> {
     let key = bpf_get_current_pid_tgid();
-    if let Some(p) = scratch.get_ptr_mut(key) {
-        return Some((p, key));
+    entry_or_zero(scratch, zero, key).map(|p| (p, key))
+}
+
+/// `map`'s entry for `key`, created from `zero`'s one entry if it has none; `None` when
+/// the map is full. BPF_NOEXIST (1): an entry another CPU made meanwhile is kept, and used.
+#[inline(always)]
+fn entry_or_zero<K: Copy, V>(map: &HashMap<K, V>, zero: &PerCpuArray<V>, key: K) -> Option<*mut V> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some(p);
     }
-    let entry =
-        zero.get(0).and_then(|z| scratch.insert(key, z, 0).ok()).and_then(|()| scratch.get_ptr_mut(key));
-    entry.map(|p| (p, key))
+    map.insert(key, zero.get(0)?, 1).ok();
+    map.get_ptr_mut(key)
 }
 
 /// The record in this thread's entry is written: the entry leaves now, unless `sched_exit`

@@ -93,6 +93,11 @@ impl Tally {
 
     /// Records the programs committed that the reader has not read yet. The fork follower
     /// and the in-kernel watch count hits but write no record.
+    /// Records read from the ring, every site's and the headerless ones.
+    pub(crate) fn records(&self) -> u64 {
+        self.read.iter().sum::<u64>() + self.headerless
+    }
+
     pub(crate) fn pending(&self, counters: &[u64]) -> u64 {
         (0..COUNTER_SITES)
             .filter(|s| ![SITE_FORK, SITE_WATCH].contains(s))

@@ -451,7 +451,7 @@ impl End {
         RunAccount {
             sites: account::per_site(&planning.plan, &self.counters, tally, self.missed.as_deref()),
             headerless: tally.headerless,
-            ring_records: tally.read.iter().sum::<u64>() + tally.headerless,
+            ring_records: tally.records(),
             ring_bytes: tally.ring_bytes,
             stacks_by_id: run.stacks.as_ref().map(|s| s.distinct()),
             calls_let_go: run.correlator.let_go(),
@@ -491,8 +491,7 @@ pub(super) async fn shutdown(
     let pending = |run: &RunLoop| {
         if counted { 0 } else { counters.read().map(|c| run.tally.pending(&c)).unwrap_or(0) }
     };
-    let read = |run: &RunLoop| run.tally.read.iter().sum::<u64>() + run.tally.headerless;
-    let read_before = read(run);
+    let read_before = run.tally.records();
     let left = ring.finish(run, |run, b| run.record(b), pending, HELD_DEADLINE).await;
     let drained = t.elapsed();
     let handed = loaded.let_go();
@@ -502,7 +501,7 @@ pub(super) async fn shutdown(
     let letting_go = if handed.is_ok() { "handing the links over" } else { "detaching" };
     let stopping = vec![
         StopPhase::new("switching off", off),
-        StopPhase::of("draining the ring", drained - off, read(run) - read_before),
+        StopPhase::of("draining the ring", drained - off, run.tally.records() - read_before),
         StopPhase::new(letting_go, t.elapsed() - drained),
     ];
     Ok(End {
