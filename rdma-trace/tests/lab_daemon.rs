@@ -295,21 +295,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
     let (code, text) = prom::http_get("127.0.0.1:9464", "/metrics").expect("the daemon's metrics");
     assert_eq!(code, 200);
     std::fs::write(dir.join("metrics.txt"), &text).unwrap();
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
-    let checked = check.wait_with_output().unwrap();
-    assert!(
-        checked.status.success(),
-        "promtool check metrics:\n{}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    promtool_check(&text);
     // Prometheus scrapes on its own schedule (slow to start under TCG): the companion's
     // series are waited for, at most a minute.
     let query = |q: String| {
@@ -329,6 +315,7 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         prom::http_get("127.0.0.1:9466", "/metrics").expect("the counting daemon's metrics");
     assert_eq!(code, 200);
     std::fs::write(dir.join("metrics-only.txt"), &counted).unwrap();
+    promtool_check(&counted);
     // SAFETY: kill(2) of our own children.
     unsafe { libc::kill(counting.id() as i32, libc::SIGTERM) };
     let cst = wait_timeout(&mut counting, 60);
@@ -402,6 +389,25 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
         series("rdma_trace_wakeup_latency_seconds_count"),
         Some(ps.wakeup_latency.count as f64),
         "wakeups:\n{counted}"
+    );
+}
+
+/// Prometheus's own check of an exposition passes.
+fn promtool_check(text: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
     );
 }
 
