@@ -63,7 +63,14 @@ pub const CNT_NO_SCRATCH: usize = 4;
 pub const CNT_BUILD_NS_SUM: usize = 5;
 pub const CNT_BUILD_NS_MAX: usize = 6;
 pub const CNT_BUILD_SLOW: usize = 7;
-pub const COUNTERS: usize = 8;
+/// Counting runs only (`SlotPlan::agg`): a table of the counts was full, so the hit, or
+/// what it charges (pinned bytes, a latency), was not counted.
+pub const CNT_COUNT_FULL: usize = 8;
+/// Counting runs only: the hit's partner was never seen, so what it charges has no one to
+/// go to: a completion on a CQ made before the run, a pin return or a release whose pin
+/// began before it, a wakeup with no completion waiting.
+pub const CNT_NOT_JOINED: usize = 9;
+pub const COUNTERS: usize = 10;
 pub const COUNTER_ENTRIES: usize = COUNTER_SITES * COUNTERS;
 pub const SLOW_BUILD_NS: u64 = 1_000_000;
 

@@ -432,23 +432,43 @@ mod counted {
             // SAFETY: this CPU's value of the entry; nothing else runs on this CPU meanwhile.
             Some(n) => unsafe { *n += 1 },
             None => {
-                PROC_HITS.insert(key, 1, 0).ok();
+                if PROC_HITS.insert(key, 1, 0).is_err() {
+                    count(site, CNT_COUNT_FULL);
+                }
                 COMMS.insert(tgid, comm, 0).ok();
             }
         }
-        match plan.agg {
+        let done = match plan.agg {
             AGG_PIN_ENTRY => {
                 let start = PinStart { ts_ns, addr: a, len: b };
-                PIN_STARTS.insert(bpf_get_current_pid_tgid(), start, 0).ok();
+                match PIN_STARTS.insert(bpf_get_current_pid_tgid(), start, 0) {
+                    Ok(()) => Counted::Yes,
+                    Err(_) => Counted::TableFull,
+                }
             }
             AGG_PIN_RETURN => returned(tgid, ts_ns, a),
             AGG_UNPIN => released(a),
-            AGG_CQ_MADE => _ = CQ_OWNERS.insert(a, tgid, 0),
+            AGG_CQ_MADE => {
+                CQ_OWNERS.insert(a, tgid, 0).ok();
+                Counted::Yes
+            }
             // SAFETY: the caller's contract.
             AGG_COMPLETION => completed(a, ts_ns, unsafe { context(ev, &comm) }),
             AGG_WAKEUP if (a as i64) > 0 => woke(tgid, ts_ns),
-            _ => {}
+            _ => Counted::Yes,
+        };
+        match done {
+            Counted::Yes => {}
+            Counted::TableFull => count(site, CNT_COUNT_FULL),
+            Counted::NotJoined => count(site, CNT_NOT_JOINED),
         }
+    }
+
+    /// Whether a hit's charge was counted, and if not, why (the site's loss counter).
+    enum Counted {
+        Yes,
+        TableFull,
+        NotJoined,
     }
 
     /// Where the run that filled `ev` ran (`CTX_*`): softirq processing if a frame of its
@@ -482,10 +502,10 @@ mod counted {
     /// A completion event on `cq` at `now`, its handler in context `ctx`: counted for the
     /// CQ's owner and queued for its wakeup. A CQ made before the run has no known owner.
     #[inline(always)]
-    fn completed(cq: u64, now: u64, ctx: usize) {
+    fn completed(cq: u64, now: u64, ctx: usize) -> Counted {
         // SAFETY: a copy of the value is taken.
-        let Some(owner) = (unsafe { CQ_OWNERS.get(cq) }).copied() else { return };
-        let Some(p) = entry_or_zero(&CQS, &CQS_ZERO, owner) else { return };
+        let Some(owner) = (unsafe { CQ_OWNERS.get(cq) }).copied() else { return Counted::NotJoined };
+        let Some(p) = entry_or_zero(&CQS, &CQS_ZERO, owner) else { return Counted::TableFull };
         // SAFETY: `p` is a live entry of `CQS`; counters change by atomic adds. The slot
         // is taken by a plain read of `pushed` (the BPF target this builds for has no
         // fetching atomics): two completions of one process at once on two CPUs may take
@@ -498,17 +518,18 @@ mod counted {
             core::ptr::write_volatile((*p).pending.as_mut_ptr().add(n % PENDING), now);
             atomic_add(&raw mut (*p).pushed, 1);
         }
+        Counted::Yes
     }
 
     /// This process's channel read returned an event at `now`: the oldest completion
-    /// waiting for it woke it.
+    /// waiting for it woke it. None waiting: its completion was not counted.
     #[inline(always)]
-    fn woke(tgid: u32, now: u64) {
-        let Some(p) = CQS.get_ptr_mut(tgid) else { return };
+    fn woke(tgid: u32, now: u64) -> Counted {
+        let Some(p) = CQS.get_ptr_mut(tgid) else { return Counted::NotJoined };
         // SAFETY: a live entry of `CQS`; as in `completed`.
         unsafe {
             if read_volatile(&(*p).popped) >= read_volatile(&(*p).pushed) {
-                return;
+                return Counted::NotJoined;
             }
             // As in `completed`: two reads of one process at once may take one slot.
             let n = read_volatile(&(*p).popped) as usize;
@@ -516,6 +537,7 @@ mod counted {
             let at = read_volatile((*p).pending.as_ptr().add(n % PENDING));
             observe(&raw mut (*p).wakeup, &raw mut (*p).wakeup_sum_ns, now.wrapping_sub(at));
         }
+        Counted::Yes
     }
 
     /// Counts one latency of `ns` in a histogram of `LATENCY_BUCKETS_NS` (the last
@@ -543,19 +565,19 @@ mod counted {
 
     /// The thread's pin returned `umem` at `now`.
     #[inline(always)]
-    fn returned(tgid: u32, now: u64, umem: u64) {
+    fn returned(tgid: u32, now: u64, umem: u64) -> Counted {
         let key = bpf_get_current_pid_tgid();
         // SAFETY: a copy of the entry is taken before it is removed.
         let start = unsafe { PIN_STARTS.get(key) }.copied();
         PIN_STARTS.remove(key).ok();
-        let Some(p) = entry_or_zero(&PINS, &PINS_ZERO, tgid) else { return };
+        let Some(p) = entry_or_zero(&PINS, &PINS_ZERO, tgid) else { return Counted::TableFull };
         // SAFETY: `p` is a live entry of `PINS`; every field is changed by atomic adds.
         unsafe {
             if !derefable(umem) {
                 atomic_add(&raw mut (*p).refused, 1);
-                return;
+                return Counted::Yes;
             }
-            let Some(start) = start else { return };
+            let Some(start) = start else { return Counted::NotJoined };
             let first = start.addr / PIN_PAGE;
             let end = (start.addr.wrapping_add(start.len).wrapping_add(PIN_PAGE - 1)) / PIN_PAGE;
             let bytes = end.wrapping_sub(first).wrapping_mul(PIN_PAGE);
@@ -567,20 +589,26 @@ mod counted {
             if read_volatile(&(*p).peak) < now_pinned {
                 core::ptr::write_volatile(&raw mut (*p).peak, now_pinned);
             }
-            UMEMS.insert(umem, Charge { tgid, _pad: 0, bytes }, 0).ok();
+            // Without its entry the release cannot uncharge it: pinned stays high.
+            match UMEMS.insert(umem, Charge { tgid, _pad: 0, bytes }, 0) {
+                Ok(()) => Counted::Yes,
+                Err(_) => Counted::TableFull,
+            }
         }
     }
 
-    /// The umem `umem` is released: its charge leaves its process.
+    /// The umem `umem` is released: its charge leaves its process. Not known: it was
+    /// pinned before the run (or its charge found no room).
     #[inline(always)]
-    fn released(umem: u64) {
+    fn released(umem: u64) -> Counted {
         // SAFETY: a copy of the entry is taken before it is removed.
-        let Some(c) = (unsafe { UMEMS.get(umem) }).copied() else { return };
+        let Some(c) = (unsafe { UMEMS.get(umem) }).copied() else { return Counted::NotJoined };
         UMEMS.remove(umem).ok();
         if let Some(p) = PINS.get_ptr_mut(c.tgid) {
             // SAFETY: a live entry of `PINS`; a subtraction as an atomic add of its negation.
             unsafe { atomic_add(&raw mut (*p).pinned, c.bytes.wrapping_neg()) };
         }
+        Counted::Yes
     }
 }
 

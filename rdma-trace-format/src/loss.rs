@@ -65,6 +65,11 @@ pub enum LossReason {
     RingFull,
     /// No scratch entry for a uprobe's record.
     NoScratch,
+    /// A counting run's table was full: the hit, or what it charges, went uncounted.
+    CountingTableFull,
+    /// A counting run saw the hit but not its partner (a CQ made, a pin begun before the
+    /// run): what it charges went to no one.
+    NotJoined,
     /// Committed but not read when the run stopped.
     HeldPastShutdown,
     /// Read, but the enricher could not make an event of it (no plan for its slot).
@@ -81,11 +86,13 @@ pub enum LossReason {
     Other(String),
 }
 
-const REASONS: [(LossReason, &str); 10] = [
+const REASONS: [(LossReason, &str); 12] = [
     (LossReason::MissedByKernel, "missed by the kernel"),
     (LossReason::SkippedByKernel, "skipped by the kernel"),
     (LossReason::RingFull, "ring full"),
     (LossReason::NoScratch, "no scratch"),
+    (LossReason::CountingTableFull, "counting table full"),
+    (LossReason::NotJoined, "not joined"),
     (LossReason::HeldPastShutdown, "held past shutdown"),
     (LossReason::DroppedByEnricher, "dropped by the enricher"),
     (LossReason::Undecodable, "undecodable"),

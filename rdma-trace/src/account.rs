@@ -6,10 +6,10 @@
 use crate::capture::{LossReason, LossSite};
 use crate::plan::select::Plan;
 use rdma_trace_common::{
-    CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_HITS, CNT_NO_SCRATCH, CNT_READ_FAILED,
-    CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS, EventHeader, KIND_PROBE_ENTRY,
-    KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK, SITE_STEP, SITE_SYS_ENTER,
-    SITE_SYS_EXIT, SITE_WATCH, return_site,
+    CNT_BUILD_NS_MAX, CNT_BUILD_NS_SUM, CNT_BUILD_SLOW, CNT_COUNT_FULL, CNT_HITS, CNT_NO_SCRATCH,
+    CNT_NOT_JOINED, CNT_READ_FAILED, CNT_RINGBUF_FULL, CNT_STACK_FAILED, COUNTER_SITES, COUNTERS,
+    EventHeader, KIND_PROBE_ENTRY, KIND_PROBE_RETURN, KIND_STEP, KIND_SYS_ENTER, KIND_SYS_EXIT, SITE_FORK,
+    SITE_STEP, SITE_SYS_ENTER, SITE_SYS_EXIT, SITE_WATCH, return_site,
 };
 
 /// What userspace did with the records it read, per counter site.
@@ -124,6 +124,11 @@ pub struct SiteStats {
     pub ringbuf_full: u64,
     /// Lost: no scratch record (the per-CPU scratch lookup failed).
     pub no_scratch: u64,
+    /// Counting runs: a table of the counts was full; the hit or its charge went uncounted.
+    pub count_full: u64,
+    /// Counting runs: the hit's partner (the CQ's making, the pin's start, the completion
+    /// a wakeup takes) came before the run; its charge went to no one.
+    pub not_joined: u64,
     /// Lost: counted by the program but never read (still being written when the reader
     /// gave up at shutdown). Negative would mean more records than hits: a counting bug.
     pub held: i64,
@@ -156,6 +161,8 @@ impl SiteStats {
             (LossReason::MissedByKernel, self.kernel_missed),
             (LossReason::RingFull, self.ringbuf_full),
             (LossReason::NoScratch, self.no_scratch),
+            (LossReason::CountingTableFull, self.count_full),
+            (LossReason::NotJoined, self.not_joined),
             (LossReason::HeldPastShutdown, self.held.max(0) as u64),
             (LossReason::DroppedByEnricher, self.enrich_dropped),
             (LossReason::Undecodable, self.undecodable),
@@ -197,6 +204,8 @@ pub(crate) fn site(name: String, c: &[u64], t: &Tally, missed: Option<&[u64]>, s
         delivered: t.delivered.get(site).copied().unwrap_or(0),
         ringbuf_full,
         no_scratch,
+        count_full: at(CNT_COUNT_FULL),
+        not_joined: at(CNT_NOT_JOINED),
         held: hits as i64 - ringbuf_full as i64 - no_scratch as i64 - read as i64,
         enrich_dropped: t.enrich_dropped.get(site).copied().unwrap_or(0),
         undecodable: t.undecodable.get(site).copied().unwrap_or(0),
@@ -237,7 +246,8 @@ pub fn per_site(plan: &Plan, counters: &[u64], tally: &Tally, missed: Option<&[u
     // A counting run's hits go to the kernel's counts, not the ring: each is delivered there.
     let counted = |mut s: SiteStats| {
         if plan.counted {
-            s.delivered = (s.hits - s.kernel_missed).saturating_sub(s.ringbuf_full + s.no_scratch);
+            let lost = s.ringbuf_full + s.no_scratch + s.count_full + s.not_joined;
+            s.delivered = (s.hits - s.kernel_missed).saturating_sub(lost);
             s.held = 0;
         }
         s

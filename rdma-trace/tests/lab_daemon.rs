@@ -195,6 +195,16 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     let socket = Path::new("/tmp/rdma-trace-lab-seeded.sock");
     let derr = dir.join("seeded-daemon.stderr");
     let mut daemon = start_daemon(&[], socket, None, &derr, "serving on");
+    // And one that only counts: it never saw the MRs pinned, so their release is charged to
+    // no one, and said so.
+    let counting_err = dir.join("seeded-counting.stderr");
+    let mut counting = start_daemon(
+        &["--metrics-only", "--metrics", "127.0.0.1:9467"],
+        Path::new("/tmp/rdma-trace-lab-seeded-counting.sock"),
+        None,
+        &counting_err,
+        "metrics on http://127.0.0.1:9467/metrics",
+    );
     let out = dir.join("seeded.jsonl");
     let mut sub = subscriber(&dir, "seeded", socket);
     wait_for(&out, "\"type\":\"state\"", &mut sub, 60).expect("the subscriber's state");
@@ -211,11 +221,19 @@ fn lab_daemon_started_late_still_shows_what_was_registered_before() {
     while its_deregs(&std::fs::read_to_string(&out).unwrap_or_default()) < 3 && t0.elapsed().as_secs() < 60 {
         std::thread::sleep(Duration::from_millis(200));
     }
+    let unjoined = unjoined_releases(&dir);
+    // SAFETY: kill(2) of our own children.
+    unsafe { libc::kill(counting.id() as i32, libc::SIGTERM) };
+    let cst = wait_timeout(&mut counting, 60);
+    assert!(cst.success(), "{}", std::fs::read_to_string(&counting_err).unwrap());
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let dst = wait_timeout(&mut daemon, 60);
     wait_timeout(&mut sub, 30);
     assert!(dst.success(), "{}", std::fs::read_to_string(&derr).unwrap());
+    assert_eq!(unjoined, 3, "the three MRs pinned before the counting daemon, released unjoined");
+    let said = std::fs::read_to_string(&counting_err).unwrap();
+    assert!(said.contains("lost: not joined 3"), "its closing account says them:\n{said}");
     let recs = records(&out);
     let Record::State(state) = &recs[1] else { panic!("the state first: {:?}", recs[1]) };
     let p = state.processes.iter().find(|p| p.pid == cpid).unwrap_or_else(|| panic!("{state:?}"));
@@ -393,6 +411,30 @@ fn lab_daemon_metrics_scraped_by_prometheus_equal_the_story() {
 }
 
 /// Prometheus's own check of an exposition passes.
+/// The releases the counting daemon on :9467 could charge to no one, as its metrics say
+/// them (waited for, a minute at most, as a stats tick renews the metrics).
+fn unjoined_releases(dir: &Path) -> u64 {
+    let t0 = std::time::Instant::now();
+    loop {
+        let (code, text) =
+            prom::http_get("127.0.0.1:9467", "/metrics").expect("the counting daemon's metrics");
+        assert_eq!(code, 200);
+        let n: u64 = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("rdma_trace_events_lost_total{probe=\"umem_release")
+                    && l.contains("reason=\"not joined\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if n >= 3 || t0.elapsed() > Duration::from_secs(60) {
+            std::fs::write(dir.join("seeded-counting-metrics.txt"), &text).unwrap();
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 fn promtool_check(text: &str) {
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])

@@ -237,6 +237,37 @@ mod tests {
         );
     }
 
+    /// A counting run reads no records: its hits are delivered to the kernel's counts,
+    /// except those a full table or an unseen partner kept out, which are said as losses.
+    #[test]
+    fn a_counting_runs_uncounted_hits_are_losses_with_their_reason() {
+        use crate::plan::{catalog::ProbeId, select::Plan};
+        let mut c = vec![0u64; COUNTER_ENTRIES];
+        c[COUNTERS + CNT_HITS] = 6;
+        c[COUNTERS + CNT_NOT_JOINED] = 3;
+        c[2 * COUNTERS + CNT_HITS] = 9;
+        c[2 * COUNTERS + CNT_COUNT_FULL] = 2;
+        let plan = Plan {
+            probes: vec![
+                crate::plan::select::Planned::for_test(ProbeId::UmemRelease, 1),
+                crate::plan::select::Planned::for_test(ProbeId::CompHandler, 2),
+            ],
+            counted: true,
+            ..Default::default()
+        };
+        let sites = per_site(&plan, &c, &Tally::default(), None);
+        let got: Vec<_> = sites[..2].iter().map(|s| (s.hits, s.delivered, s.lost(), s.held)).collect();
+        assert_eq!(got, [(6, 3, 3, 0), (9, 7, 2, 0)]);
+        let count = sites[0].count(false);
+        assert_eq!(count.lost.get(&LossReason::NotJoined), Some(&3));
+        let acct = RunAccount { sites, kernel_missed_known: true, ..Default::default() };
+        let text = acct.summary();
+        assert!(
+            text.starts_with("rdma-trace: 10 events delivered, 5 lost (3 not joined, 2 counting table full)"),
+            "{text}"
+        );
+    }
+
     /// A stack the kernel kept by id that the map no longer had is shown where the
     /// kernel's failed captures are: the probe's no-stack column. It is no loss.
     #[test]

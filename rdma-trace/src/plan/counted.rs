@@ -72,10 +72,7 @@ mod tests {
     use crate::plan::select::Planned;
 
     fn planned(id: ProbeId, slot: usize) -> Planned {
-        let spec = CATALOG.iter().find(|s| s.id == id).unwrap();
-        let ret = (!spec.ret.is_empty()).then(SlotPlan::default);
-        let entry = SlotPlan { stack: rdma_trace_common::STACK_COPY, ..Default::default() };
-        Planned { spec, symbol: "", module: String::new(), slot, entry, ret, target: None, address: None }
+        Planned::for_test(id, slot)
     }
 
     #[test]

@@ -32,6 +32,16 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// The catalog's probe `id` in `slot`, as a test plans it: no symbol, an entry that
+    /// copies its stack, a return where the catalog has one.
+    #[cfg(test)]
+    pub(crate) fn for_test(id: crate::plan::catalog::ProbeId, slot: usize) -> Planned {
+        let spec = crate::plan::catalog::CATALOG.iter().find(|s| s.id == id).unwrap();
+        let ret = (!spec.ret.is_empty()).then(SlotPlan::default);
+        let entry = SlotPlan { stack: rdma_trace_common::STACK_COPY, ..Default::default() };
+        Planned { spec, symbol: "", module: String::new(), slot, entry, ret, target: None, address: None }
+    }
+
     pub(crate) fn entry_program(&self) -> String {
         match self.spec.kind {
             Kind::Kprobe => "kprobe_entry".into(),
