@@ -185,9 +185,13 @@ fn header(kind: u8, slot: u8) -> EventHeader {
     }
 }
 
-/// Argument `n` (0-based) at function entry: registers for 0..6, the stack beyond
-/// (at entry `sp` points at the return address; argument 7 is the next word). x86-64's
-/// calling convention: the tracer is built for x86-64 only (`rdma-trace/src/plan/arch.rs`).
+/// Argument `n` (0-based) at function entry, by the calling convention of the architecture
+/// the programs are built for (`bpf_target_arch`, set by aya-build from the tracer's target;
+/// `rdma-trace/src/plan/arch.rs` holds the rest of each one's facts).
+///
+/// x86-64: registers for 0..6, the stack beyond (at entry `sp` points at the return
+/// address; argument 7 is the next word).
+#[cfg(not(bpf_target_arch = "aarch64"))]
 #[inline(always)]
 fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
     let regs = ctx.regs;
@@ -207,6 +211,19 @@ fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
             _ => Err(-1),
         }
     }
+}
+
+/// arm64 (AAPCS64): arguments 0..8 are x0..x7 (`regs[0..8]`); the catalog reads none
+/// beyond.
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn entry_arg(ctx: &ProbeContext, n: u8) -> Result<u64, i32> {
+    let regs = ctx.regs;
+    if n >= 8 {
+        return Err(-1);
+    }
+    // SAFETY: `regs` is the probe's pt_regs; `n` is below the 31 registers it holds.
+    unsafe { bpf_probe_read_kernel(&(*regs).regs[n as usize & 7]) }
 }
 
 /// ERR_PTR values and NULL are never dereferenced.

@@ -21,6 +21,22 @@ pub fn run(no_lab: bool) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    step("gate: clippy (eBPF crate, as built for arm64: its argument reads)");
+    // Its own target directory: other rustflags would rebuild the host's.
+    util::run(util::cargo().args([
+        "clippy",
+        "-p",
+        "rdma-trace-ebpf",
+        "--target-dir",
+        "target/clippy-arm64",
+        "--config",
+        "profile.dev.panic=\"abort\"",
+        "--config",
+        "build.rustflags=[\"--cfg=bpf_target_arch=\\\"aarch64\\\"\"]",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     step("gate: cargo deny check licenses bans (policy: deny.toml)");
     let mut deny = std::process::Command::new(crate::setup::cargo_deny_path());
     deny.current_dir(util::workspace_root()).args(["check", "licenses", "bans"]);
@@ -40,6 +56,8 @@ pub fn run(no_lab: bool) -> Result<()> {
     crate::memory::explain(&crate::memory::ExplainArgs { events: 500_000, max_mib: 200 })?;
     step("gate: the TUI replaying 1 M events at top speed");
     crate::tui_load::run(&crate::tui_load::TuiLoadArgs { events: 1_000_000 })?;
+    step("gate: the arm64 cross-build (tracer and companion start under qemu-aarch64)");
+    crate::build::run(&crate::build::BuildArgs { target: crate::build::Target::Aarch64 })?;
     if no_lab {
         step("gate: the committed exports in Perfetto's UI and chromium");
         crate::perfetto::run(&crate::perfetto::PerfettoArgs { examples_only: true, fresh_since: None })?;

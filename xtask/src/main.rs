@@ -4,6 +4,7 @@
 //! `test` is the one gate (fmt, clippy, host tests, lab tests), `lab`/`vm-test`/`demo`
 //! run the soft-RoCE QEMU lab (see `lab/`).
 
+mod build;
 mod fuzz;
 mod gate;
 mod guides;
@@ -28,6 +29,8 @@ struct Cli {
 enum Cmd {
     /// Install everything the project needs on this host (idempotent).
     Setup,
+    /// Cross-build the tracer and the companion for another architecture (arm64).
+    Build(build::BuildArgs),
     /// The one gate: setup, fmt, clippy, host tests, then the lab tests on every kernel series.
     Test {
         /// Skip the lab tests (QEMU). CI never passes this.
@@ -72,6 +75,7 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Setup => setup::run(),
+        Cmd::Build(a) => build::run(&a).map(|_| ()),
         Cmd::Test { no_lab } => gate::run(no_lab),
         Cmd::Lab(a) => setup::for_lab().and_then(|()| lab::lab(a)),
         Cmd::VmTest(a) => setup::for_lab().and_then(|()| lab::vm_test(a)),

@@ -46,6 +46,13 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("openssh-client", "ssh and ssh-keygen for `--connect ssh://` between the pair's guests"),
 ];
 
+/// Debian packages the arm64 cross-build needs (`cargo xtask build --target aarch64`).
+pub const CROSS_PACKAGES: &[(&str, &str)] = &[
+    ("gcc-aarch64-linux-gnu", "links the arm64 binaries and builds the verbs shim for arm64"),
+    ("libc6-dev-arm64-cross", "the arm64 libc the binaries link, and its headers for bindgen"),
+    ("qemu-user", "runs the arm64 binaries once after the build (qemu-aarch64, no binfmt)"),
+];
+
 /// The bpf-linker release the aya 0.14 line is verified with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -69,6 +76,7 @@ const PLAYWRIGHT_VERSION: &str = "1.65.2";
 /// Everything: what building, the lab and the demo need, and the gate's own tools.
 pub fn run() -> Result<()> {
     for_lab()?;
+    for_cross()?;
     cargo_deny()?;
     cargo_fuzz()?;
     perfetto_ui()?;
@@ -84,6 +92,15 @@ pub fn for_lab() -> Result<()> {
     bpf_linker()?;
     debian_packages("host", HOST_PACKAGES)?;
     step("setup: what the build and the lab need: done");
+    Ok(())
+}
+
+/// What the arm64 cross-build needs: the nightly's rust-src (it builds the target's std)
+/// and Debian's cross tools.
+pub fn for_cross() -> Result<()> {
+    nightly_rust_src()?;
+    bpf_linker()?;
+    debian_packages("the arm64 cross-build's", CROSS_PACKAGES)?;
     Ok(())
 }
 

@@ -274,7 +274,7 @@ impl Loaded {
     }
 
     /// Tells the shared kprobe programs which slot this function is: its kallsyms address,
-    /// and that + 4 (a kprobe placed past an ENDBR instruction reports that address).
+    /// and that plus the entry pad (a kprobe placed past x86's ENDBR reports that address).
     fn route_function(&mut self, p: &Planned) -> Result<(), AttachError> {
         let addr = p.address.filter(|a| *a != 0).ok_or_else(|| {
             AttachError::Map(
@@ -284,7 +284,7 @@ impl Loaded {
         })?;
         let mut m: HashMap<&mut MapData, u64, u32> =
             HashMap::try_from(self.map_mut("FUNC_SLOTS")?).map_err(map_err("FUNC_SLOTS"))?;
-        for a in [addr, addr + crate::plan::arch::ENDBR_LEN] {
+        for a in [addr, addr + crate::plan::arch::HOST.entry_pad] {
             m.insert(a, p.slot as u32, 0).map_err(map_err("FUNC_SLOTS"))?;
         }
         Ok(())

@@ -40,7 +40,8 @@ pub fn default_symbols(data: &[u8]) -> Result<HashMap<String, u64>, object::Erro
 
 /// Where the dynamic linker would find `soname` (the usual multiarch directories).
 pub fn find_library(soname: &str) -> Option<PathBuf> {
-    ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib"]
+    crate::plan::arch::HOST
+        .lib_dirs
         .iter()
         .map(|d| Path::new(d).join(soname))
         .find(|p| p.exists())

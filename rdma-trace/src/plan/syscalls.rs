@@ -65,8 +65,9 @@ pub(crate) fn layout_from(
         exit_ret: field(exit, "ret")?.offset,
         fork_parent: field(fork, "parent_pid")?.offset,
         fork_child: field(fork, "child_pid")?.offset,
-        nr_open: libc::SYS_open as u32,
-        nr_openat: libc::SYS_openat as u32,
+        // arm64 has no open(2): no number matches.
+        nr_open: super::arch::HOST.nr("open").unwrap_or(u32::MAX),
+        nr_openat: super::arch::HOST.nr("openat").unwrap_or(u32::MAX),
     })
 }
 
