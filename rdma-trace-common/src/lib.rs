@@ -93,6 +93,10 @@ pub const SRC_CTX: u8 = 21;
 /// The current task (`struct task_struct *`, `bpf_get_current_task`): what the probed
 /// call runs on behalf of, read at the moment of the hit (its limits, its mm's counters).
 pub const SRC_TASK: u8 = 22;
+/// Not a plan's source: at a kernel function's entry, the return address into its caller
+/// where the architecture keeps it in a register (arm64's x30), for the programs to put
+/// into the stack, whose walk from the entry's registers misses that frame.
+pub const SRC_CALLER: u8 = 23;
 
 /// Header common to every event.
 #[repr(C)]

@@ -358,13 +358,16 @@ fn kernel_probe_hit(
     // part of a ProbeEvent is laid out as a ProbeHead (asserted in the common crate).
     let stack_len = unsafe {
         (*ev).hdr = header(kind, slot as u8);
-        if fill::<false>(ev.cast::<ProbeHead>(), plan, src) {
+        if fill::<false>(ev.cast::<ProbeHead>(), plan, &src) {
             count(site, CNT_READ_FAILED);
         }
         if plan.stack == STACK_COPY {
             let r = bpf_get_stack(ctx.as_ptr(), (*ev).stack.as_mut_ptr().cast(), (MAX_STACK * 8) as u32, 0);
             if r > 0 {
                 (*ev).stack_len = r as u32;
+                if let Ok(lr) = src(SRC_CALLER) {
+                    with_caller(ev, lr);
+                }
             } else {
                 count(site, CNT_STACK_FAILED);
             }
@@ -383,6 +386,45 @@ fn kernel_probe_hit(
         (*ev).stack_len as usize
     };
     emit(site, ev, PROBE_FIXED_LEN + stack_len);
+}
+
+/// `[start, end)` of the kernel's `__kretprobe_trampoline` (userspace writes it from
+/// kallsyms): a return address there was put by a return probe of another tool, whose
+/// handler ran before ours (the kernel runs the newest first), and names no caller.
+#[map]
+static TRAMPOLINE: Array<[u64; 2]> = Array::with_max_entries(1, 0);
+
+/// Puts `lr`, the return address into the probed function's caller, second in the copied
+/// stack: at a function's entry arm64 keeps it in x30, and the kernel's walk from the
+/// entry's registers (pc, then the frame records) never sees it, so the caller was missing
+/// (seen in the lab: `rxe_mmap` straight under `__mmap_region`, without `ib_uverbs_mmap`).
+/// A caller that came by a tail call left the grandparent's address in x30, which the walk
+/// already has: then nothing is added. A full stack loses its outermost frame.
+///
+/// # Safety
+/// `ev` is this CPU's scratch record, its stack filled by this run.
+#[inline(always)]
+unsafe fn with_caller(ev: *mut ProbeEvent, lr: u64) {
+    if TRAMPOLINE.get(0).is_some_and(|r| lr >= r[0] && lr < r[1]) {
+        return;
+    }
+    // SAFETY: the caller's contract; indexes are bounded by MAX_STACK.
+    unsafe {
+        let n = read_volatile(&(*ev).stack_len) as usize / 8;
+        if n == 0 || (n > 1 && read_volatile(&(*ev).stack[1]) == lr) {
+            return;
+        }
+        let last = if n < MAX_STACK { n } else { MAX_STACK - 1 };
+        for k in 0..MAX_STACK - 2 {
+            let i = MAX_STACK - 1 - k;
+            if i <= last && i >= 2 {
+                let v = read_volatile(&(*ev).stack[(i - 1) & (MAX_STACK - 1)]);
+                core::ptr::write_volatile(&raw mut (*ev).stack[i & (MAX_STACK - 1)], v);
+            }
+        }
+        core::ptr::write_volatile(&raw mut (*ev).stack[1], lr);
+        (*ev).stack_len = ((last + 1) * 8) as u32;
+    }
 }
 
 /// A run that only counts (`daemon --metrics-only`, `SlotPlan::agg`): kernel-context
@@ -750,8 +792,26 @@ fn on_entry<const USER: bool>(ctx: &ProbeContext, slot: usize) {
         // Kernel programs only: a uprobe program reads user memory.
         // SAFETY: bpf_get_current_task only returns the running task's address.
         SRC_TASK if !USER => Ok(unsafe { bpf_get_current_task() }),
+        SRC_CALLER if !USER => caller(ctx),
         _ => Err(-1),
     });
+}
+
+/// At a kernel function's entry, the return address into its caller, where the
+/// architecture keeps it in a register (see `with_caller`); x86-64 keeps it on the stack,
+/// which the kernel's walk reads.
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn caller(ctx: &ProbeContext) -> Result<u64, i32> {
+    let regs = ctx.regs;
+    // SAFETY: `regs` is the probe's pt_regs; x30 is the link register.
+    unsafe { bpf_probe_read_kernel(&(*regs).regs[30]) }
+}
+
+#[cfg(not(bpf_target_arch = "aarch64"))]
+#[inline(always)]
+fn caller(_ctx: &ProbeContext) -> Result<u64, i32> {
+    Err(-1)
 }
 
 fn on_return<const USER: bool>(ctx: &RetProbeContext, slot: usize) {

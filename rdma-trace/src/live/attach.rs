@@ -299,10 +299,13 @@ impl Loaded {
         match p.spec.kind {
             crate::plan::catalog::Kind::Kprobe => {
                 self.route_function(p)?;
-                self.attach_kprobe(&p.entry_program(), p.symbol, p.slot)?;
+                // The return first: the kernel runs the handlers of one address newest
+                // first, and a kretprobe's replaces the return address (arm64's x30) that
+                // the entry program reads for the stack's caller (`with_caller`).
                 if let Some(rp) = p.return_program() {
                     note = self.attach_kretprobe(&rp, p)?;
                 }
+                self.attach_kprobe(&p.entry_program(), p.symbol, p.slot)?;
             }
             crate::plan::catalog::Kind::Tracepoint { category } => {
                 self.attach_tracepoint(&p.entry_program(), category, p.symbol)?;

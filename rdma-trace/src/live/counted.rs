@@ -33,6 +33,14 @@ impl Loaded {
         Ok(out)
     }
 
+    /// Tells the programs where the kernel's kretprobe trampoline is: an entry's return
+    /// address there was put by another tool's return probe, and is no caller.
+    pub(crate) fn set_kretprobe_trampoline(&mut self, range: (u64, u64)) -> Result<(), AttachError> {
+        let mut m: Array<_, [u64; 2]> =
+            Array::try_from(self.map_mut("TRAMPOLINE")?).map_err(map_err("TRAMPOLINE"))?;
+        m.set(0, [range.0, range.1], 0).map_err(map_err("TRAMPOLINE"))
+    }
+
     /// Tells the programs where softirq processing's functions are (`[start, end)`), for
     /// the context of a counted completion; at most `SOFTIRQ_FUNCS` of them.
     pub(crate) fn set_softirq_ranges(&mut self, ranges: &[(u64, u64)]) -> Result<(), AttachError> {

@@ -229,6 +229,9 @@ impl Tracer {
         let stacks = if opts.stack_ids { Some(loaded.take_stacks()?) } else { None };
         let copy_on_fork = copy_on_fork.join().unwrap_or(None);
         let ksyms = ksyms.join().map_err(|_| TraceError::Ksyms)?;
+        if let Some(&r) = ksyms.ranges_of(&["__kretprobe_trampoline"]).first() {
+            loaded.set_kretprobe_trampoline(r)?;
+        }
         if planning.plan.counted {
             // A counted completion's context is told as the story tells it from its stack.
             let ranges = ksyms.ranges_of(&crate::pipeline::enrich::SOFTIRQ_FRAMES);
