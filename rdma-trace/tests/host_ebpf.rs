@@ -122,10 +122,10 @@ fn syscall_tracepoints_see_this_threads_calls() {
     assert_eq!((find("poll")[1], find("poll")[2]), (1, 0));
     assert_eq!((find("epoll_wait")[0], find("epoll_wait")[2]), (epfd, 1));
     // open/openat carry the path they opened.
+    let opens: Vec<u64> =
+        syscalls::WATCHED.iter().filter(|s| s.name.starts_with("open")).map(|s| u64::from(s.nr)).collect();
     let opened = recs.iter().find_map(|r| match r {
-        Raw::Syscall { is_exit: false, nr, path, .. }
-            if [libc::SYS_open as u64, libc::SYS_openat as u64].contains(nr) =>
-        {
+        Raw::Syscall { is_exit: false, nr, path, .. } if opens.contains(nr) => {
             path.as_deref().map(str::to_string)
         }
         _ => None,

@@ -47,16 +47,16 @@ impl Target {
 /// The binaries a lab guest of that architecture runs.
 pub const BINS: [&str; 2] = ["rdma-trace", "rdma-trace-workload"];
 
-/// Builds the release binaries for `target`; returns their directory.
-pub fn run(a: &BuildArgs) -> Result<PathBuf> {
-    crate::setup::for_cross()?;
-    let (triple, gnu) = (a.target.triple(), a.target.gnu());
+/// `cargo SUBCOMMAND` of the nightly for `target`, with the cross tools and the target's
+/// std built from source; `args` go after the target.
+pub fn cargo(target: Target, subcommand: &str, args: &[&str]) -> Command {
+    let (triple, gnu) = (target.triple(), target.gnu());
     let under = |s: &str| s.replace('-', "_");
-    step(&format!("build: rdma-trace and the companion for {triple} (nightly, -Z build-std)"));
     let mut cmd = Command::new("rustup");
     cmd.current_dir(util::workspace_root())
-        .args(["run", "nightly", "cargo", "build", "--release", "-p", "rdma-trace", "--bins"])
+        .args(["run", "nightly", "cargo", subcommand])
         .args(["-Z", "build-std=std,panic_abort", "--target", triple])
+        .args(args)
         .env(format!("CARGO_TARGET_{}_LINKER", under(triple).to_uppercase()), format!("{gnu}-gcc"))
         .env(format!("CC_{}", under(triple)), format!("{gnu}-gcc"))
         .env(format!("AR_{}", under(triple)), format!("{gnu}-ar"))
@@ -66,17 +66,26 @@ pub fn run(a: &BuildArgs) -> Result<PathBuf> {
     for var in ["RUSTC", "RUSTDOC", "CARGO", "RUSTUP_TOOLCHAIN"] {
         cmd.env_remove(var);
     }
-    util::run(&mut cmd)?;
+    cmd
+}
+
+/// Runs `exe` (built for `target`) here under QEMU's user mode with `args`.
+pub fn emulated(target: Target, exe: &std::path::Path) -> Command {
+    let mut c = Command::new(target.qemu_user());
+    c.arg("-L").arg(format!("/usr/{}", target.gnu())).arg(exe);
+    c
+}
+
+/// Builds the release binaries for `target`; returns their directory.
+pub fn run(a: &BuildArgs) -> Result<PathBuf> {
+    crate::setup::for_cross()?;
+    let triple = a.target.triple();
+    step(&format!("build: rdma-trace and the companion for {triple} (nightly, -Z build-std)"));
+    util::run(&mut cargo(a.target, "build", &["--release", "-p", "rdma-trace", "--bins"]))?;
     let dir = util::workspace_root().join("target").join(triple).join("release");
     for bin in BINS {
         let path = dir.join(bin);
-        let out = util::output(
-            Command::new(a.target.qemu_user())
-                .arg("-L")
-                .arg(format!("/usr/{gnu}"))
-                .arg(&path)
-                .arg("--version"),
-        )?;
+        let out = util::output(emulated(a.target, &path).arg("--version"))?;
         if out.trim().is_empty() {
             bail!("{} --version printed nothing under {}", path.display(), a.target.qemu_user());
         }

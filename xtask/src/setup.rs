@@ -46,11 +46,31 @@ pub const GUEST_PACKAGES: &[(&str, &str)] = &[
     ("openssh-client", "ssh and ssh-keygen for `--connect ssh://` between the pair's guests"),
 ];
 
-/// Debian packages the arm64 cross-build needs (`cargo xtask build --target aarch64`).
+/// Debian packages the arm64 cross-build and the arm64 lab need (`cargo xtask build
+/// --target aarch64`, `--kernel trixie-arm64`).
 pub const CROSS_PACKAGES: &[(&str, &str)] = &[
     ("gcc-aarch64-linux-gnu", "links the arm64 binaries and builds the verbs shim for arm64"),
     ("libc6-dev-arm64-cross", "the arm64 libc the binaries link, and its headers for bindgen"),
     ("qemu-user", "runs the arm64 binaries once after the build (qemu-aarch64, no binfmt)"),
+    ("qemu-system-arm", "runs the arm64 lab guest (qemu-system-aarch64, TCG)"),
+    ("kmod", "depmod of the arm64 guest's modules on the host (the guest root cannot be chrooted)"),
+];
+
+/// Debian packages of the arm64 lab guest: what its group of lab tests uses (soft-RoCE,
+/// the verbs library and its rxe provider, the rdma tool, the workloads nobody here wrote,
+/// bpftrace beside); the x86-64 guest's others (prometheus, tmux, ssh) serve tests that do
+/// not run there.
+pub const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
+    ("rdma-core", "udev rules and the rdma tooling base"),
+    ("ibverbs-providers", "libibverbs providers, rxe among them"),
+    ("ibverbs-utils", "ibv_rc_pingpong, ibv_devinfo: workloads nobody here wrote"),
+    ("rdmacm-utils", "rping"),
+    ("perftest", "ib_write_bw"),
+    ("bpftrace", "an independent tracer for side-by-side counts"),
+    ("iproute2", "ip and rdma (rdma link add, rdma res show)"),
+    ("kmod", "modprobe"),
+    ("procps", "ps, pgrep for tests"),
+    ("util-linux", "setpriv for unprivileged pinning tests"),
 ];
 
 /// The bpf-linker release the aya 0.14 line is verified with.

@@ -455,10 +455,11 @@ impl Bpftrace {
         for (_, p, c) in &self.counters {
             s.push_str(&format!("{p} {{ @{c} = count(); }}\n"));
         }
-        s.push_str(
-            "uretprobe:/usr/lib/x86_64-linux-gnu/libibverbs.so.1:ibv_create_cq \
-             { printf(\"create_cq pid=%d cq=0x%lx\\n\", pid, retval); }\n",
-        );
+        // The multiarch directory of this machine's libibverbs (x86_64-…, aarch64-…).
+        let lib = format!("/usr/lib/{}-linux-gnu/libibverbs.so.1", std::env::consts::ARCH);
+        s.push_str(&format!(
+            "uretprobe:{lib}:ibv_create_cq {{ printf(\"create_cq pid=%d cq=0x%lx\\n\", pid, retval); }}\n"
+        ));
         s
     }
 

@@ -2,8 +2,8 @@
 //! time with a private apt configuration (the host's own apt state is never touched),
 //! downloaded once and unpacked into the cache. Offline, the cached kernels are used.
 
-use super::Series;
 use super::cache::{self, Timer};
+use super::{Arch, Series};
 use crate::util::{self, step};
 use anyhow::{Context, Result, bail};
 use std::fs;
@@ -65,26 +65,33 @@ pub fn mirror() -> Result<String> {
 /// The private apt configuration under the cache.
 struct Apt {
     dir: PathBuf,
+    arch: Arch,
 }
 
 impl Apt {
-    fn new(mirror: &str) -> Result<Self> {
-        let dir = cache::root().join("apt");
+    fn new(mirror: &str, arch: Arch) -> Result<Self> {
+        let dir = match arch {
+            Arch::X86_64 => cache::root().join("apt"),
+            Arch::Arm64 => cache::root().join("apt-arm64"),
+        };
         for d in ["lists/partial", "cache/archives/partial", "etc"] {
             fs::create_dir_all(dir.join(d))?;
         }
         let security = format!("{}/debian-security", mirror.trim_end_matches("/debian"));
-        let sources = format!(
-            "deb {mirror} trixie main\ndeb {security} trixie-security main\ndeb {mirror} trixie-backports main\n\
-             deb {mirror} bookworm main\ndeb {security} bookworm-security main\ndeb {mirror} bookworm-updates main\n"
-        );
+        let mut sources = format!("deb {mirror} trixie main\ndeb {security} trixie-security main\n");
+        if arch == Arch::X86_64 {
+            sources.push_str(&format!(
+                "deb {mirror} trixie-backports main\n\
+                 deb {mirror} bookworm main\ndeb {security} bookworm-security main\ndeb {mirror} bookworm-updates main\n"
+            ));
+        }
         let list = dir.join("etc/sources.list");
         if fs::read_to_string(&list).ok().as_deref() != Some(sources.as_str()) {
             // New suites: the lists on hand do not have them.
             fs::remove_file(dir.join("updated")).ok();
             fs::write(&list, sources)?;
         }
-        Ok(Apt { dir })
+        Ok(Apt { dir, arch })
     }
 
     fn cmd(&self, prog: &str) -> Command {
@@ -95,6 +102,9 @@ impl Apt {
         c.arg("-o").arg(format!("Dir::State::Lists={}", d("lists")));
         c.arg("-o").arg(format!("Dir::Cache={}", d("cache")));
         c.args(["-o", "Dir::State::status=/var/lib/dpkg/status"]);
+        if self.arch == Arch::Arm64 {
+            c.args(["-o", "APT::Architecture=arm64", "-o", "APT::Architectures=arm64"]);
+        }
         c.args([
             "-o",
             "Acquire::http::Timeout=20",
@@ -137,6 +147,9 @@ fn candidates(series: Series, names: &[&str]) -> Vec<(String, Vec<String>)> {
             Series::Trixie | Series::Bookworm => {
                 n.strip_prefix("linux-image-").and_then(|r| r.strip_suffix("-amd64-unsigned"))
             }
+            Series::TrixieArm64 => {
+                n.strip_prefix("linux-image-").and_then(|r| r.strip_suffix("-arm64-unsigned"))
+            }
             Series::TrixieBackports => n.strip_prefix("linux-binary-").and_then(|r| r.strip_suffix("-amd64")),
         };
         let Some(abi) = abi.filter(|a| plain(a)) else {
@@ -172,7 +185,7 @@ fn update(apt: &Apt) -> bool {
         return true;
     }
     let _t = Timer::start("apt update (private lists)");
-    step("lab: refreshing the package lists of trixie, trixie-security, trixie-backports, bookworm");
+    step(&format!("lab: refreshing the {} package lists ({})", apt.arch.debian(), apt.dir.display()));
     let mut c = apt.cmd("apt-get");
     c.arg("update");
     match util::output(&mut c) {
@@ -299,17 +312,23 @@ fn fetch(apt: &Apt, series: Series, kver: &str, pkgs: &[String]) -> Result<Kerne
     Ok(kernel)
 }
 
-/// Resolves and fetches the newest kernel of each series (one archive refresh for all).
+/// Resolves and fetches the newest kernel of each series (one archive refresh per
+/// architecture).
 pub fn resolve(series: &[Series]) -> Result<Vec<Kernel>> {
     let mirror = mirror()?;
-    let apt = Apt::new(&mirror)?;
-    let online = update(&apt);
+    let mut apts: Vec<(Apt, bool)> = Vec::new();
     let mut out = Vec::new();
     for &s in series {
-        let k = if online {
-            let (abi, pkgs) = newest_in_archive(&apt, s)?;
+        if !apts.iter().any(|(a, _)| a.arch == s.arch()) {
+            let apt = Apt::new(&mirror, s.arch())?;
+            let online = update(&apt);
+            apts.push((apt, online));
+        }
+        let (apt, online) = apts.iter().find(|(a, _)| a.arch == s.arch()).context("an apt per arch")?;
+        let k = if *online {
+            let (abi, pkgs) = newest_in_archive(apt, s)?;
             step(&format!("lab: newest {} kernel in the archive: {abi} ({})", s.name(), pkgs.join(", ")));
-            fetch(&apt, s, &format!("{abi}-amd64"), &pkgs)?
+            fetch(apt, s, &format!("{abi}-{}", s.arch().debian()), &pkgs)?
         } else {
             let k = newest_cached(s)?;
             step(&format!("lab: offline: using the cached {} kernel {}", s.name(), k.kver));
@@ -335,11 +354,16 @@ mod tests {
             "linux-binary-7.3.4+deb13-amd64",
             "linux-modules-7.3.4+deb13-amd64",
             "linux-base-7.3.4+deb13-amd64",
+            "linux-image-6.12.118+deb13-arm64-unsigned",
+            "linux-image-6.12.118+deb13-arm64-16k-unsigned",
+            "linux-image-6.12.118+deb13-cloud-arm64-unsigned",
         ];
         let abis = |s| candidates(s, &names).into_iter().map(|(a, p)| (a, p.len())).collect::<Vec<_>>();
         assert_eq!(abis(Series::Trixie), [("6.12.48+deb13".to_string(), 1)]);
         assert_eq!(abis(Series::Bookworm), [("6.1.0-41".to_string(), 1)]);
         assert_eq!(abis(Series::TrixieBackports), [("7.3.4+deb13".to_string(), 3)]);
+        // arm64: the 4K-page generic flavour only (not 16k, cloud or rt).
+        assert_eq!(abis(Series::TrixieArm64), [("6.12.118+deb13".to_string(), 1)]);
         assert!(version_key("6.1.0-41") > version_key("6.1.0-9"));
     }
 }

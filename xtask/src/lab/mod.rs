@@ -40,26 +40,73 @@ pub enum Series {
     /// trixie guest. An extra series, not in the gate: soft-RoCE there still runs its work
     /// in tasklets, so a completion can run inside the poster's own write(2).
     Bookworm,
+    /// Debian trixie's own arm64 kernel (linux-image-*-arm64-unsigned) under
+    /// qemu-system-aarch64 (TCG), in an arm64 guest root: the arm64 lab.
+    TrixieArm64,
 }
 
 impl Series {
-    /// The series the gate tests (`vm-test` and `bench` without `--kernel`).
+    /// The x86-64 series the gate tests in full (`vm-test`, `bench` without `--kernel`).
     pub const ALL: [Series; 2] = [Series::Trixie, Series::TrixieBackports];
+    /// What `vm-test` (the gate's lab tests) runs without `--kernel`: those, and the arm64
+    /// guest's group (`vmtest::ARM64_GROUP`).
+    pub const GATE: [Series; 3] = [Series::Trixie, Series::TrixieBackports, Series::TrixieArm64];
 
     pub fn name(self) -> &'static str {
         match self {
             Series::Trixie => "trixie",
             Series::TrixieBackports => "trixie-backports",
             Series::Bookworm => "bookworm",
+            Series::TrixieArm64 => "trixie-arm64",
         }
     }
 
     /// The archive suites that carry this series.
     pub fn suites(self) -> &'static [&'static str] {
         match self {
-            Series::Trixie => &["trixie", "trixie-security", "trixie-updates"],
+            Series::Trixie | Series::TrixieArm64 => &["trixie", "trixie-security", "trixie-updates"],
             Series::TrixieBackports => &["trixie-backports"],
             Series::Bookworm => &["bookworm", "bookworm-security", "bookworm-updates"],
+        }
+    }
+
+    /// The guest's architecture.
+    pub fn arch(self) -> Arch {
+        match self {
+            Series::TrixieArm64 => Arch::Arm64,
+            _ => Arch::X86_64,
+        }
+    }
+}
+
+/// A guest architecture: its kernel flavour, its QEMU and its binaries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Arch {
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    /// Debian's architecture name (and kernel flavour).
+    pub fn debian(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+    /// Where the host's release build of the tracer and the companion is.
+    pub fn release_dir(self) -> PathBuf {
+        match self {
+            Arch::X86_64 => util::workspace_root().join("target/release"),
+            Arch::Arm64 => util::workspace_root().join("target/aarch64-unknown-linux-gnu/release"),
+        }
+    }
+    /// The share's directory of this architecture's binaries (`/mnt/host/<it>` in the guest;
+    /// entry.sh picks it by `uname -m`).
+    pub fn bin_dir(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "bin",
+            Arch::Arm64 => "bin-aarch64",
         }
     }
 }
@@ -84,7 +131,8 @@ pub struct LabArgs {
 
 #[derive(clap::Args, Default)]
 pub struct VmTestArgs {
-    /// Kernel series to test (repeatable) [default: all].
+    /// Kernel series to test (repeatable) [default: trixie and trixie-backports in full,
+    /// and trixie-arm64's group].
     #[arg(long, value_enum, value_name = "SERIES")]
     pub kernel: Vec<Series>,
     /// Timeout of each boot, in seconds [default: 2700; soaks 5400].
@@ -130,16 +178,25 @@ pub struct Guest {
 
 /// Fetches the kernels and builds the images (under the cache lock).
 pub fn prepare(series: &[Series]) -> Result<Vec<Guest>> {
+    if series.iter().any(|s| s.arch() == Arch::Arm64) {
+        crate::setup::for_cross()?;
+    }
     let _lock = cache::lock()?;
     step(&format!("lab: cache {}", cache::root().display()));
     let kernels = kernels::resolve(series)?;
-    let rootfs = image::ensure_rootfs(&kernels::mirror()?)?;
+    let mut roots: Vec<(Arch, image::RootFs)> = Vec::new();
     let mut out = Vec::new();
     for k in kernels {
-        let image = image::ensure_image(&rootfs, &k)?;
+        let arch = k.series.arch();
+        if !roots.iter().any(|(a, _)| *a == arch) {
+            let rootfs = image::ensure_rootfs(&kernels::mirror()?, arch)?;
+            step(&format!("lab: {} guest package versions: {}", arch.debian(), rootfs.packages.display()));
+            roots.push((arch, rootfs));
+        }
+        let (_, rootfs) = roots.iter().find(|(a, _)| *a == arch).context("a root per arch")?;
+        let image = image::ensure_image(rootfs, &k)?;
         out.push(Guest { series: k.series, kver: k.kver.clone(), image });
     }
-    step(&format!("lab: guest package versions: {}", rootfs.packages.display()));
     Ok(out)
 }
 
@@ -160,7 +217,12 @@ pub fn pair_out_dir(series: Series, host: u8) -> PathBuf {
 
 /// Copies a host-built binary into the share's `bin/` (never into the image).
 pub fn share_binary(src: &Path, name: &str) -> Result<PathBuf> {
-    let dst = share_dir().join("bin").join(name);
+    share_binary_for(Arch::X86_64, src, name)
+}
+
+/// `share_binary` into the directory of `arch`'s binaries.
+pub fn share_binary_for(arch: Arch, src: &Path, name: &str) -> Result<PathBuf> {
+    let dst = share_dir().join(arch.bin_dir()).join(name);
     fs::create_dir_all(dst.parent().context("a bin dir")?)?;
     fs::remove_file(&dst).ok();
     fs::copy(src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
@@ -222,6 +284,7 @@ pub fn run_guest_with(g: &Guest, mode: Mode, extras: &qemu::Extras) -> Result<Op
     fs::write(run.join("env"), env)?;
     step(&format!("lab: {} kernel {}", g.series.name(), g.kver));
     let boot = qemu::Boot {
+        arch: g.series.arch(),
         vmlinuz: &g.image.vmlinuz,
         initrd: &g.image.initrd,
         share: &share,
@@ -285,14 +348,22 @@ pub fn lab(a: LabArgs) -> Result<()> {
     };
     let guests = prepare(&[series])?;
     let g = &guests[0];
-    let bin = util::workspace_root().join("target/release/rdma-trace");
+    let arch = g.series.arch();
+    let bin = arch.release_dir().join("rdma-trace");
     if bin.is_file() {
-        share_binary(&bin, "rdma-trace")?;
-        step("lab: /mnt/host/bin/rdma-trace is the last release build (cargo build --release -p rdma-trace)");
+        share_binary_for(arch, &bin, "rdma-trace")?;
+        step(&format!(
+            "lab: /mnt/host/{}/rdma-trace is the last release build ({})",
+            arch.bin_dir(),
+            match arch {
+                Arch::X86_64 => "cargo build --release -p rdma-trace",
+                Arch::Arm64 => "cargo xtask build --target aarch64",
+            }
+        ));
     }
     let workload = bin.with_file_name("rdma-trace-workload");
     if workload.is_file() {
-        share_binary(&workload, "rdma-trace-workload")?;
+        share_binary_for(arch, &workload, "rdma-trace-workload")?;
     }
     let Some(script) = script else {
         if a.hosts == 2 {

@@ -18,6 +18,7 @@ const OOPS_SILENCE: Duration = Duration::from_secs(60);
 const TAIL: usize = 40;
 
 pub struct Boot<'a> {
+    pub arch: super::Arch,
     pub vmlinuz: &'a Path,
     pub initrd: &'a Path,
     /// The host directory shared as 9p tag `host0` (mounted at /mnt/host).
@@ -145,14 +146,35 @@ fn accel() -> (&'static str, Vec<&'static str>) {
     }
 }
 
+/// The QEMU that runs a guest of `arch`.
+pub fn program(arch: super::Arch) -> &'static str {
+    match arch {
+        super::Arch::X86_64 => "qemu-system-x86_64",
+        super::Arch::Arm64 => "qemu-system-aarch64",
+    }
+}
+
 fn command(b: &Boot) -> (Command, &'static str) {
-    let (name, accel) = accel();
-    let mut c = Command::new("qemu-system-x86_64");
+    let mut c = Command::new(program(b.arch));
     let (cpus, mem) = if b.extras.wire.is_some() { ("1", "3G") } else { ("2", "4G") };
-    c.args(["-machine", "q35"]).args(accel).args(["-smp", cpus, "-m", mem]);
+    let (name, console) = match b.arch {
+        super::Arch::X86_64 => {
+            let (name, accel) = accel();
+            c.args(["-machine", "q35"]).args(accel);
+            (name, "ttyS0")
+        }
+        // Always TCG on this x86-64 host. The emulated pointer authentication is QEMU's
+        // own cheap algorithm (`pauth-impdef`): the architected one costs more than the rest
+        // of the CPU's emulation in a kernel built with PAC, as Debian's is.
+        super::Arch::Arm64 => {
+            c.args(["-machine", "virt", "-accel", "tcg,thread=multi", "-cpu", "max,pauth-impdef=on"]);
+            ("tcg", "ttyAMA0")
+        }
+    };
+    c.args(["-smp", cpus, "-m", mem]);
     c.args(["-nographic", "-no-reboot", "-display", "none", "-serial", "mon:stdio", "-nic", "none"]);
     c.arg("-kernel").arg(b.vmlinuz).arg("-initrd").arg(b.initrd);
-    c.arg("-append").arg(format!("console=ttyS0 quiet panic=-1 {}", b.append));
+    c.arg("-append").arg(format!("console={console} quiet panic=-1 {}", b.append));
     c.arg("-virtfs")
         .arg(format!("local,path={},mount_tag=host0,security_model=none,id=host0", b.share.display()));
     if let Some(w) = b.extras.wire {
@@ -188,7 +210,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     step(&format!("lab: booting {} ({accel}, {shape})", b.vmlinuz.display()));
     let start = Instant::now();
     if b.interactive {
-        let st = cmd.status().context("could not start qemu-system-x86_64")?;
+        let st = cmd.status().with_context(|| format!("could not start {}", program(b.arch)))?;
         if !st.success() {
             bail!("QEMU failed ({st})");
         }

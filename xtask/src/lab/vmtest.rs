@@ -7,7 +7,7 @@
 //! `RDMA_TRACE_LAB=1`, `RDMA_TRACE_LAB_SERIES`, `RDMA_TRACE_LAB_OUT` (kept on the host in
 //! `target/lab/out/`) and a working rxe0.
 
-use super::{Mode, Series, VmTestArgs};
+use super::{Arch, Mode, Series, VmTestArgs};
 use crate::util::{self, step};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
@@ -46,16 +46,38 @@ pub const SOAK: &str = "soak_";
 /// kernel, a pair of guests (`super::run_pair`), each guest running every one of them.
 pub const PAIR: &str = "pair_";
 
+/// The lab tests the arm64 guest runs (name parts): the companion's steps joined to their
+/// kernel events, the probes against independent sources (bpftrace, `rdma res`, /proc,
+/// perftest's own report) and the workload against `rdma res` and VmPin. The others need
+/// what its root leaves out (prometheus, tmux, ssh) or a second guest.
+pub const ARM64_GROUP: &[&str] = &[
+    "lab_story_companion_steps_join_their_kernel_events",
+    "lab_probes_",
+    "lab_workload_events_agree_with_rdma_res_and_vmpin",
+];
+
 fn build_tests(group: &str, only: Option<&str>) -> Result<Vec<TestExe>> {
-    step("lab: cargo test --release -p rdma-trace --no-run");
-    let json = util::output(util::cargo().args([
-        "test",
-        "--release",
-        "-p",
-        "rdma-trace",
-        "--no-run",
-        "--message-format=json",
-    ]))?;
+    build_tests_for(None, group, only)
+}
+
+/// `build_tests` for another architecture (`target`): cross-built, listed under QEMU's
+/// user mode.
+fn build_tests_for(
+    target: Option<crate::build::Target>,
+    group: &str,
+    only: Option<&str>,
+) -> Result<Vec<TestExe>> {
+    let args = ["--release", "-p", "rdma-trace", "--no-run", "--message-format=json"];
+    let json = match target {
+        None => {
+            step("lab: cargo test --release -p rdma-trace --no-run");
+            util::output(util::cargo().arg("test").args(args))?
+        }
+        Some(t) => {
+            step(&format!("lab: cargo test --release -p rdma-trace --no-run --target {}", t.triple()));
+            util::output(&mut crate::build::cargo(t, "test", &args))?
+        }
+    };
     let mut exes = Vec::new();
     for line in json.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -68,7 +90,10 @@ fn build_tests(group: &str, only: Option<&str>) -> Result<Vec<TestExe>> {
             continue;
         };
         let path = PathBuf::from(exe);
-        let list = util::output(std::process::Command::new(&path).args(["--list", "--ignored"]))?;
+        let list = match target {
+            None => util::output(std::process::Command::new(&path).args(["--list", "--ignored"]))?,
+            Some(t) => util::output(crate::build::emulated(t, &path).args(["--list", "--ignored"]))?,
+        };
         let tests: Vec<String> = list
             .lines()
             .filter_map(|l| l.strip_suffix(": test"))
@@ -255,6 +280,57 @@ fn tally(g: &super::Guest, exes: &[TestExe], logs: &[PathBuf]) -> Tally {
     t
 }
 
+/// The arm64 guest's lab tests (`ARM64_GROUP`, or `--only`): the tracer, the companion and
+/// the tests cross-built, one boot of `Series::TrixieArm64`. Returns (passed, failed, the
+/// summary line).
+fn run_arm64(group: &str, a: &VmTestArgs, timeout: Duration) -> Result<(usize, usize, String)> {
+    let start = Instant::now();
+    let target = crate::build::Target::Aarch64;
+    let dir = crate::build::run(&crate::build::BuildArgs { target })?;
+    let only = a.only.clone().unwrap_or_else(|| ARM64_GROUP.join(","));
+    let exes = build_tests_for(Some(target), group, Some(&only))?;
+    let bin = Arch::Arm64.bin_dir();
+    super::cache::remove(&super::share_dir().join(bin).join("tests"))?;
+    for e in exes.iter().filter(|e| !e.tests.is_empty()) {
+        super::share_binary_for(Arch::Arm64, &e.path, &format!("tests/{}", e.name))?;
+    }
+    for b in crate::build::BINS {
+        super::share_binary_for(Arch::Arm64, &dir.join(b), b)?;
+    }
+    let guests = super::prepare(&[Series::TrixieArm64])?;
+    let g = &guests[0];
+    let total: usize = exes.iter().map(|e| e.tests.len()).sum();
+    step(&format!("lab: {total} lab tests on arm64 ({})", only));
+    let (res, note) =
+        again_after_crash(g.series.name(), || run_series(g, &exes, group, &only, timeout, None));
+    let secs = start.elapsed().as_secs();
+    let mut out = match res {
+        Ok(t) => {
+            let mut l = format!(
+                "{} ({}): {} passed, {} failed, {} skipped ({secs} s, with its build)",
+                g.series.name(),
+                g.kver,
+                t.passed,
+                t.failed.len(),
+                t.skipped
+            );
+            if !t.failed.is_empty() {
+                l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
+            }
+            let failed = t.failed.len() + usize::from(t.note.is_some());
+            if let Some(n) = t.note {
+                l.push_str(&format!("\n    FAIL: {n}"));
+            }
+            (t.passed, failed, l)
+        }
+        Err(e) => (0, 1, format!("{} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)),
+    };
+    if let Some(n) = note {
+        out.2.push_str(&format!("\n    NOTE: {n}"));
+    }
+    Ok(out)
+}
+
 pub fn vm_test(a: VmTestArgs) -> Result<()> {
     run_group(LAB, a)
 }
@@ -270,8 +346,24 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let (overall, per_boot) = if group == SOAK { (9000, 5400) } else { (4800, 2700) };
     let overall = Duration::from_secs(a.timeout.unwrap_or(overall));
     let per_boot = Duration::from_secs(a.boot_timeout.unwrap_or(per_boot));
-    let mut series = if a.kernel.is_empty() { Series::ALL.to_vec() } else { a.kernel.clone() };
+    let default = if group == LAB { Series::GATE.to_vec() } else { Series::ALL.to_vec() };
+    let mut series = if a.kernel.is_empty() { default } else { a.kernel.clone() };
     series.dedup();
+    // The arm64 guest first, on its own (its TCG takes both cores; its build is its own).
+    let mut arm64 = None;
+    if series.contains(&Series::TrixieArm64) {
+        series.retain(|s| s.arch() == Arch::X86_64);
+        arm64 = Some(run_arm64(group, &a, overall.min(per_boot))?);
+        if series.is_empty() {
+            let (passed, failed, line) = arm64.unwrap_or_default();
+            println!("vm-test: {line}");
+            println!("vm-test: {passed} passed, {failed} failed ({} s)", start.elapsed().as_secs());
+            if failed > 0 || passed == 0 {
+                bail!("vm-test failed");
+            }
+            return Ok(());
+        }
+    }
     // Everything the guest runs is built here, before the first boot.
     let bin = build()?;
     let exes = build_tests(group, a.only.as_deref())?;
@@ -294,6 +386,10 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
     let guests = super::prepare(&series)?;
     let mut lines = Vec::new();
     let (mut passed, mut failed) = (0, 0);
+    if let Some((p, f, line)) = arm64 {
+        (passed, failed) = (p, f);
+        lines.push(line);
+    }
     // Boots run again after a guest kernel crash outside tracing (`again_after_crash`).
     let mut reruns = 0;
     let rounds = a.repeat.max(1);

@@ -8,7 +8,13 @@ RUN=${0%/*}
 # shellcheck source=/dev/null
 . "$RUN/env"
 export LAB_RUN=$RUN
-export RDMA_TRACE_BIN=/mnt/host/bin/rdma-trace
+# The share holds each architecture's binaries in a directory of its own.
+case $(uname -m) in
+aarch64) LAB_BIN=/mnt/host/bin-aarch64 ;;
+*) LAB_BIN=/mnt/host/bin ;;
+esac
+export LAB_BIN
+export RDMA_TRACE_BIN=$LAB_BIN/rdma-trace
 export RDMA_TRACE_LAB=1
 export RDMA_TRACE_LAB_SERIES=$LAB_SERIES
 export RDMA_TRACE_LAB_OUT=$LAB_OUT
