@@ -373,7 +373,17 @@ fn kernel_probe_hit(
             }
         } else if plan.stack == STACK_ID {
             match ctx.get_stackid(&STACKS, 0) {
-                Ok(id) => (*ev).stack_id = id as u32 + 1,
+                Ok(id) => {
+                    (*ev).stack_id = id as u32 + 1;
+                    // The kernel's stack lacks the caller too: the record carries it, as
+                    // its one stack word, for userspace to put in (`live/stack_ids.rs`).
+                    if let Ok(lr) = src(SRC_CALLER)
+                        && !at_trampoline(lr)
+                    {
+                        (*ev).stack[0] = lr;
+                        (*ev).stack_len = 8;
+                    }
+                }
                 Err(_) => count(site, CNT_STACK_FAILED),
             }
         }
@@ -394,6 +404,12 @@ fn kernel_probe_hit(
 #[map]
 static TRAMPOLINE: Array<[u64; 2]> = Array::with_max_entries(1, 0);
 
+/// Whether `lr` is inside the kretprobe trampoline (see `TRAMPOLINE`).
+#[inline(always)]
+fn at_trampoline(lr: u64) -> bool {
+    TRAMPOLINE.get(0).is_some_and(|r| lr >= r[0] && lr < r[1])
+}
+
 /// Puts `lr`, the return address into the probed function's caller, second in the copied
 /// stack: at a function's entry arm64 keeps it in x30, and the kernel's walk from the
 /// entry's registers (pc, then the frame records) never sees it, so the caller was missing
@@ -405,7 +421,7 @@ static TRAMPOLINE: Array<[u64; 2]> = Array::with_max_entries(1, 0);
 /// `ev` is this CPU's scratch record, its stack filled by this run.
 #[inline(always)]
 unsafe fn with_caller(ev: *mut ProbeEvent, lr: u64) {
-    if TRAMPOLINE.get(0).is_some_and(|r| lr >= r[0] && lr < r[1]) {
+    if at_trampoline(lr) {
         return;
     }
     // SAFETY: the caller's contract; indexes are bounded by MAX_STACK.

@@ -56,10 +56,10 @@ pub const CROSS_PACKAGES: &[(&str, &str)] = &[
     ("kmod", "depmod of the arm64 guest's modules on the host (the guest root cannot be chrooted)"),
 ];
 
-/// Debian packages of the arm64 lab guest: what its group of lab tests uses (soft-RoCE,
-/// the verbs library and its rxe provider, the rdma tool, the workloads nobody here wrote,
-/// bpftrace beside); the x86-64 guest's others (prometheus, tmux, ssh) serve tests that do
-/// not run there.
+/// Debian packages of the arm64 lab guest: what its lab tests use (soft-RoCE, the verbs
+/// library and its rxe provider, the rdma tool, the workloads nobody here wrote, bpftrace
+/// beside, prometheus, tmux); the x86-64 guest's ssh serves the pair tests, which do not
+/// run there.
 pub const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
     ("rdma-core", "udev rules and the rdma tooling base"),
     ("ibverbs-providers", "libibverbs providers, rxe among them"),
@@ -67,6 +67,8 @@ pub const ARM64_GUEST_PACKAGES: &[(&str, &str)] = &[
     ("rdmacm-utils", "rping"),
     ("perftest", "ib_write_bw"),
     ("bpftrace", "an independent tracer for side-by-side counts"),
+    ("prometheus", "scrapes the daemon's metrics; promtool checks their format"),
+    ("tmux", "drives the live TUI in a terminal in the lab test"),
     ("iproute2", "ip and rdma (rdma link add, rdma res show)"),
     ("kmod", "modprobe"),
     ("procps", "ps, pgrep for tests"),
