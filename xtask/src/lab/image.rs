@@ -135,7 +135,7 @@ pub fn ensure_rootfs(mirror: &str, arch: Arch) -> Result<RootFs> {
     fs::create_dir_all(&dir)?;
     let tree = rootfs.tree();
     let versions = match arch {
-        Arch::X86_64 => debootstrap(&tree, mirror)?,
+        Arch::X86_64 => debootstrapped(&tree, mirror)?,
         Arch::Arm64 => unpacked_arm64(&tree, mirror)?,
     };
     let _t = Timer::start("trimming and packing the guest root");
@@ -161,26 +161,37 @@ pub fn ensure_rootfs(mirror: &str, arch: Arch) -> Result<RootFs> {
     Ok(rootfs)
 }
 
-/// The x86-64 root: debootstrap, both stages, here. Returns the package versions.
-fn debootstrap(tree: &Path, mirror: &str) -> Result<String> {
-    let debs = cache::root().join("debootstrap-debs");
+/// Runs debootstrap for `arch`'s root into `tree`: both stages for x86-64, the first
+/// (`--foreign`) for arm64, which cannot run here (see the module's comment).
+fn debootstrap(tree: &Path, mirror: &str, arch: Arch) -> Result<()> {
+    let (debs, flags): (&str, &[&str]) = match arch {
+        Arch::X86_64 => ("debootstrap-debs", &["--variant=minbase"]),
+        Arch::Arm64 => ("debootstrap-debs-arm64", &["--foreign", "--arch=arm64", "--variant=minbase"]),
+    };
+    let debs = cache::root().join(debs);
     fs::create_dir_all(&debs)?;
-    let names = package_names(Arch::X86_64);
-    let _t = Timer::start("debootstrap of the guest root");
+    let names = package_names(arch);
+    let _t = Timer::start(format!("debootstrap {} of the {} guest root", flags.join(" "), arch.debian()));
     step(&format!(
-        "lab: debootstrap --variant=minbase {SUITE} with {} (downloads cached in {})",
+        "lab: debootstrap {} {SUITE} with {} (downloads cached in {})",
+        flags.join(" "),
         names.join(" "),
         debs.display()
     ));
     util::run(
         Command::new("debootstrap")
-            .arg("--variant=minbase")
+            .args(flags)
             .arg(format!("--include={}", names.join(",")))
             .arg(format!("--cache-dir={}", debs.display()))
             .arg(SUITE)
             .arg(tree)
             .arg(mirror),
-    )?;
+    )
+}
+
+/// The x86-64 root: debootstrap, both stages, here. Returns the package versions.
+fn debootstrapped(tree: &Path, mirror: &str) -> Result<String> {
+    debootstrap(tree, mirror, Arch::X86_64)?;
     util::output(Command::new("chroot").arg(tree).args([
         "dpkg-query",
         "-W",
@@ -192,26 +203,7 @@ fn debootstrap(tree: &Path, mirror: &str) -> Result<String> {
 /// The arm64 root: debootstrap's first stage, then every package it chose unpacked here
 /// (see the module's comment). Returns the package versions (from the files' names).
 fn unpacked_arm64(tree: &Path, mirror: &str) -> Result<String> {
-    let debs = cache::root().join("debootstrap-debs-arm64");
-    fs::create_dir_all(&debs)?;
-    let names = package_names(Arch::Arm64);
-    {
-        let _t = Timer::start("debootstrap --foreign of the arm64 guest root");
-        step(&format!(
-            "lab: debootstrap --foreign --arch=arm64 --variant=minbase {SUITE} with {} (downloads cached in {})",
-            names.join(" "),
-            debs.display()
-        ));
-        util::run(
-            Command::new("debootstrap")
-                .args(["--foreign", "--arch=arm64", "--variant=minbase"])
-                .arg(format!("--include={}", names.join(",")))
-                .arg(format!("--cache-dir={}", debs.display()))
-                .arg(SUITE)
-                .arg(tree)
-                .arg(mirror),
-        )?;
-    }
+    debootstrap(tree, mirror, Arch::Arm64)?;
     let _t = Timer::start("unpacking the arm64 packages");
     // "package /var/cache/apt/archives/package_version_arm64.deb", one a line.
     let list = fs::read_to_string(tree.join("debootstrap/debpaths")).context("debootstrap's debpaths")?;

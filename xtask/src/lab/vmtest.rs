@@ -119,6 +119,22 @@ struct Tally {
     note: Option<String>,
 }
 
+impl Tally {
+    /// The summary line of one boot's results: `head` names the boot (series, round,
+    /// kernel), `took` its time; the failed tests and the note on lines of their own.
+    fn line(&self, head: &str, took: &str) -> String {
+        let (passed, failed, skipped) = (self.passed, self.failed.len(), self.skipped);
+        let mut l = format!("{head}: {passed} passed, {failed} failed, {skipped} skipped ({took})");
+        if !self.failed.is_empty() {
+            l.push_str(&format!("\n    failed: {}", self.failed.join(", ")));
+        }
+        if let Some(n) = &self.note {
+            l.push_str(&format!("\n    FAIL: {n}"));
+        }
+        l
+    }
+}
+
 /// `test NAME ... ok|FAILED|ignored…` lines of libtest output. What a test's own child
 /// processes print to stdout can land after ` ... ` and push the result onto a later line
 /// of its own: the result is the first of ok/FAILED/ignored at the end of the test line or
@@ -301,22 +317,9 @@ fn run_arm64(group: &str, a: &VmTestArgs, timeout: Duration) -> Result<(usize, u
     let secs = start.elapsed().as_secs();
     let mut out = match res {
         Ok(t) => {
-            let mut l = format!(
-                "{} ({}): {} passed, {} failed, {} skipped ({secs} s, with its build)",
-                g.series.name(),
-                g.kver,
-                t.passed,
-                t.failed.len(),
-                t.skipped
-            );
-            if !t.failed.is_empty() {
-                l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
-            }
-            let failed = t.failed.len() + usize::from(t.note.is_some());
-            if let Some(n) = t.note {
-                l.push_str(&format!("\n    FAIL: {n}"));
-            }
-            (t.passed, failed, l)
+            let l =
+                t.line(&format!("{} ({})", g.series.name(), g.kver), &format!("{secs} s, with its build"));
+            (t.passed, t.failed.len() + usize::from(t.note.is_some()), l)
         }
         Err(e) => (0, 1, format!("{} ({}): FAILED to run: {e:#}", g.series.name(), g.kver)),
     };
@@ -462,22 +465,8 @@ fn run_group(group: &str, a: VmTestArgs) -> Result<()> {
                 Ok(t) => {
                     passed += t.passed;
                     failed += t.failed.len();
-                    let mut l = format!(
-                        "{}{} ({}): {} passed, {} failed, {} skipped ({secs} s)",
-                        g.series.name(),
-                        if rounds > 1 { format!(" round {round}/{rounds}") } else { String::new() },
-                        g.kver,
-                        t.passed,
-                        t.failed.len(),
-                        t.skipped
-                    );
-                    if !t.failed.is_empty() {
-                        l.push_str(&format!("\n    failed: {}", t.failed.join(", ")));
-                    }
-                    if let Some(n) = t.note {
-                        l.push_str(&format!("\n    FAIL: {n}"));
-                    }
-                    l
+                    let round = if rounds > 1 { format!(" round {round}/{rounds}") } else { String::new() };
+                    t.line(&format!("{}{round} ({})", g.series.name(), g.kver), &format!("{secs} s"))
                 }
                 Err(e) => {
                     failed += 1;
